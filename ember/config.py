@@ -1,0 +1,703 @@
+"""Every environment variable Ember honours, declared once.
+
+Each declaration says what a variable is (type, default, accepted values), what it does (one line
+in our words), where it belongs, when it is read and who honours it. Only this module reads
+``os.environ``; everything else asks :func:`get`.
+
+>>> from ember import config
+>>> config.get('MXNET_EXEC_NUM_TEMP')
+1
+>>> with config.override(MXNET_EXEC_NUM_TEMP=3):
+...     config.get('MXNET_EXEC_NUM_TEMP')
+3
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+PREFIXES = ('MXNET_', 'NNVM_', 'DMLC_', 'NEURON_', 'XLA_')
+EFFECTIVE = 'effective'
+
+
+class ConfigError(ValueError):
+    """A configuration variable has a value Ember cannot accept."""
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    kind: str                       # int, float, bool, enum, str, path, cores, tuning
+    parse: Callable[[str], Any]     # raw string -> value; raises ValueError with the accepted values
+    default: Any                    # a value, or a callable taking get() for computed defaults
+    doc: str
+    section: str
+    owner: str                      # the subsystem that honours the variable
+    read: str = 'live'              # 'live' (read at each use) or 'startup' (read once by owner)
+    cache_key: bool = False         # enters the compile-cache key
+    status: str = EFFECTIVE         # or 'not yet effective: <why>'
+    accepts: str = ''               # what values are accepted, for errors and docs
+    default_doc: str = ''           # how a computed default is described
+    aliases: tuple = ()
+    extension: bool = False         # declared by Ember, not named in the spec
+
+    @property
+    def effective(self) -> bool:
+        return self.status == EFFECTIVE
+
+
+REGISTRY: dict[str, Var] = {}
+ALIASES: dict[str, str] = {}
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsers. Each raises ValueError(accepted-values text); get() turns that into a ConfigError.
+
+def _int_parser(low=None, high=None):
+    def parse(raw):
+        if not re.fullmatch(r'[+-]?\d+', raw):
+            raise ValueError('an integer')
+        value = int(raw)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(_range_text('an integer', low, high))
+        return value
+    return parse
+
+
+def _float_parser(low=None, high=None):
+    def parse(raw):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError('a number') from None
+        if value != value or value in (float('inf'), float('-inf')):
+            raise ValueError('a finite number')
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(_range_text('a number', low, high))
+        return value
+    return parse
+
+
+def _range_text(what, low, high):
+    if high is None:
+        return f'{what} >= {low}'
+    if low is None:
+        return f'{what} <= {high}'
+    return f'{what} in [{low}, {high}]'
+
+
+_TRUE = ('1', 'true')
+_FALSE = ('0', 'false')
+
+
+def _parse_bool(raw):
+    word = raw.lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError('0, 1, true or false (any case)')
+
+
+def _enum_parser(choices):
+    def parse(raw):
+        if raw in choices:
+            return raw
+        raise ValueError(_choices_text(choices) + _suggest(raw, choices))
+    return parse
+
+
+def _choices_text(choices):
+    quoted = [repr(c) for c in choices]
+    if len(quoted) == 1:
+        return quoted[0]
+    return ', '.join(quoted[:-1]) + ' or ' + quoted[-1]
+
+
+def _suggest(raw, candidates):
+    lowered = {c.lower(): c for c in candidates}
+    if raw.lower() in lowered:
+        return f"; did you mean {lowered[raw.lower()]!r}?"
+    close = difflib.get_close_matches(raw, list(candidates), n=1, cutoff=0.5)
+    if not close:
+        prefixed = [c for c in candidates if c.lower().startswith(raw.lower())]
+        close = prefixed[:1]
+    return f'; did you mean {close[0]!r}?' if close else ''
+
+
+def _parse_str(raw):
+    return raw
+
+
+def _parse_cores(raw):
+    """'0-3' -> (0, 1, 2, 3); '0,2,5-6' -> (0, 2, 5, 6)."""
+    accepted = "core ids and ranges such as '0-3' or '0,2,5-6'"
+    cores = []
+    for part in raw.split(','):
+        match = re.fullmatch(r'\s*(\d+)\s*(?:-\s*(\d+)\s*)?', part)
+        if not match:
+            raise ValueError(accepted)
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError(accepted + f' (range {first}-{last} runs backwards)')
+        cores.extend(range(first, last + 1))
+    if len(set(cores)) != len(cores):
+        raise ValueError(accepted + ' without repeats')
+    return tuple(cores)
+
+
+TUNING_DTYPES = ('float32', 'float64', 'float16', 'uint8', 'int8', 'int32', 'int64', 'bfloat16')
+
+
+def _parse_tuning(raw):
+    """'0' -> (), '1' -> all dtypes, 'float32,float16' -> those dtypes."""
+    accepted = "0 (off), 1 (all types) or a comma-separated list of " + ', '.join(TUNING_DTYPES)
+    if raw in _FALSE or raw.lower() in _FALSE:
+        return ()
+    if raw.lower() in _TRUE:
+        return TUNING_DTYPES
+    names = [n.strip() for n in raw.split(',') if n.strip()]
+    for name in names:
+        if name not in TUNING_DTYPES:
+            raise ValueError(accepted + _suggest(name, TUNING_DTYPES))
+    if not names:
+        raise ValueError(accepted)
+    return tuple(dict.fromkeys(names))
+
+
+_KMP_WORDS = ('granularity=fine', 'granularity=core', 'granularity=thread', 'compact', 'scatter',
+              'none', 'disabled', 'explicit', 'balanced', 'verbose', 'noverbose', 'warnings',
+              'nowarnings', 'respect', 'norespect')
+
+
+def _parse_kmp_affinity(raw):
+    """Intel's affinity string: modifiers, a type, then optional permute and offset numbers."""
+    accepted = ("a comma-separated affinity such as 'granularity=fine,compact,1,0': "
+                "modifiers (granularity=..., verbose), a type (compact, scatter, balanced, "
+                "none, disabled) and up to two integers")
+    tokens = [t.strip() for t in raw.split(',') if t.strip()]
+    numbers = [t for t in tokens if t.isdigit()]
+    words = [t for t in tokens if not t.isdigit() and not t.startswith('proclist=')]
+    if not tokens or len(numbers) > 2:
+        raise ValueError(accepted)
+    for word in words:
+        if word not in _KMP_WORDS:
+            raise ValueError(accepted + _suggest(word, _KMP_WORDS))
+    kinds = [w for w in words if w in ('compact', 'scatter', 'none', 'disabled', 'balanced',
+                                       'explicit')]
+    if len(kinds) > 1:
+        raise ValueError(accepted + f' (got types {", ".join(kinds)})')
+    return {'type': kinds[0] if kinds else 'none',
+            'permute': int(numbers[0]) if numbers else 0,
+            'offset': int(numbers[1]) if len(numbers) > 1 else 0,
+            'raw': raw}
+
+
+_CC_FLAG = re.compile(r'--[A-Za-z][\w-]*(=\S+)?|-O[0-3]')
+
+
+def _parse_cc_flags(raw):
+    import shlex
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        raise ValueError(f'compiler flags as a shell would split them ({exc})') from None
+    return tuple(words)
+
+
+# ----------------------------------------------------------------------------------------------
+# Declarations.
+
+def _declare(name, kind, parse, default, doc, section, owner, **extra):
+    if name in REGISTRY:
+        raise RuntimeError(f'{name} is declared twice')
+    var = Var(name, kind, parse, default, doc, section, owner, **extra)
+    REGISTRY[name] = var
+    for alias in var.aliases:
+        ALIASES[alias] = name
+    return var
+
+
+def int_var(name, default, doc, section, owner, low=None, high=None, **extra):
+    extra.setdefault('accepts', _range_text('an integer', low, high) if low is not None
+                     or high is not None else 'an integer')
+    return _declare(name, 'int', _int_parser(low, high), default, doc, section, owner, **extra)
+
+
+def float_var(name, default, doc, section, owner, low=None, high=None, **extra):
+    extra.setdefault('accepts', _range_text('a number', low, high) if low is not None
+                     or high is not None else 'a number')
+    return _declare(name, 'float', _float_parser(low, high), default, doc, section, owner,
+                    **extra)
+
+
+def bool_var(name, default, doc, section, owner, **extra):
+    extra.setdefault('accepts', '0, 1, true or false')
+    return _declare(name, 'bool', _parse_bool, default, doc, section, owner, **extra)
+
+
+def enum_var(name, default, choices, doc, section, owner, **extra):
+    extra.setdefault('accepts', _choices_text(choices))
+    return _declare(name, 'enum', _enum_parser(tuple(choices)), default, doc, section, owner,
+                    **extra)
+
+
+def str_var(name, default, doc, section, owner, kind='str', parse=_parse_str, **extra):
+    extra.setdefault('accepts', 'any text')
+    return _declare(name, kind, parse, default, doc, section, owner, **extra)
+
+
+def _default_from(other):
+    fn = lambda get: get(other)  # noqa: E731
+    return fn, f'value of {other}'
+
+
+NOT_YET = 'not yet effective: '
+OPS = NOT_YET + 'honoured by the neural-network operators (operators issue)'
+GRAPH = NOT_YET + 'honoured by the graph executor (graph issue)'
+KERNELS = NOT_YET + 'honoured by the fast CPU kernel providers (performance issue)'
+GPU = NOT_YET + 'needs the GPU backend (CuPy), which is not built yet'
+KV = NOT_YET + 'honoured by the KVStore (distributed issue)'
+COMPILER = NOT_YET + 'honoured by the graph compiler (compiler issue)'
+GLUON = NOT_YET + 'honoured by Gluon (operators issue)'
+DATA = NOT_YET + 'honoured by the Gluon data loader (data issue)'
+
+_THREADS, _MEMORY, _ENGINE, _EXEC = 'threads', 'memory', 'engine', 'execution'
+_KVSTORE, _MIRROR, _PROFILER, _API = 'kvstore', 'memonger', 'profiler', 'python interface'
+_LOG, _OPS, _GPU, _TUNING = 'logging', 'operators', 'gpu', 'operator tuning'
+_COMPILER, _BF16, _DIST = 'graph compiler', 'bf16 casting', 'distributed'
+
+# Execution environment
+str_var('MXNET_LIBRARY_PATH', None, 'Path of the native kernel library to load (a libdnnl.so) '
+        'instead of the one found beside the installed wheel.', 'environment', 'backend',
+        kind='path', read='startup', accepts='a path to a shared library')
+str_var('MXNET_HOME', '~/.mxnet', 'Data directory for downloaded model weights and datasets.',
+        'environment', 'gluon', kind='path', accepts='a directory path')
+int_var('OMP_NUM_THREADS', None, 'Threads of the BLAS and oneDNN kernels inside one operator; '
+        'unset means every core this process may use.', _THREADS, 'engine', low=1,
+        read='startup', default_doc='all available cores')
+str_var('KMP_AFFINITY', None, 'Pin engine worker threads to cores, Intel-style '
+        "(e.g. 'granularity=fine,compact,1,0').", _THREADS, 'engine', kind='affinity',
+        parse=_parse_kmp_affinity, read='startup',
+        accepts="an affinity such as 'granularity=fine,compact,1,0'")
+
+# Threads
+int_var('MXNET_GPU_WORKER_NTHREADS', 2, 'Worker threads per GPU: how many operators run on one '
+        'GPU at once.', _THREADS, 'engine', low=1, read='startup', status=GPU)
+int_var('MXNET_GPU_COPY_NTHREADS', 2, 'Threads per GPU that copy memory between devices.',
+        _THREADS, 'engine', low=1, read='startup', status=GPU)
+int_var('MXNET_CPU_WORKER_NTHREADS', 1, 'Worker threads on the CPU: how many operators run '
+        'at once (each may use OMP_NUM_THREADS threads itself).', _THREADS, 'engine', low=1,
+        read='startup')
+int_var('MXNET_CPU_PRIORITY_NTHREADS', 4, 'Threads of the CPU pool that runs operators pushed '
+        'with a priority, highest first.', _THREADS, 'engine', low=1, read='startup')
+int_var('MXNET_CPU_NNPACK_NTHREADS', 4, 'Threads of the fast (Winograd) convolution kernels.',
+        _THREADS, 'op', low=1, status=KERNELS)
+int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each data-loader worker '
+        'process.', _THREADS, 'gluon', low=1, status=DATA)
+int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, 'Image-decoding threads in each data-loader worker '
+        'process (below 1: single-threaded).', _THREADS, 'gluon', status=DATA)
+
+# Memory
+bool_var('MXNET_EXEC_ENABLE_INPLACE', True, 'Let a graph operator write its output over an input '
+         'it is the last reader of.', _MEMORY, 'executor', cache_key=True, status=GRAPH)
+int_var('NNVM_EXEC_MATCH_RANGE', 16, 'Memory planner: reuse a freed buffer up to this size '
+        'ratio, trying powers of two up to it and keeping the smallest plan; 0 turns sharing '
+        'off.', _MEMORY, 'executor', low=0, cache_key=True, status=GRAPH,
+        aliases=('MXNET_EXEC_MATCH_RANGE',))
+int_var('MXNET_EXEC_NUM_TEMP', 1, 'Colours of the memory plan: more allow more branches to run '
+        'in parallel at the cost of memory.', _MEMORY, 'executor', low=1, cache_key=True,
+        status=GRAPH)
+int_var('MXNET_GPU_MEM_POOL_RESERVE', 5, 'Percent of GPU memory the pool never takes; the cache '
+        'is released before an allocation would cut into it.', _MEMORY, 'storage', low=0,
+        high=100, read='startup', status=GPU)
+enum_var('MXNET_GPU_MEM_POOL_TYPE', 'Naive', ('Naive', 'Round', 'Unpooled'), 'How the GPU '
+         'pool rounds and caches freed buffers.', _MEMORY, 'storage', read='startup',
+         status=GPU)
+int_var('MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF', 24, 'Round pool: sizes below 2**N round up to '
+        'a power of two, larger ones to a multiple of 2**N.', _MEMORY, 'storage', low=0,
+        high=40, read='startup', status=GPU)
+int_var('MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE', 2097152, 'Naive pool: requests above this many '
+        'bytes round up to a multiple of it (1 disables).', _MEMORY, 'storage', low=1,
+        read='startup', status=GPU)
+enum_var('MXNET_CPU_MEM_POOL_TYPE', 'Naive', ('Naive', 'Round', 'Unpooled'), 'How the CPU pool '
+         'rounds and caches freed buffers (Ember extension, the GPU variable for the CPU).',
+         _MEMORY, 'storage', read='startup', extension=True)
+int_var('MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF', 24, 'Round pool on the CPU: sizes below 2**N '
+        'round to a power of two, larger ones to a multiple of 2**N (Ember extension).',
+        _MEMORY, 'storage', low=0, high=40, read='startup', extension=True)
+int_var('MXNET_CPU_MEM_LARGE_ALLOC_ROUND_SIZE', 2097152, 'Naive pool on the CPU: requests above '
+        'this many bytes round up to a multiple of it (Ember extension).', _MEMORY, 'storage',
+        low=1, read='startup', extension=True)
+int_var('MXNET_CPU_MEM_POOL_RESERVE', 5, 'Percent of system memory the CPU pool keeps free by '
+        'releasing its cache first (Ember extension).', _MEMORY, 'storage', low=0, high=100,
+        read='startup', extension=True)
+
+# Engine
+enum_var('MXNET_ENGINE_TYPE', 'ThreadedEnginePerDevice',
+         ('NaiveEngine', 'ThreadedEngine', 'ThreadedEnginePerDevice'), 'Which dependency engine '
+         'runs operators: synchronous on the caller, one shared pool, or pools per device.',
+         _ENGINE, 'engine', read='startup')
+int_var('MXNET_ENGINE_MAX_INFLIGHT', 1024, 'Operators pushed but not finished before a push '
+        'waits: bounds the memory of a loop that never waits (Ember extension).', _ENGINE,
+        'engine', low=1, read='startup', extension=True)
+
+# Execution
+bool_var('MXNET_EXEC_BULK_EXEC_INFERENCE', True, 'Run a whole inference graph as one engine '
+         'operation.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+bool_var('MXNET_EXEC_BULK_EXEC_TRAIN', True, 'Run a training graph as segments of several '
+         'operators, each one engine operation.', _EXEC, 'executor', cache_key=True,
+         status=GRAPH)
+int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN', 15, 'Most operators in one training bulk '
+        'segment.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH)
+int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD', _default_from(
+        'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')[0], 'Most operators in one forward bulk segment '
+        'when training.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH,
+        default_doc='value of MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')
+int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD', _default_from(
+        'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')[0], 'Most operators in one backward bulk segment '
+        'when training.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH,
+        default_doc='value of MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')
+
+# KVStore
+int_var('MXNET_KVSTORE_REDUCTION_NTHREADS', 4, 'Threads that sum big arrays across devices.',
+        _KVSTORE, 'kvstore', low=1, status=KV)
+int_var('MXNET_KVSTORE_BIGARRAY_BOUND', 1000000, 'Elements from which an array counts as big: '
+        'reduced by several threads and split over all servers.', _KVSTORE, 'kvstore', low=1,
+        status=KV)
+bool_var('MXNET_KVSTORE_USETREE', False, 'Reduce and broadcast along trees over the device '
+         'topology.', _KVSTORE, 'kvstore', status=KV)
+bool_var('MXNET_KVSTORE_LOGTREE', False, 'Print the reduction trees that were built.', _KVSTORE,
+         'kvstore', status=KV)
+int_var('MXNET_KVSTORE_TREE_ARRAY_BOUND', 10000000, 'Elements from which a tree reduction '
+        'splits an array over several trees.', _KVSTORE, 'kvstore', low=1, status=KV)
+bool_var('MXNET_KVSTORE_TREE_BACKTRACK', False, 'Build reduction trees by backtracking '
+         'instead of the Kernighan-Lin heuristic.', _KVSTORE, 'kvstore', status=KV)
+float_var('MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY', 0.7, 'Cost factor for reusing a link when '
+          'building reduction trees.', _KVSTORE, 'kvstore', low=0.0, status=KV)
+bool_var('MXNET_ENABLE_GPU_P2P', True, 'Copy between GPUs directly when the devices allow it.',
+         _KVSTORE, 'kvstore', status=GPU)
+bool_var('MXNET_UPDATE_ON_KVSTORE', True, 'Apply the optimizer where gradients are reduced, '
+         'when possible.', _KVSTORE, 'kvstore', status=KV)
+float_var('BUCKET_CAP_MB', 50.0, 'Megabytes of gradients gathered into one all-reduce.',
+          _DIST, 'kvstore', low=0.0, status=KV)
+
+# Memonger
+bool_var('MXNET_BACKWARD_DO_MIRROR', False, 'Drop cheap forward results during training and '
+         'recompute them in backward to save memory.', _MIRROR, 'executor', cache_key=True,
+         status=GRAPH)
+
+# Profiler
+bool_var('MXNET_PROFILER_AUTOSTART', False, 'Start the profiler at import and write profile.json '
+         'in the working directory at exit.', _PROFILER, 'profiler', read='startup')
+enum_var('MXNET_PROFILER_MODE', '0', ('0', '1'), 'What the profiler records: 0 symbolic '
+         '(graph) operators only, 1 every operator.', _PROFILER, 'profiler')
+
+# Python interface
+bool_var('MXNET_ENABLE_CYTHON', True, 'Use the compiled accelerator module when it loads.',
+         _API, 'ndarray', read='startup')
+bool_var('MXNET_ENFORCE_CYTHON', False, 'Fail at import if the compiled accelerator module '
+         'cannot load (only with MXNET_ENABLE_CYTHON).', _API, 'ndarray', read='startup')
+
+# Logging
+int_var('DMLC_LOG_STACK_TRACE_DEPTH', 0, 'Frames of the pushing code shown in an error raised '
+        'at wait time.', _LOG, 'engine', low=0)
+bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log when a sparse array falls back to '
+         'dense storage.', _LOG, 'ndarray', status=NOT_YET + 'sparse storage is not built yet')
+
+# Operators and kernels
+int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,
+        high=2, read='startup', status=GPU)
+enum_var('MXNET_CUDNN_AUTOTUNE_DEFAULT', '1', ('0', '1', '2'), 'Convolution algorithm choice: '
+         '0 by rule, 1 by measurement within the workspace limit, 2 by measurement without it.',
+         _OPS, 'op', cache_key=True, status=KERNELS)
+bool_var('MXNET_CUDA_ALLOW_TENSOR_CORE', True, 'Allow Tensor Cores in CUDA kernels.', _GPU, 'op',
+         read='startup', status=GPU)
+bool_var('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION', False, 'Let float32 kernels convert to '
+         'float16 to use Tensor Cores.', _GPU, 'op', status=GPU)
+bool_var('MXNET_CUDA_LIB_CHECKING', True, 'Check the CUDA library version at start-up.', _GPU,
+         'backend', read='startup', status=GPU)
+bool_var('MXNET_CUDNN_LIB_CHECKING', True, 'Check the cuDNN library version at start-up.', _GPU,
+         'backend', read='startup', status=GPU)
+str_var('MXNET_GLUON_REPO', 'https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/',
+        'Where pretrained weights and datasets are fetched from (a URL or a local directory).',
+        'environment', 'gluon', accepts='a URL or a directory path')
+bool_var('MXNET_MKLDNN_ENABLED', True, 'Use the oneDNN kernels where the library is available.',
+         _OPS, 'op', cache_key=True, status=KERNELS)
+int_var('MXNET_MKLDNN_CACHE_NUM', -1, 'Most oneDNN primitives kept in the cache (-1 unbounded).',
+        _OPS, 'op', low=-1, status=KERNELS)
+bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms; fail where none '
+         'exists.', _OPS, 'op', cache_key=True, status=OPS)
+int_var('MXNET_CPU_PARALLEL_SIZE', 200000, 'Elements from which an element-wise kernel is split '
+        'across the worker threads.', _OPS, 'engine', low=1)
+int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer operation.',
+        _OPS, 'optimizer', low=1, high=60, status=GLUON)
+int_var('MXNET_CPU_TEMP_COPY', 4, 'Temporary workspaces on the CPU, handed out round-robin.',
+        _OPS, 'resource', low=1, read='startup')
+int_var('MXNET_GPU_TEMP_COPY', 1, 'Temporary workspaces per GPU.', _OPS, 'resource', low=1,
+        read='startup', status=GPU)
+int_var('MXNET_CPU_PARALLEL_RAND_COPY', 1, 'Independent random streams on the CPU.', _OPS,
+        'resource', low=1, read='startup')
+int_var('MXNET_GPU_PARALLEL_RAND_COPY', 4, 'Independent random streams per GPU.', _OPS,
+        'resource', low=1, read='startup', status=GPU)
+int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU.', _OPS, 'resource',
+        low=1, read='startup', status=GPU)
+enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Inference graph fusion: '
+         'MKLDNN folds BatchNorm and fuses convolution with add and activation; NONE turns it '
+         'off.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
+         'float32 (float64).', _OPS, 'op', cache_key=True, status=OPS)
+bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',
+         _EXEC, 'executor', cache_key=True, status=GRAPH)
+bool_var('MXNET_FUSION_VERBOSE', False, 'Print the code generated for fused operators.', _EXEC,
+         'executor', status=GRAPH)
+bool_var('MXNET_ELIMINATE_COMMON_EXPR', True, 'Merge graph nodes that compute the same operator '
+         'on the same inputs.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+bool_var('MXNET_USE_MKLDNN_RNN', True, 'Run the fused RNN operator with oneDNN on the CPU.',
+         _OPS, 'op', cache_key=True, status=KERNELS)
+
+# Operator tuning
+str_var('MXNET_USE_OPERATOR_TUNING', (lambda get: get('MXNET_ENABLE_OPERATOR_TUNING')),
+        'Which dtypes the operator tuner measures: 0 none, 1 all, or a list of dtypes.',
+        _TUNING, 'op', kind='tuning', parse=_parse_tuning, read='startup', status=KERNELS,
+        default_doc='value of MXNET_ENABLE_OPERATOR_TUNING',
+        accepts='0, 1 or a comma-separated list of dtypes')
+str_var('MXNET_ENABLE_OPERATOR_TUNING', TUNING_DTYPES, 'Measure per operator and dtype whether '
+        'splitting across threads pays: 0 none, 1 all, or a list of dtypes.', _TUNING, 'op',
+        kind='tuning', parse=_parse_tuning, read='startup', status=KERNELS,
+        default_doc='1 (all dtypes)', accepts='0, 1 or a comma-separated list of dtypes')
+int_var('MXNET_USE_NUM_CORES_OPERATOR_TUNING', None, 'Cores the operator tuner assumes (unset: '
+        'all available).', _TUNING, 'op', low=1, read='startup', status=KERNELS,
+        default_doc='all available cores')
+
+# Graph compiler (PyTorch Neuron's controls)
+str_var('NEURON_CC_FLAGS', (), 'Graph-compiler flags (optimisation level, casting, cache '
+        'directory), split like a shell command line.', _COMPILER, 'compiler', kind='flags',
+        parse=_parse_cc_flags, cache_key=True, status=COMPILER, default_doc='no flags',
+        accepts='compiler flags, e.g. "--auto-cast=matmult --cache_dir=/tmp/cache"')
+bool_var('NEURON_FRAMEWORK_DEBUG', False, 'Dump every compiled graph in text form.', _COMPILER,
+         'compiler', status=COMPILER)
+bool_var('NEURON_EXTRACT_GRAPHS_ONLY', False, 'Trace and save graphs without compiling them; '
+         'graphs return zeros (for ahead-of-time compilation).', _COMPILER, 'compiler',
+         status=COMPILER)
+int_var('NEURON_NUM_RECENT_MODELS_TO_KEEP', None, 'Compiled graphs kept loaded per process '
+        '(unset: all).', _COMPILER, 'compiler', low=1, status=COMPILER,
+        default_doc='keep all')
+int_var('NEURON_PARALLEL_COMPILE_MAX_RETRIES', 0, 'Extra attempts for a graph whose '
+        'ahead-of-time compilation failed.', _COMPILER, 'compiler', low=0, status=COMPILER)
+bool_var('NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE', False, 'Ahead-of-time compilation '
+         'compiles the graphs gathered before the training script failed.', _COMPILER,
+         'compiler', status=COMPILER)
+enum_var('NEURON_DUMP_HLO_SNAPSHOT', '0', ('0', '1', 'ON_NRT_ERROR', 'ON_NRT_ERROR_CPU',
+         'ON_NRT_ERROR_HYBRID'), 'Save inputs, outputs and graph of executions: 1 every '
+         'execution, ON_NRT_ERROR* only when one fails.', _COMPILER, 'compiler',
+         status=COMPILER)
+bool_var('NEURON_NC0_ONLY_SNAPSHOT', False, 'Save snapshots of device 0 only.', _COMPILER,
+         'compiler', status=COMPILER)
+bool_var('XLA_USE_BF16', False, 'Store float32 and float64 tensors as bfloat16 (stochastic '
+         'rounding on by default).', _BF16, 'compiler', cache_key=True, status=COMPILER)
+bool_var('XLA_DOWNCAST_BF16', False, 'Store float32 as bfloat16 and float64 as float32 '
+         '(stochastic rounding on by default).', _BF16, 'compiler', cache_key=True,
+         status=COMPILER)
+bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN',
+         (lambda get: get('XLA_USE_BF16') or get('XLA_DOWNCAST_BF16')), 'Round to lower '
+         'precision stochastically instead of to nearest-even.', _BF16, 'compiler',
+         cache_key=True, status=COMPILER,
+         default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
+int_var('NEURON_RT_STOCHASTIC_ROUNDING_SEED', 0, 'Seed of stochastic rounding.', _BF16,
+        'compiler', low=0, status=COMPILER)
+str_var('NEURON_RT_VISIBLE_CORES', None, 'Which cores (devices) this process may use, e.g. '
+        "'0-3'.", _DIST, 'compiler', kind='cores', parse=_parse_cores, read='startup',
+        status=COMPILER, default_doc='all', accepts="core ids and ranges such as '0-3'")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading values.
+
+_lock = threading.RLock()
+_overrides: list[dict[str, Any]] = []
+_parsed: dict[tuple[str, str], Any] = {}
+_reset_hooks: dict[str, Callable[[], None]] = {}
+
+
+def lookup(name: str) -> Var:
+    """The declaration of `name` (aliases resolve to the canonical variable)."""
+    canonical = ALIASES.get(name, name)
+    try:
+        return REGISTRY[canonical]
+    except KeyError:
+        raise KeyError(f'{name} is not a declared configuration variable'
+                       + _suggest(name, REGISTRY)) from None
+
+
+def raw_value(name: str) -> tuple[str | None, str]:
+    """(raw text, where it came from) for a canonical name: 'environment', 'alias NAME' or None."""
+    var = REGISTRY[name]
+    raw = os.environ.get(name)
+    if raw:
+        return raw, 'environment'
+    for alias in var.aliases:
+        raw = os.environ.get(alias)
+        if raw:
+            return raw, f'environment ({alias})'
+    return None, 'default'
+
+
+def get(name: str) -> Any:
+    """The value of a variable: an override, else the environment, else its default."""
+    for frame in reversed(_overrides):
+        if name in frame:
+            return frame[name]
+    var = lookup(name)
+    raw, _ = raw_value(var.name)
+    if raw is None:
+        return default_value(var)
+    key = (var.name, raw)
+    try:
+        return _parsed[key]
+    except KeyError:
+        pass
+    value = parse_value(var, raw)
+    _parsed[key] = value
+    return value
+
+
+def parse_value(var: Var, raw: str) -> Any:
+    try:
+        return var.parse(raw.strip() if var.kind not in ('str', 'path') else raw)
+    except ValueError as exc:
+        raise ConfigError(f'{var.name}={raw!r}: expected {exc}') from None
+
+
+def default_value(var: Var) -> Any:
+    if callable(var.default):
+        return var.default(get)
+    return var.default
+
+
+def source(name: str) -> str:
+    """Where the current value comes from: 'override', 'environment' or 'default'."""
+    var = lookup(name)
+    for frame in reversed(_overrides):
+        if var.name in frame:
+            return 'override'
+    return raw_value(var.name)[1]
+
+
+def is_set(name: str) -> bool:
+    """Whether the user chose a value (environment or override) rather than the default."""
+    return source(name) != 'default'
+
+
+# ----------------------------------------------------------------------------------------------
+# Overrides for tests.
+
+def register_reset(owner: str, hook: Callable[[], None]) -> None:
+    """Let variables read once by `owner` be overridden: `hook` rebuilds the subsystem."""
+    _reset_hooks[owner] = hook
+
+
+class override:
+    """Set variables for a block or a function; startup variables also reset their subsystem.
+
+    >>> with override(MXNET_CPU_PARALLEL_SIZE=1000):
+    ...     get('MXNET_CPU_PARALLEL_SIZE')
+    1000
+    """
+
+    def __init__(self, **values):
+        self._values = {}
+        for name, value in values.items():
+            var = lookup(name)
+            if isinstance(value, str):
+                value = parse_value(var, value)
+            self._values[var.name] = value
+        self._owners = sorted({REGISTRY[n].owner for n in self._values
+                               if REGISTRY[n].read == 'startup'})
+        for owner in self._owners:
+            if owner not in _reset_hooks:
+                names = [n for n in self._values if REGISTRY[n].owner == owner]
+                raise ConfigError(
+                    f'{", ".join(names)} is read once at start-up by {owner}, which cannot be '
+                    f'reset in this process; set it in the environment of a new process instead')
+
+    def __enter__(self):
+        with _lock:
+            _overrides.append(self._values)
+        self._reset()
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            _overrides.remove(self._values)
+        self._reset()
+        return False
+
+    def _reset(self):
+        for owner in self._owners:
+            _reset_hooks[owner]()
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with override(**self._values):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def snapshot() -> tuple:
+    """A value to compare before and after a test, to catch leaked overrides."""
+    return tuple(id(frame) for frame in _overrides)
+
+
+# ----------------------------------------------------------------------------------------------
+# Unknown names.
+
+_warned: set[str] = set()
+
+
+def warn_unknown(environ=None) -> list[str]:
+    """Warn once per unknown variable with a known prefix; return the names warned about."""
+    environ = os.environ if environ is None else environ
+    known = set(REGISTRY) | set(ALIASES)
+    warned = []
+    for name in sorted(environ):
+        if not name.startswith(PREFIXES) or name in known or name in _warned:
+            continue
+        _warned.add(name)
+        warned.append(name)
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f'; did you mean {close[0]}?' if close else ''
+        warnings.warn(f'{name} is not a variable Ember knows{hint}', UnknownVariableWarning,
+                      stacklevel=2)
+    return warned
+
+
+class UnknownVariableWarning(UserWarning):
+    """An environment variable with an Ember prefix that no declaration matches."""
+
+
+def environ_snapshot() -> dict[str, str]:
+    """The variables of the environment that have an Ember prefix or are declared (for logs)."""
+    known = set(REGISTRY) | set(ALIASES)
+    return {k: v for k, v in os.environ.items() if k in known or k.startswith(PREFIXES)}
+
+
+def cache_key_values() -> dict[str, Any]:
+    """Values of the variables that change what the compiler produces."""
+    return {name: get(name) for name, var in sorted(REGISTRY.items()) if var.cache_key}
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,296 @@
+"""The operator registry: one declaration per operator, read by every layer above.
+
+An operator is declared once with its kernel, shape and type inference, gradient, in-place pairs
+and the resources it asks for. ``mx.nd`` and ``mx.sym`` are generated from these declarations and
+every graph pass reads them.
+
+Conventions
+-----------
+kernel(attrs, ins, outs, ctx)
+    ``ins`` and ``outs`` are raw backend arrays (NumPy or CuPy); the kernel writes its results
+    into ``outs`` (never rebinds them) and returns nothing. ``ctx`` is a :class:`KernelContext`.
+infer_shape(attrs, in_shapes) -> (in_shapes, out_shapes)
+    Shapes are tuples, ``None`` where unknown. Inference may fill unknown input shapes (the
+    weight of FullyConnected from ``num_hidden``) and raises :class:`ShapeError` on a mismatch.
+infer_type(attrs, in_dtypes) -> (in_dtypes, out_dtypes)
+    NumPy dtypes, ``None`` where unknown.
+gradient(F, attrs, inputs, outputs, out_grads) -> list
+    Written with the operators of ``F`` (``mx.nd`` or ``mx.sym``), so the same rule serves
+    autograd, higher-order gradients and the graph's gradient pass. One entry per input,
+    ``None`` where an input gets no gradient.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ember.base import EmberError, dtype_of
+
+__all__ = ['Param', 'OpDef', 'KernelContext', 'register', 'get', 'all_ops', 'ShapeError',
+           'REQUIRED', 'p_int', 'p_float', 'p_bool', 'p_str', 'p_enum', 'p_shape', 'p_dtype',
+           'p_optional', 'p_axes', 'same_shape', 'same_type', 'elemwise_shape']
+
+REQUIRED = object()
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes or types of an operator's inputs do not fit together."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Attribute converters: each takes a Python value or MXNet's string form (from JSON graphs).
+
+def _literal(value):
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ('None', ''):
+            return None
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    return value
+
+
+def p_int(value):
+    value = _literal(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ValueError('an integer')
+    return int(value)
+
+
+def p_float(value):
+    value = _literal(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise ValueError('a number')
+    return float(value)
+
+
+def p_bool(value):
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ('true', '1'):
+            return True
+        if lowered in ('false', '0'):
+            return False
+        raise ValueError('True or False')
+    if isinstance(value, (bool, int, np.bool_, np.integer)):
+        return bool(value)
+    raise ValueError('True or False')
+
+
+def p_str(value):
+    if not isinstance(value, str):
+        raise ValueError('a string')
+    return value
+
+
+def p_enum(*choices):
+    def convert(value):
+        if value not in choices:
+            raise ValueError('one of ' + ', '.join(repr(c) for c in choices))
+        return value
+    convert.choices = choices
+    return convert
+
+
+def p_shape(value):
+    """A tuple of ints from an int, a sequence, or MXNet's '(3, 3)' / '[3,3]' text."""
+    value = _literal(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),)
+    if isinstance(value, (tuple, list)):
+        return tuple(p_int(v) for v in value)
+    raise ValueError('a shape such as (3, 3)')
+
+
+def p_axes(value):
+    """None, an int, or a tuple of ints (axis arguments of reductions)."""
+    value = _literal(value)
+    if value is None or value == ():
+        return None if value is None else ()
+    return p_shape(value)
+
+
+def p_dtype(value):
+    value = _literal(value) if isinstance(value, str) and value in ('None', '') else value
+    if value is None:
+        return None
+    try:
+        return dtype_of(value)
+    except TypeError:
+        raise ValueError('a dtype such as float32') from None
+
+
+def p_optional(convert):
+    def optional(value):
+        return None if _literal(value) is None else convert(value)
+    optional.choices = getattr(convert, 'choices', None)
+    return optional
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    convert: Callable[[Any], Any]
+    default: Any = REQUIRED
+    doc: str = ''
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference helpers for the common cases.
+
+def same_shape(attrs, in_shapes):
+    """Every input and the one output share the first known shape."""
+    known = [s for s in in_shapes if s is not None]
+    if not known:
+        return list(in_shapes), [None]
+    shape = known[0]
+    for other in known[1:]:
+        if other != shape:
+            raise ShapeError(f'inputs must have the same shape, got {shape} and {other}')
+    return [shape] * len(in_shapes), [shape]
+
+
+def same_type(attrs, in_dtypes):
+    """Every input and every output share the first known dtype."""
+    known = [d for d in in_dtypes if d is not None]
+    dtype = known[0] if known else None
+    for other in known[1:]:
+        if other != dtype:
+            raise ShapeError(f'inputs must have the same dtype, got {dtype} and {other}')
+    return [dtype] * len(in_dtypes), [dtype]
+
+
+def elemwise_shape(fn):
+    """Wrap fn(attrs, *shapes) -> out_shape (all inputs known) as an infer_shape."""
+    def infer(attrs, in_shapes):
+        if any(s is None for s in in_shapes):
+            return list(in_shapes), [None]
+        return list(in_shapes), [tuple(fn(attrs, *in_shapes))]
+    return infer
+
+
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class KernelContext:
+    """What a kernel may use beyond its arrays: device, mode and requested resources."""
+    device: Any
+    is_train: bool = False
+    xp: Any = np                      # the array module of the device (numpy or cupy)
+    temp: Any = None                  # resource.TempSpace when the operator asks for 'temp'
+    random: Any = None                # resource.RandomStream when it asks for 'random'
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kernel: Callable
+    infer_shape: Callable = same_shape
+    infer_type: Callable = same_type
+    inputs: Any = ('data',)           # names, or fn(attrs) -> names for variadic operators
+    outputs: Any = ('output',)        # names, or fn(attrs) -> names
+    visible_outputs: Any = None       # int or fn(attrs) -> int; None: all outputs
+    params: tuple = ()
+    gradient: Callable | None = None
+    inplace: tuple = ()               # (input index, output index) pairs that may share memory
+    resources: tuple = ()             # 'temp', 'random'
+    mutate: tuple = ()                # indices of inputs the kernel updates (auxiliary states)
+    aux: tuple = ()                   # names of inputs that are auxiliary states
+    random: bool = False              # draws random numbers: never merged by CSE
+    elemwise: bool = False            # element-wise: candidate for fusion
+    doc: str = ''
+    aliases: tuple = ()
+    variadic: str | None = None       # the param that counts the inputs (e.g. 'num_args')
+
+    def parse_attrs(self, kwargs: dict) -> dict:
+        """Canonical attribute values from Python values or MXNet's strings."""
+        attrs = {}
+        names = {p.name for p in self.params}
+        for key in kwargs:
+            if key not in names and not key.startswith('__'):
+                raise TypeError(f'{self.name}: unknown argument {key!r}; it accepts '
+                                f'{", ".join(sorted(names)) or "no arguments"}')
+        for param in self.params:
+            if param.name in kwargs and kwargs[param.name] is not None:
+                attrs[param.name] = self._convert(param, kwargs[param.name])
+            elif param.default is REQUIRED:
+                raise TypeError(f'{self.name}: missing required argument {param.name!r}')
+            else:
+                attrs[param.name] = param.default
+        return attrs
+
+    def _convert(self, param, value):
+        try:
+            return param.convert(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f'{self.name}: {param.name}={value!r}: expected {exc}') from None
+
+    def input_names(self, attrs) -> list:
+        return list(self.inputs(attrs) if callable(self.inputs) else self.inputs)
+
+    def output_names(self, attrs) -> list:
+        return list(self.outputs(attrs) if callable(self.outputs) else self.outputs)
+
+    def num_outputs(self, attrs) -> int:
+        return len(self.output_names(attrs))
+
+    def num_visible_outputs(self, attrs) -> int:
+        if self.visible_outputs is None:
+            return self.num_outputs(attrs)
+        if callable(self.visible_outputs):
+            return self.visible_outputs(attrs)
+        return self.visible_outputs
+
+    @staticmethod
+    def attrs_key(attrs: dict) -> tuple:
+        """A hashable form of parsed attributes (for CSE and caches)."""
+        return tuple(sorted((k, str(v)) for k, v in attrs.items()))
+
+    @staticmethod
+    def attrs_to_strings(attrs: dict) -> dict:
+        """MXNet's JSON form: every attribute value as a string."""
+        return {k: _to_string(v) for k, v in attrs.items() if v is not None}
+
+
+def _to_string(value):
+    if isinstance(value, np.dtype):
+        return value.name
+    if isinstance(value, bool):
+        return str(value)
+    return str(value)
+
+
+_OPS: dict[str, OpDef] = {}
+
+
+def register(name: str, kernel: Callable, **fields) -> OpDef:
+    """Declare an operator. Names and aliases must be new."""
+    op = OpDef(name=name, kernel=kernel, **fields)
+    for key in (name,) + tuple(op.aliases):
+        if key in _OPS:
+            raise RuntimeError(f'operator {key!r} is registered twice')
+        _OPS[key] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    try:
+        return _OPS[name]
+    except KeyError:
+        import difflib
+        close = difflib.get_close_matches(name, list(_OPS), n=1)
+        hint = f'; did you mean {close[0]!r}?' if close else ''
+        raise AttributeError(f'no operator named {name!r}{hint}') from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    """Every name (aliases included) mapped to its declaration."""
+    return dict(_OPS)
