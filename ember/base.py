@@ -1,11 +1,15 @@
 """Errors and small numeric helpers shared by every layer."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ember import config
 from ember.config import ConfigError
 
-__all__ = ['EmberError', 'MXNetError', 'ConfigError', 'prod', 'dtype_of', 'DTYPE_NAMES']
+__all__ = ['EmberError', 'MXNetError', 'ConfigError', 'prod', 'dtype_of', 'DTYPE_NAMES',
+           'data_dir']
 
 
 class EmberError(Exception):
@@ -40,3 +44,16 @@ def dtype_of(dtype) -> np.dtype:
     except TypeError:
         raise TypeError(f'dtype {dtype!r} is not a data type; expected a name such as '
                         "'float32', 'float16', 'int32' or a NumPy type") from None
+
+
+def data_dir() -> str:
+    """Ember's data directory: ``MXNET_HOME`` with ``~`` expanded (default ``~/.mxnet``).
+
+    Read at each call, so an override applies at once. It is not created here: callers that
+    write into it create it (``os.makedirs(path, exist_ok=True)``).
+
+    >>> with config.override(MXNET_HOME='/tmp/ember-data'):
+    ...     data_dir()
+    '/tmp/ember-data'
+    """
+    return os.path.expanduser(config.get('MXNET_HOME'))

@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 PREFIXES = ('MXNET_', 'NNVM_', 'DMLC_', 'NEURON_', 'XLA_')
@@ -46,6 +46,7 @@ class Var:
     default_doc: str = ''           # how a computed default is described
     aliases: tuple = ()
     extension: bool = False         # declared by Ember, not named in the spec
+    choices: tuple = ()             # the accepted words of an enum
 
     @property
     def effective(self) -> bool:
@@ -61,7 +62,7 @@ ALIASES: dict[str, str] = {}
 
 def _int_parser(low=None, high=None):
     def parse(raw):
-        if not re.fullmatch(r'[+-]?\d+', raw):
+        if not re.fullmatch(r'[+-]?[0-9]+', raw):
             raise ValueError('an integer')
         value = int(raw)
         if (low is not None and value < low) or (high is not None and value > high):
@@ -70,14 +71,15 @@ def _int_parser(low=None, high=None):
     return parse
 
 
+# Stricter than float(): no '1_0', 'nan' or 'inf'.
+_NUMBER = re.compile(r'[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?')
+
+
 def _float_parser(low=None, high=None):
     def parse(raw):
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError('a number') from None
-        if value != value or value in (float('inf'), float('-inf')):
-            raise ValueError('a finite number')
+        if not _NUMBER.fullmatch(raw):
+            raise ValueError('a number')
+        value = float(raw)
         if (low is not None and value < low) or (high is not None and value > high):
             raise ValueError(_range_text('a number', low, high))
         return value
@@ -105,10 +107,14 @@ def _parse_bool(raw):
     raise ValueError('0, 1, true or false (any case)')
 
 
-def _enum_parser(choices):
+def _enum_parser(choices, synonyms=None):
+    synonyms = synonyms or {}
+
     def parse(raw):
         if raw in choices:
             return raw
+        if raw.lower() in synonyms:
+            return synonyms[raw.lower()]
         raise ValueError(_choices_text(choices) + _suggest(raw, choices))
     return parse
 
@@ -200,9 +206,6 @@ def _parse_kmp_affinity(raw):
             'raw': raw}
 
 
-_CC_FLAG = re.compile(r'--[A-Za-z][\w-]*(=\S+)?|-O[0-3]')
-
-
 def _parse_cc_flags(raw):
     import shlex
     try:
@@ -216,9 +219,10 @@ def _parse_cc_flags(raw):
 # Declarations.
 
 def _declare(name, kind, parse, default, doc, section, owner, **extra):
-    if name in REGISTRY:
-        raise RuntimeError(f'{name} is declared twice')
     var = Var(name, kind, parse, default, doc, section, owner, **extra)
+    for taken in (name,) + var.aliases:
+        if taken in REGISTRY or taken in ALIASES:
+            raise RuntimeError(f'{taken} is declared twice')
     REGISTRY[name] = var
     for alias in var.aliases:
         ALIASES[alias] = name
@@ -243,9 +247,11 @@ def bool_var(name, default, doc, section, owner, **extra):
     return _declare(name, 'bool', _parse_bool, default, doc, section, owner, **extra)
 
 
-def enum_var(name, default, choices, doc, section, owner, **extra):
+def enum_var(name, default, choices, doc, section, owner, synonyms=None, **extra):
+    """`synonyms` maps further words (any case) to a choice, e.g. {'true': '1'}."""
     extra.setdefault('accepts', _choices_text(choices))
-    return _declare(name, 'enum', _enum_parser(tuple(choices)), default, doc, section, owner,
+    parse = _enum_parser(tuple(choices), synonyms)
+    return _declare(name, 'enum', parse, default, doc, section, owner, choices=tuple(choices),
                     **extra)
 
 
@@ -398,7 +404,8 @@ bool_var('MXNET_BACKWARD_DO_MIRROR', False, 'Drop cheap forward results during t
 bool_var('MXNET_PROFILER_AUTOSTART', False, 'Start the profiler at import and write profile.json '
          'in the working directory at exit.', _PROFILER, 'profiler', read='startup')
 enum_var('MXNET_PROFILER_MODE', '0', ('0', '1'), 'What the profiler records: 0 symbolic '
-         '(graph) operators only, 1 every operator.', _PROFILER, 'profiler')
+         '(graph) operators only, 1 every operator.', _PROFILER, 'profiler',
+         synonyms={'false': '0', 'true': '1'}, accepts="'0' or '1' (also false or true)")
 
 # Python interface
 bool_var('MXNET_ENABLE_CYTHON', True, 'Use the compiled accelerator module when it loads.',
@@ -524,11 +531,16 @@ str_var('NEURON_RT_VISIBLE_CORES', None, 'Which cores (devices) this process may
 _lock = threading.RLock()
 _overrides: list[dict[str, Any]] = []
 _parsed: dict[tuple[str, str], Any] = {}
-_reset_hooks: dict[str, Callable[[], None]] = {}
+_reset_hooks: dict[str, list[Callable[[], None]]] = {}
+_UNSET = object()   # an override value meaning "as if not set": the default applies
 
 
 def lookup(name: str) -> Var:
-    """The declaration of `name` (aliases resolve to the canonical variable)."""
+    """The declaration of `name` (aliases resolve to the canonical variable).
+
+    >>> lookup('MXNET_EXEC_MATCH_RANGE').name
+    'NNVM_EXEC_MATCH_RANGE'
+    """
     canonical = ALIASES.get(name, name)
     try:
         return REGISTRY[canonical]
@@ -538,24 +550,57 @@ def lookup(name: str) -> Var:
 
 
 def raw_value(name: str) -> tuple[str | None, str]:
-    """(raw text, where it came from) for a canonical name: 'environment', 'alias NAME' or None."""
+    """(raw text, where it came from) for a canonical name: 'environment', 'environment (ALIAS)'
+    or (None, 'default'). An empty or blank value counts as unset."""
     var = REGISTRY[name]
-    raw = os.environ.get(name)
-    if raw:
-        return raw, 'environment'
-    for alias in var.aliases:
-        raw = os.environ.get(alias)
-        if raw:
-            return raw, f'environment ({alias})'
+    for env_name in (name,) + var.aliases:
+        raw = os.environ.get(env_name)
+        if raw is not None and raw.strip():
+            return raw, 'environment' if env_name == name else f'environment ({env_name})'
     return None, 'default'
 
 
+# Live variables are read on hot paths (every engine push, every element-wise kernel), so a
+# read without overrides compares the environment's raw bytes with the last parse by identity
+# instead of decoding and parsing again.
+_env_bytes = getattr(os.environ, '_data', None)
+_env_key = getattr(os.environ, 'encodekey', None)
+_fast: dict[str, tuple] = {}
+
+
 def get(name: str) -> Any:
-    """The value of a variable: an override, else the environment, else its default."""
-    for frame in reversed(_overrides):
-        if name in frame:
-            return frame[name]
+    """The value of a variable: an override, else the environment, else its default.
+
+    >>> get('MXNET_ENGINE_TYPE') in ('NaiveEngine', 'ThreadedEngine', 'ThreadedEnginePerDevice')
+    True
+    """
+    if not _overrides:
+        hit = _fast.get(name)
+        if hit is not None and _env_bytes.get(hit[0]) is hit[1]:
+            return hit[2]
+        value = _get(name)
+        _remember(name, value)
+        return value
+    return _get(name)
+
+
+def _remember(name, value):
+    var = REGISTRY.get(name)
+    if _env_bytes is None or var is None or var.aliases or _overrides:
+        return
+    key = _env_key(name)
+    raw = _env_bytes.get(key)
+    if raw is None and callable(var.default):
+        return      # a computed default follows other variables: not cached
+    _fast[name] = (key, raw, value)
+
+
+def _get(name: str) -> Any:
     var = lookup(name)
+    for frame in reversed(_overrides):
+        if var.name in frame:
+            value = frame[var.name]
+            return default_value(var) if value is _UNSET else value
     raw, _ = raw_value(var.name)
     if raw is None:
         return default_value(var)
@@ -570,6 +615,7 @@ def get(name: str) -> Any:
 
 
 def parse_value(var: Var, raw: str) -> Any:
+    """Parse the text `raw` for `var`, or raise ConfigError naming variable, value and fix."""
     try:
         return var.parse(raw.strip() if var.kind not in ('str', 'path') else raw)
     except ValueError as exc:
@@ -583,12 +629,17 @@ def default_value(var: Var) -> Any:
 
 
 def source(name: str) -> str:
-    """Where the current value comes from: 'override', 'environment' or 'default'."""
+    """Where the current value comes from: 'override', 'environment' or 'default'.
+
+    >>> with override(MXNET_EXEC_NUM_TEMP=2):
+    ...     source('MXNET_EXEC_NUM_TEMP')
+    'override'
+    """
     var = lookup(name)
     for frame in reversed(_overrides):
         if var.name in frame:
             return 'override'
-    return raw_value(var.name)[1]
+    return 'default' if raw_value(var.name)[0] is None else 'environment'
 
 
 def is_set(name: str) -> bool:
@@ -600,56 +651,113 @@ def is_set(name: str) -> bool:
 # Overrides for tests.
 
 def register_reset(owner: str, hook: Callable[[], None]) -> None:
-    """Let variables read once by `owner` be overridden: `hook` rebuilds the subsystem."""
-    _reset_hooks[owner] = hook
+    """Let variables read once by `owner` be overridden: `hook()` rebuilds the subsystem from
+    the current configuration. An owner may register several hooks; they run in order."""
+    hooks = _reset_hooks.setdefault(owner, [])
+    if hook not in hooks:
+        hooks.append(hook)
+
+
+def unregister_reset(owner: str, hook: Callable[[], None]) -> None:
+    """Remove a hook added with :func:`register_reset`."""
+    hooks = _reset_hooks.get(owner, [])
+    if hook not in hooks:
+        raise ValueError(f'{hook!r} is not a reset hook of {owner!r}')
+    hooks.remove(hook)
+    if not hooks:
+        del _reset_hooks[owner]
+
+
+_TEXT_CHECKED = ('int', 'float', 'bool', 'enum')
+
+
+def _checked_value(var: Var, value: Any) -> Any:
+    """An override value, validated like the environment's text would be."""
+    if value is None:
+        return _UNSET
+    if isinstance(value, str):
+        return _UNSET if not value.strip() else parse_value(var, value)
+    if var.kind in _TEXT_CHECKED:
+        text = ('1' if value else '0') if isinstance(value, bool) else str(value)
+        return parse_value(var, text)
+    return value
+
+
+def _remove_frame(frame: dict) -> None:
+    with _lock:
+        for index in range(len(_overrides) - 1, -1, -1):
+            if _overrides[index] is frame:
+                del _overrides[index]
+                return
 
 
 class override:
     """Set variables for a block or a function; startup variables also reset their subsystem.
 
+    Values are Python values or the text the environment would hold; ``None`` means unset
+    (the default applies). A variable read once at start-up can be overridden only when its
+    owner registered a reset hook (:func:`register_reset`).
+
     >>> with override(MXNET_CPU_PARALLEL_SIZE=1000):
     ...     get('MXNET_CPU_PARALLEL_SIZE')
     1000
+    >>> @override(MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN='7')
+    ... def forward_bulk():
+    ...     return get('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD')
+    >>> forward_bulk()
+    7
     """
 
     def __init__(self, **values):
         self._values = {}
         for name, value in values.items():
             var = lookup(name)
-            if isinstance(value, str):
-                value = parse_value(var, value)
-            self._values[var.name] = value
+            self._values[var.name] = _checked_value(var, value)
         self._owners = sorted({REGISTRY[n].owner for n in self._values
                                if REGISTRY[n].read == 'startup'})
         for owner in self._owners:
-            if owner not in _reset_hooks:
+            if not _reset_hooks.get(owner):
                 names = [n for n in self._values if REGISTRY[n].owner == owner]
                 raise ConfigError(
                     f'{", ".join(names)} is read once at start-up by {owner}, which cannot be '
                     f'reset in this process; set it in the environment of a new process instead')
+        self._frames: list[dict] = []
 
     def __enter__(self):
+        frame = dict(self._values)
         with _lock:
-            _overrides.append(self._values)
-        self._reset()
+            _overrides.append(frame)
+        self._frames.append(frame)
+        try:
+            self._reset()
+        except BaseException:
+            _remove_frame(self._frames.pop())
+            self._reset()
+            raise
         return self
 
     def __exit__(self, *exc):
-        with _lock:
-            _overrides.remove(self._values)
+        _remove_frame(self._frames.pop())
         self._reset()
         return False
 
     def _reset(self):
         for owner in self._owners:
-            _reset_hooks[owner]()
+            for hook in list(_reset_hooks.get(owner, ())):
+                hook()
 
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with override(**self._values):
+            # A fresh instance per call, so concurrent or recursive calls keep separate frames.
+            with self._twin():
                 return fn(*args, **kwargs)
         return wrapper
+
+    def _twin(self) -> 'override':
+        twin = object.__new__(override)
+        twin._values, twin._owners, twin._frames = self._values, self._owners, []
+        return twin
 
 
 def snapshot() -> tuple:
@@ -658,13 +766,31 @@ def snapshot() -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# Unknown names.
+# Unknown names and child processes.
 
 _warned: set[str] = set()
 
 
+class UnknownVariableWarning(UserWarning):
+    """An environment variable with an Ember prefix that no declaration matches."""
+
+
+def closest_name(name: str) -> str | None:
+    """The declared name (or alias) closest to `name`, if any is close.
+
+    >>> closest_name('MXNET_CPU_WORKR_NTHREADS')
+    'MXNET_CPU_WORKER_NTHREADS'
+    """
+    known = sorted(set(REGISTRY) | set(ALIASES))
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def warn_unknown(environ=None) -> list[str]:
-    """Warn once per unknown variable with a known prefix; return the names warned about."""
+    """Warn once per unknown variable with a known prefix; return the names warned about.
+
+    Runs over ``os.environ`` when this module is imported; a name warns once per process.
+    """
     environ = os.environ if environ is None else environ
     known = set(REGISTRY) | set(ALIASES)
     warned = []
@@ -673,21 +799,46 @@ def warn_unknown(environ=None) -> list[str]:
             continue
         _warned.add(name)
         warned.append(name)
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-        hint = f'; did you mean {close[0]}?' if close else ''
-        warnings.warn(f'{name} is not a variable Ember knows{hint}', UnknownVariableWarning,
-                      stacklevel=2)
+        close = closest_name(name)
+        hint = f'; did you mean {close}?' if close else ''
+        # Attributed to the environment, not to a line of Ember's source.
+        warnings.warn_explicit(f'{name} is not a variable Ember knows{hint}',
+                               UnknownVariableWarning, 'environment', 0)
     return warned
 
 
-class UnknownVariableWarning(UserWarning):
-    """An environment variable with an Ember prefix that no declaration matches."""
+def unknown_names(environ=None) -> list[str]:
+    """Names in the environment with an Ember prefix that no declaration matches."""
+    environ = os.environ if environ is None else environ
+    known = set(REGISTRY) | set(ALIASES)
+    return sorted(n for n in environ if n.startswith(PREFIXES) and n not in known)
 
 
 def environ_snapshot() -> dict[str, str]:
     """The variables of the environment that have an Ember prefix or are declared (for logs)."""
     known = set(REGISTRY) | set(ALIASES)
     return {k: v for k, v in os.environ.items() if k in known or k.startswith(PREFIXES)}
+
+
+def child_environ(**values) -> dict[str, str]:
+    """A copy of this process's environment for a child process, with `values` set
+    (``None`` removes a variable). Declared variables are validated first.
+
+    >>> child_environ(MXNET_ENGINE_TYPE='NaiveEngine')['MXNET_ENGINE_TYPE']
+    'NaiveEngine'
+    >>> 'MXNET_ENGINE_TYPE' in child_environ(MXNET_ENGINE_TYPE=None)
+    False
+    """
+    environ = dict(os.environ)
+    for name, value in values.items():
+        if value is None:
+            environ.pop(name, None)
+            continue
+        text = ('1' if value else '0') if isinstance(value, bool) else str(value)
+        if name in REGISTRY or name in ALIASES:
+            parse_value(lookup(name), text)
+        environ[name] = text
+    return environ
 
 
 def cache_key_values() -> dict[str, Any]:
@@ -701,3 +852,6 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+warn_unknown()

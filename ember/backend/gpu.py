@@ -1,0 +1,79 @@
+"""The CUDA backend: CuPy arrays in raw device allocations.
+
+Only this module imports CuPy. Buffers come straight from cudaMalloc rather than from CuPy's own
+memory pool, because Ember's storage layer is the pool: a second pool underneath would keep
+memory that ``empty_cache()`` and the reserve check believe they returned to the device.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+_CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
+
+
+@functools.cache
+def probe():
+    """(cupy module or None, number of CUDA devices, why there is none). Never raises."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install failing at import
+        return None, 0, f'CuPy is not installed ({exc}); install cupy-cuda12x'
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError when there is no driver or no device
+        return None, 0, f'no CUDA device ({exc})'
+    if count == 0:
+        return None, 0, 'no CUDA device'
+    return cupy, count, ''
+
+
+class CupyBackend:
+    """Arrays of one CUDA device: ``xp`` is CuPy. Needs CuPy and a GPU (see ``probe``)."""
+
+    kind = 'gpu'
+
+    def __init__(self, cupy, device_id: int):
+        self.xp = cupy
+        self.device_id = device_id
+        self._cuda_device = cupy.cuda.Device(device_id)
+        self.oom_errors = (cupy.cuda.memory.OutOfMemoryError, MemoryError)
+
+    def alloc(self, nbytes: int):
+        """A flat uint8 CuPy array of `nbytes` (cudaMalloc aligns to 256 bytes)."""
+        cupy = self.xp
+        with self._cuda_device:
+            memory = self._malloc(nbytes)
+            pointer = cupy.cuda.MemoryPointer(memory, 0)
+            return cupy.ndarray((nbytes,), dtype=cupy.uint8, memptr=pointer)
+
+    def _malloc(self, nbytes):
+        cupy = self.xp
+        try:
+            return cupy.cuda.memory.Memory(nbytes)
+        except cupy.cuda.runtime.CUDARuntimeError as exc:
+            if exc.status != _CUDA_ERROR_MEMORY_ALLOCATION:
+                raise
+            # the pool retries on OutOfMemoryError after releasing its cache
+            raise cupy.cuda.memory.OutOfMemoryError(nbytes, self.total_memory()) from exc
+
+    def total_memory(self) -> int:
+        return self._mem_info()[1]
+
+    def free_memory(self) -> int:
+        return self._mem_info()[0]
+
+    def _mem_info(self):
+        with self._cuda_device:
+            return self.xp.cuda.runtime.memGetInfo()
+
+    def synchronize(self) -> None:
+        """Wait for every kernel queued on this device."""
+        self._cuda_device.synchronize()
+
+    def make_generator(self, seed_sequence: np.random.SeedSequence):
+        """A CuPy generator (XORWOW) seeded from `seed_sequence`."""
+        seed = int(seed_sequence.generate_state(1, np.uint64)[0] >> 1)  # fits a signed int64
+        with self._cuda_device:
+            return self.xp.random.Generator(self.xp.random.XORWOW(seed))

@@ -1,0 +1,172 @@
+"""The oneDNN library (libdnnl), loaded with ctypes from the onednn-cpu-gomp wheel.
+
+``MXNET_LIBRARY_PATH`` names the exact file to load instead; a wrong path is an error at first
+use. Without it the wheel's lib directory is searched; when the wheel is absent ``onednn()``
+returns None and ``onednn_status()`` says why, so importing Ember never fails for lack of it.
+
+>>> from ember.backend import native
+>>> lib = native.onednn()
+>>> (lib is None) == (native.dnnl_version() is None)
+True
+>>> isinstance(native.onednn_status(), str)
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.metadata
+import os
+import site
+import sys
+import threading
+from dataclasses import dataclass
+
+from ember import config
+from ember.base import EmberError
+
+__all__ = ['onednn', 'onednn_status', 'dnnl_version', 'library_path', 'reset']
+
+WHEEL = 'onednn-cpu-gomp'
+_INSTALL_HINT = f'pip install {WHEEL}==2023.2.0 (the "onednn" extra of ember)'
+
+
+class _DnnlVersion(ctypes.Structure):
+    """dnnl_version_t of oneDNN 3.x."""
+    _fields_ = [('major', ctypes.c_int), ('minor', ctypes.c_int), ('patch', ctypes.c_int),
+                ('hash', ctypes.c_char_p), ('cpu_runtime', ctypes.c_uint),
+                ('gpu_runtime', ctypes.c_uint)]
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    library: ctypes.CDLL | None
+    path: str | None
+    version: str | None
+    status: str                    # what was loaded, or why nothing was
+    is_error: bool = False         # the user's MXNET_LIBRARY_PATH is wrong: raise at use
+
+
+_loaded: _Loaded | None = None
+_lock = threading.Lock()
+
+
+def onednn() -> ctypes.CDLL | None:
+    """The loaded libdnnl, or None when oneDNN is not installed.
+
+    Raises EmberError when MXNET_LIBRARY_PATH names a file that is missing or not oneDNN.
+    """
+    loaded = _state()
+    if loaded.is_error:
+        raise EmberError(loaded.status)
+    return loaded.library
+
+
+def onednn_status() -> str:
+    """One line: which oneDNN is loaded from where, or why none is."""
+    return _state().status
+
+
+def dnnl_version() -> str | None:
+    """The loaded oneDNN's version, e.g. '3.2.0 (commit 40112196...)', or None."""
+    if onednn() is None:
+        return None
+    return _state().version
+
+
+def library_path() -> str | None:
+    """The path of the loaded library, or None."""
+    return _state().path if onednn() is not None else None
+
+
+def reset() -> None:
+    """Forget the loaded library so the next use reads MXNET_LIBRARY_PATH again."""
+    global _loaded
+    with _lock:
+        _loaded = None
+
+
+def _state() -> _Loaded:
+    global _loaded
+    loaded = _loaded
+    if loaded is None:
+        with _lock:
+            if _loaded is None:
+                _loaded = _load()
+            loaded = _loaded
+    return loaded
+
+
+def _load() -> _Loaded:
+    configured = config.get('MXNET_LIBRARY_PATH')
+    if configured:
+        return _load_configured(os.path.expanduser(configured))
+    path = find_wheel_library()
+    if path is None:
+        return _Loaded(None, None, None, f'oneDNN is not installed: no libdnnl.so in the {WHEEL} '
+                       f'wheel or under {", ".join(_lib_dirs())}; {_INSTALL_HINT}')
+    try:
+        library, version = _open(path)
+    except (OSError, AttributeError) as exc:
+        return _Loaded(None, None, None, f'oneDNN found at {path} but not loadable: {exc}')
+    return _Loaded(library, path, version, f'oneDNN {version} from {path}')
+
+
+def _load_configured(path: str) -> _Loaded:
+    where = f'MXNET_LIBRARY_PATH={path!r}'
+    if not os.path.isfile(path):
+        return _error(f'{where}: no such file; expected the path of a oneDNN library '
+                      f'(libdnnl.so), or leave it unset to use the installed {WHEEL} wheel')
+    try:
+        library, version = _open(path)
+    except OSError as exc:
+        return _error(f'{where}: cannot load it: {exc}')
+    except AttributeError:
+        return _error(f'{where}: not a oneDNN library (it has no dnnl_version function)')
+    return _Loaded(library, path, version, f'oneDNN {version} from {path} (MXNET_LIBRARY_PATH)')
+
+
+def _error(message: str) -> _Loaded:
+    return _Loaded(None, None, None, message, is_error=True)
+
+
+def _open(path: str):
+    library = ctypes.CDLL(path)
+    version_fn = library.dnnl_version  # AttributeError when the symbol is missing
+    version_fn.restype = ctypes.POINTER(_DnnlVersion)
+    version_fn.argtypes = []
+    return library, _format_version(version_fn().contents)
+
+
+def _format_version(version: _DnnlVersion) -> str:
+    text = f'{version.major}.{version.minor}.{version.patch}'
+    commit = (version.hash or b'').decode(errors='replace')
+    return f'{text} (commit {commit})' if commit and commit != 'N/A' else text
+
+
+def find_wheel_library() -> str | None:
+    """The path of libdnnl.so from the installed wheel, or None."""
+    for directory in _lib_dirs():
+        found = sorted(glob.glob(os.path.join(directory, 'libdnnl.so*')), key=len)
+        if found:
+            return found[0]
+    return None
+
+
+def _lib_dirs() -> list[str]:
+    """The wheel's own lib directory first, then the lib directories of this Python's sites."""
+    dirs = _wheel_dirs()
+    dirs += [os.path.join(prefix, 'lib') for prefix in (sys.prefix, sys.base_prefix)]
+    sites = site.getsitepackages() + [site.getusersitepackages()]
+    dirs += [os.path.dirname(os.path.dirname(path)) for path in sites]  # .../lib/pythonX.Y/site
+    dirs.append(os.path.join(site.getuserbase(), 'lib'))
+    return [d for d in dict.fromkeys(os.path.normpath(d) for d in dirs) if os.path.isdir(d)]
+
+
+def _wheel_dirs() -> list[str]:
+    try:
+        dist = importlib.metadata.distribution(WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    libs = [f for f in dist.files or [] if f.name.startswith('libdnnl.so')]
+    return [os.path.dirname(os.path.realpath(dist.locate_file(f))) for f in libs]

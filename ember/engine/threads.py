@@ -1,0 +1,205 @@
+"""Threads inside one operator: the kernel pool, ``parallel_for``, BLAS limits and pinning.
+
+``OMP_NUM_THREADS`` sizes the kernel pool and limits the BLAS/OpenMP libraries (through
+threadpoolctl); ``KMP_AFFINITY`` pins the engine's CPU workers and the kernel pool's threads to
+cores, the way Intel's OpenMP pins its team.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from queue import SimpleQueue
+
+from ember import config
+
+__all__ = ['kernel_threads', 'parallel_for', 'Affinity', 'affinity_from_config']
+
+
+def kernel_threads() -> int:
+    """Threads one operator may use: ``OMP_NUM_THREADS``, else every core of the process.
+
+    >>> kernel_threads() >= 1
+    True
+    """
+    return config.get('OMP_NUM_THREADS') or config.cpu_count()
+
+
+@dataclass(frozen=True)
+class Affinity:
+    """Where the i-th pinned thread runs: ``cores[(offset + i * stride) % len(cores)]``."""
+
+    kind: str          # 'compact' or 'scatter' ('balanced' pins like 'scatter')
+    offset: int
+    cores: tuple
+
+    def core_for(self, index: int, nthreads: int) -> int:
+        stride = 1
+        if self.kind != 'compact':
+            stride = max(1, len(self.cores) // max(1, nthreads))
+        return self.cores[(self.offset + index * stride) % len(self.cores)]
+
+
+def affinity_from_config() -> Affinity | None:
+    """The pinning that ``KMP_AFFINITY`` asks for, or None (unset, none, disabled, explicit).
+
+    The permute number reorders levels of the machine topology; without topology information
+    it has no effect here. 'explicit' needs a proclist, which is not supported, so it pins
+    nothing.
+    """
+    value = config.get('KMP_AFFINITY')
+    if value is None or value['type'] not in ('compact', 'scatter', 'balanced'):
+        return None
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    return Affinity(value['type'], value['offset'], cores)
+
+
+def pin_current_thread(core: int) -> None:
+    """On Linux, affinity of pid 0 is the calling thread's: this pins only this thread."""
+    os.sched_setaffinity(0, {core})
+
+
+class BlasLimit:
+    """Limits the BLAS and OpenMP thread pools to ``OMP_NUM_THREADS`` while an engine runs."""
+
+    def __init__(self):
+        self._limits = None
+        threads = config.get('OMP_NUM_THREADS')
+        if threads is not None:
+            from threadpoolctl import threadpool_limits
+            self._limits = threadpool_limits(limits=threads)
+
+    def restore(self) -> None:
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+            self._limits = None
+
+
+# ----------------------------------------------------------------------------------------------
+# parallel_for
+
+class _Latch:
+    """Counts finished chunks; keeps the first error to re-raise in the caller."""
+
+    def __init__(self, count):
+        self.count = count
+        self.error = None
+        self.lock = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()
+
+    def finish(self, error):
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.count -= 1
+            last = self.count == 0
+        if last:
+            self.done.release()
+
+
+class KernelPool:
+    """Persistent helper threads for ``parallel_for``; the caller runs the first chunk."""
+
+    def __init__(self, nthreads: int, affinity: Affinity | None):
+        self.nthreads = nthreads
+        self._tasks = SimpleQueue()
+        self._local = threading.local()
+        self._threads = []
+        for index in range(1, nthreads):
+            core = affinity.core_for(index, nthreads) if affinity else None
+            thread = threading.Thread(target=self._work, args=(core,), daemon=True,
+                                      name=f'ember-kernel-{index}')
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self, core):
+        self._local.helper = True
+        if core is not None:
+            pin_current_thread(core)
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            fn, start, stop, latch = task
+            error = None
+            try:
+                fn(start, stop)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                error = exc
+            latch.finish(error)
+
+    def in_helper(self) -> bool:
+        return getattr(self._local, 'helper', False)
+
+    def run(self, n, fn):
+        chunks = self.nthreads
+        bounds = [n * i // chunks for i in range(chunks + 1)]
+        latch = _Latch(chunks - 1)
+        for i in range(1, chunks):
+            self._tasks.put((fn, bounds[i], bounds[i + 1], latch))
+        try:
+            fn(bounds[0], bounds[1])
+        finally:
+            latch.done.acquire()
+        if latch.error is not None:
+            raise latch.error
+
+    def stop(self):
+        for _ in self._threads:
+            self._tasks.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+
+_pool: KernelPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _kernel_pool() -> KernelPool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = KernelPool(kernel_threads(), affinity_from_config())
+        return _pool
+
+
+def stop_kernel_pool() -> None:
+    """Join the helper threads; the next ``parallel_for`` starts a pool from configuration."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.stop()
+
+
+def forget_kernel_pool() -> None:
+    """After fork: the child has no helper threads, so drop the pool without joining."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+def parallel_for(n: int, fn) -> None:
+    """Run ``fn(start, stop)`` over ``[0, n)``: split across the kernel threads from
+    ``MXNET_CPU_PARALLEL_SIZE`` elements on, else in one call on this thread.
+
+    Chunks are disjoint, cover ``[0, n)`` and run concurrently: NumPy releases the GIL inside
+    ufuncs that write into ``out=`` slices.
+
+    >>> import numpy as np
+    >>> x, y = np.arange(10.0), np.empty(10)
+    >>> parallel_for(10, lambda start, stop: np.multiply(x[start:stop], 2, out=y[start:stop]))
+    >>> y[-1]
+    np.float64(18.0)
+    """
+    pool = _pool
+    if n < config.get('MXNET_CPU_PARALLEL_SIZE') or (pool is not None and pool.in_helper()):
+        fn(0, n)
+        return
+    pool = pool or _kernel_pool()
+    if pool.nthreads == 1:
+        fn(0, n)
+        return
+    pool.run(n, fn)

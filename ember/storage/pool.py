@@ -1,0 +1,239 @@
+"""A pool of one device's buffers: a rounding strategy, a cache of freed buffers, the reserve.
+
+Freed buffers are cached in a dict of lists keyed by their (rounded) size and reused for a
+request of the same rounded size. This sits on the path of every imperative operator, so alloc
+and release take one lock and touch a dict; the system allocator is called outside the lock.
+
+>>> from ember import backend, device
+>>> pool = Pool(device.cpu(), backend.for_device(device.cpu()), Round(cutoff=24), reserve=5)
+>>> handle = pool.alloc(100)
+>>> handle.nbytes, handle.size, handle.buffer.nbytes
+(100, 128, 128)
+>>> handle.release()
+>>> pool.alloc(120).size, pool.stats()['cache_hits']
+(128, 1)
+"""
+from __future__ import annotations
+
+import gc
+import threading
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ember.base import EmberError
+
+__all__ = ['Naive', 'Round', 'Unpooled', 'Pool', 'Handle', 'OutOfMemoryError']
+
+
+class OutOfMemoryError(EmberError, MemoryError):
+    """A device could not provide a buffer even after the pool released its cache."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Rounding strategies (MXNET_*_MEM_POOL_TYPE).
+
+@dataclass(frozen=True)
+class Naive:
+    """Exact sizes, except requests above `large_round` round up to a multiple of it.
+
+    >>> Naive(large_round=1024).round(1000), Naive(large_round=1024).round(1025)
+    (1000, 2048)
+    """
+    large_round: int
+    pooled: ClassVar[bool] = True
+
+    def round(self, nbytes: int) -> int:
+        if nbytes <= self.large_round:
+            return nbytes
+        return -(-nbytes // self.large_round) * self.large_round
+
+
+@dataclass(frozen=True)
+class Round:
+    """Below 2**cutoff the next power of two; from there on the next multiple of 2**cutoff.
+
+    >>> Round(cutoff=10).round(3), Round(cutoff=10).round(1025)
+    (4, 2048)
+    """
+    cutoff: int
+    pooled: ClassVar[bool] = True
+
+    def round(self, nbytes: int) -> int:
+        linear = 1 << self.cutoff
+        if nbytes < linear:
+            return 1 << (nbytes - 1).bit_length() if nbytes else 0
+        return -(-nbytes // linear) * linear
+
+
+@dataclass(frozen=True)
+class Unpooled:
+    """Exact sizes, nothing cached: every release frees.
+
+    >>> Unpooled().round(1000)
+    1000
+    """
+    pooled: ClassVar[bool] = False
+
+    def round(self, nbytes: int) -> int:
+        return nbytes
+
+
+# ----------------------------------------------------------------------------------------------
+
+class Handle:
+    """A buffer on loan from a pool. ``release()`` or garbage collection returns it.
+
+    ``buffer`` is a flat uint8 array of ``size`` bytes (the pooled size, at least ``nbytes``).
+    Whoever keeps a view of the buffer must keep the handle alive as long.
+    """
+
+    __slots__ = ('buffer', 'nbytes', 'size', 'device', '_pool')
+
+    def __init__(self, buffer, nbytes, size, pool):
+        self.buffer = buffer
+        self.nbytes = nbytes
+        self.size = size
+        self.device = pool.device
+        self._pool = pool
+
+    def release(self) -> None:
+        """Return the buffer to its pool; later calls do nothing."""
+        pool = self._pool
+        if pool is not None:
+            pool._give_back(self)
+
+    def __del__(self):
+        # runs on whichever thread drops the last reference; _give_back is thread-safe
+        if self._pool is not None:
+            self._pool._give_back(self)
+
+    @property
+    def released(self) -> bool:
+        return self._pool is None
+
+    def __repr__(self):
+        state = 'released' if self._pool is None else f'{self.size} bytes'
+        return f'<Handle {self.nbytes} bytes on {self.device}: {state}>'
+
+
+class Pool:
+    """The storage manager of one device.
+
+    `backend` provides ``alloc(nbytes)``, ``free_memory()``, ``total_memory()`` and
+    ``oom_errors``; tests pass a simulated device. Before a system allocation that would leave
+    less than `reserve` percent of the device free, the cache is released; on an out-of-memory
+    error it is released and the allocation tried once more.
+    """
+
+    def __init__(self, device, backend, strategy, reserve: int, profiler=None):
+        self.device = device
+        self.strategy = strategy
+        self.reserve = reserve
+        self._backend = backend
+        self._round = strategy.round
+        self._pooled = strategy.pooled
+        self._oom_errors = tuple(backend.oom_errors)
+        self._profiler = profiler
+        self._counter = f'Memory: {device}'
+        self._total = None              # read on first need: it does not change
+        self._lock = threading.RLock()  # re-entrant: a handle may be collected while it is held
+        self._free: dict[int, list] = {}
+        self._closed = False
+        self._in_use = self._cached = self._peak = 0
+        self._allocations = self._cache_hits = self._system_allocs = self._releases = 0
+
+    def alloc(self, nbytes: int) -> Handle:
+        """A handle on a buffer of at least `nbytes` bytes."""
+        size = self._round(nbytes)
+        buffer = None
+        with self._lock:
+            self._allocations += 1
+            cached = self._free.get(size)
+            if cached:
+                buffer = cached.pop()
+                self._cached -= size
+                self._cache_hits += 1
+                self._add_in_use(size)
+        if buffer is None:
+            buffer = self._system_alloc(nbytes, size)
+        if self._profiler is not None:
+            self._record()
+        return Handle(buffer, nbytes, size, self)
+
+    def _add_in_use(self, size):
+        self._in_use += size
+        if self._in_use > self._peak:
+            self._peak = self._in_use
+
+    def _system_alloc(self, nbytes, size):
+        if self._cached and self._would_cut_reserve(size):
+            self.empty_cache()
+        try:
+            buffer = self._backend.alloc(size)
+        except self._oom_errors:
+            buffer = self._retry_after_release(nbytes, size)
+        with self._lock:
+            self._system_allocs += 1
+            self._add_in_use(size)
+        return buffer
+
+    def _would_cut_reserve(self, size):
+        if self._total is None:
+            self._total = self._backend.total_memory()
+        reserved = self._total * self.reserve // 100
+        return self._backend.free_memory() - size < reserved
+
+    def _retry_after_release(self, nbytes, size):
+        gc.collect()  # handles caught in reference cycles return their buffers to the cache
+        self.empty_cache()
+        try:
+            return self._backend.alloc(size)
+        except self._oom_errors as exc:
+            raise OutOfMemoryError(
+                f'{self.device}: out of memory allocating {size} bytes ({nbytes} requested), '
+                f'even after releasing the pool cache; {self._in_use} bytes are held by live '
+                f'arrays. Free arrays, use smaller batches, or raise the device memory') from exc
+
+    def _give_back(self, handle):
+        # an unpooled buffer is freed when `buffer` goes out of scope, after the lock is released
+        with self._lock:
+            if handle._pool is None:
+                return
+            handle._pool = None
+            buffer, handle.buffer = handle.buffer, None
+            size = handle.size
+            self._in_use -= size
+            self._releases += 1
+            if self._pooled and not self._closed:
+                self._free.setdefault(size, []).append(buffer)
+                self._cached += size
+        if self._profiler is not None:
+            self._record()
+
+    def _record(self):
+        if self._profiler.memory_enabled():
+            self._profiler.record_counter(self._counter, self._in_use)
+
+    def empty_cache(self) -> None:
+        """Free every cached buffer (live handles keep theirs)."""
+        with self._lock:
+            dropped = self._free
+            self._free = {}
+            self._cached = 0
+        dropped.clear()  # freed here, outside the lock
+
+    def close(self) -> None:
+        """Free the cache and stop caching: buffers released from now on are freed."""
+        with self._lock:
+            self._closed = True
+        self.empty_cache()
+
+    def stats(self) -> dict:
+        """Bytes in use (pooled sizes), cached and at peak, and counts of what happened."""
+        with self._lock:
+            return {'in_use': self._in_use, 'cached': self._cached, 'peak': self._peak,
+                    'allocations': self._allocations, 'cache_hits': self._cache_hits,
+                    'system_allocs': self._system_allocs, 'releases': self._releases}
+
+    def __repr__(self):
+        return f'<Pool {self.device} {self.strategy} reserve={self.reserve}%>'

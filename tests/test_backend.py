@@ -1,0 +1,144 @@
+"""The per-device backends and the oneDNN loader."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ember import backend, config, device
+from ember.backend import gpu as gpu_backend
+from ember.backend import native
+from ember.base import EmberError
+
+HAS_GPU = backend.num_gpus() > 0
+WHEEL_LIBRARY = native.find_wheel_library()
+
+
+@pytest.mark.parametrize('dev', [device.cpu(), device.cpu(1), device.cpu_pinned()])
+def test_host_devices_use_numpy(dev):
+    be = backend.for_device(dev)
+    assert be.xp is np
+    assert backend.for_device(dev) is be
+
+
+@pytest.mark.parametrize('nbytes', [0, 1, 63, 64, 65, 1000, 3 * 2**20 + 5])
+def test_host_alloc_is_flat_uint8_and_aligned(nbytes):
+    buf = backend.for_device(device.cpu()).alloc(nbytes)
+    assert buf.dtype == np.uint8 and buf.shape == (nbytes,)
+    assert buf.ctypes.data % 64 == 0
+    buf[:] = 7  # writable across its whole length
+    assert int(buf.sum()) == 7 * nbytes
+
+
+def test_host_memory_figures_match_the_system():
+    be = backend.for_device(device.cpu())
+    physical = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    assert abs(be.total_memory() - physical) <= 1024  # MemTotal is in kB
+    assert 0 < be.free_memory() <= be.total_memory()
+    assert be.synchronize() is None
+
+
+def test_host_generator_is_seeded_pcg64():
+    be = backend.for_device(device.cpu())
+    first = be.make_generator(np.random.SeedSequence(5))
+    again = be.make_generator(np.random.SeedSequence(5))
+    other = be.make_generator(np.random.SeedSequence(6))
+    assert isinstance(first.bit_generator, np.random.PCG64)
+    draws = first.random(4)
+    assert np.array_equal(draws, again.random(4))
+    assert not np.array_equal(draws, other.random(4))
+
+
+def test_num_gpus_is_a_count():
+    count = backend.num_gpus()
+    assert isinstance(count, int) and count >= 0
+
+
+@pytest.mark.skipif(HAS_GPU, reason='this machine has a GPU')
+def test_gpu_without_backend_is_a_clear_error():
+    with pytest.raises(EmberError, match=r'gpu\(0\): no GPU backend: (CuPy|no CUDA)'):
+        backend.for_device(device.gpu(0))
+
+
+def test_probe_without_cupy_reports_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'cupy', None)  # makes `import cupy` fail
+    cupy, count, why = gpu_backend.probe.__wrapped__()
+    assert (cupy, count) == (None, 0)
+    assert 'CuPy is not installed' in why
+
+
+@pytest.mark.skipif(not HAS_GPU, reason='needs CuPy and a CUDA device')
+def test_gpu_backend_allocates_device_memory():
+    be = backend.for_device(device.gpu(0))
+    buf = be.alloc(1000)
+    assert be.xp.__name__ == 'cupy' and buf.dtype == np.uint8 and buf.shape == (1000,)
+    assert buf.data.ptr % 256 == 0
+    assert 0 < be.free_memory() <= be.total_memory()
+    gen = be.make_generator(np.random.SeedSequence(1))
+    again = be.make_generator(np.random.SeedSequence(1))
+    assert bool((gen.random(3) == again.random(3)).all())
+    with pytest.raises(be.oom_errors):
+        be.alloc(be.total_memory() * 2)
+    with pytest.raises(EmberError, match='no such GPU'):
+        backend.for_device(device.gpu(backend.num_gpus()))
+
+
+# ----------------------------------------------------------------------------------------------
+# oneDNN
+
+def test_library_path_to_missing_file_is_a_clear_error(tmp_path):
+    missing = str(tmp_path / 'libdnnl.so')
+    with config.override(MXNET_LIBRARY_PATH=missing):
+        with pytest.raises(EmberError, match='MXNET_LIBRARY_PATH') as info:
+            native.onednn()
+        assert missing in str(info.value) and 'no such file' in str(info.value)
+        assert missing in native.onednn_status()
+        with pytest.raises(EmberError):
+            native.dnnl_version()
+
+
+def test_library_path_to_a_non_library_is_a_clear_error(tmp_path):
+    junk = tmp_path / 'libdnnl.so'
+    junk.write_bytes(b'not a shared library')
+    with config.override(MXNET_LIBRARY_PATH=str(junk)):
+        with pytest.raises(EmberError, match=r"MXNET_LIBRARY_PATH=.*cannot load it"):
+            native.onednn()
+
+
+@pytest.mark.skipif(WHEEL_LIBRARY is None, reason='onednn-cpu-gomp is not installed')
+def test_library_path_to_libdnnl_loads_it():
+    with config.override(MXNET_LIBRARY_PATH=WHEEL_LIBRARY):
+        assert native.onednn() is not None
+        assert native.dnnl_version().startswith('3.')
+        assert native.library_path() == WHEEL_LIBRARY
+        assert 'MXNET_LIBRARY_PATH' in native.onednn_status()
+
+
+@pytest.mark.skipif(WHEEL_LIBRARY is None, reason='onednn-cpu-gomp is not installed')
+def test_installed_wheel_is_found_without_configuration():
+    assert native.onednn() is native.onednn()  # loaded once, then cached
+    assert native.dnnl_version().startswith('3.')
+    assert native.library_path() == WHEEL_LIBRARY
+    assert WHEEL_LIBRARY in native.onednn_status()
+
+
+def test_missing_wheel_gives_none_and_a_reason(monkeypatch):
+    monkeypatch.setattr(native, 'find_wheel_library', lambda: None)
+    native.reset()
+    try:
+        assert native.onednn() is None
+        assert native.dnnl_version() is None and native.library_path() is None
+        assert 'not installed' in native.onednn_status()
+    finally:
+        monkeypatch.undo()
+        native.reset()
+
+
+def test_library_path_is_read_from_the_environment_at_start_up(tmp_path):
+    missing = str(tmp_path / 'nowhere.so')
+    code = 'from ember.backend import native; print(native.onednn_status())'
+    env = dict(os.environ, MXNET_LIBRARY_PATH=missing)
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert f'MXNET_LIBRARY_PATH={missing!r}: no such file' in out
