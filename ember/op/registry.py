@@ -200,9 +200,11 @@ class OpDef:
     visible_outputs: Any = None       # int or fn(attrs) -> int; None: all outputs
     params: tuple = ()
     gradient: Callable | None = None
-    inplace: tuple = ()               # (input index, output index) pairs that may share memory
+    inplace: Any = ()                 # (input, output) index pairs that may share memory,
+                                      # or fn(attrs) -> pairs for variadic operators
     resources: tuple = ()             # 'temp', 'random'
-    mutate: tuple = ()                # indices of inputs the kernel updates (auxiliary states)
+    mutate: Any = ()                  # indices of inputs the kernel updates (auxiliary states),
+                                      # or fn(attrs) -> indices
     aux: tuple = ()                   # names of inputs that are auxiliary states
     random: bool = False              # draws random numbers: never merged by CSE
     elemwise: bool = False            # element-wise: candidate for fusion
@@ -238,6 +240,12 @@ class OpDef:
 
     def output_names(self, attrs) -> list:
         return list(self.outputs(attrs) if callable(self.outputs) else self.outputs)
+
+    def mutate_indices(self, attrs) -> tuple:
+        return tuple(self.mutate(attrs) if callable(self.mutate) else self.mutate)
+
+    def inplace_pairs(self, attrs) -> tuple:
+        return tuple(self.inplace(attrs) if callable(self.inplace) else self.inplace)
 
     def num_outputs(self, attrs) -> int:
         return len(self.output_names(attrs))

@@ -1,0 +1,401 @@
+"""Optimizer update operators against NumPy transcriptions of MXNet 1.x's update formulas."""
+import numpy as np
+import pytest
+
+import ember.ndarray as nd
+from ember.device import cpu
+from ember.op import optimizer_ops, registry
+
+RNG = np.random.default_rng(0)
+SHAPE = (3, 5)
+
+
+def clip(x, bound):
+    return np.clip(x, -bound, bound) if bound >= 0 else x
+
+
+def scaled(a, grad):
+    return clip(a['rescale_grad'] * grad, a['clip_gradient'])
+
+
+# Each reference takes float64 copies of the inputs and returns (new weight, new states).
+
+def ref_sgd(a, w, g):
+    return w - a['lr'] * (scaled(a, g) + a['wd'] * w), ()
+
+
+def ref_sgd_mom(a, w, g, mom):
+    mom = a['momentum'] * mom - a['lr'] * (scaled(a, g) + a['wd'] * w)
+    return w + mom, (mom,)
+
+
+def ref_nag(a, w, g, mom):
+    grad = scaled(a, g) + a['wd'] * w
+    mom = a['momentum'] * mom - a['lr'] * grad
+    return w + a['momentum'] * mom - a['lr'] * grad, (mom,)
+
+
+def ref_adam(a, w, g, mean, var):
+    grad = clip(a['rescale_grad'] * g + a['wd'] * w, a['clip_gradient'])
+    mean = a['beta1'] * mean + (1 - a['beta1']) * grad
+    var = a['beta2'] * var + (1 - a['beta2']) * grad ** 2
+    return w - a['lr'] * mean / (np.sqrt(var) + a['epsilon']), (mean, var)
+
+
+def ref_adamw(a, w, g, mean, var, rescale):
+    grad = clip(rescale[0] * g, a['clip_gradient'])
+    mean = a['beta1'] * mean + (1 - a['beta1']) * grad
+    var = a['beta2'] * var + (1 - a['beta2']) * grad ** 2
+    step = a['lr'] * mean / (np.sqrt(var) + a['epsilon']) + a['wd'] * w
+    return w - a['eta'] * step, (mean, var)
+
+
+def ref_rmsprop(a, w, g, n):
+    grad = clip(a['rescale_grad'] * g + a['wd'] * w, a['clip_gradient'])
+    n = (1 - a['gamma1']) * grad ** 2 + a['gamma1'] * n
+    return clip(w - a['lr'] * grad / np.sqrt(n + a['epsilon']), a['clip_weights']), (n,)
+
+
+def ref_rmspropalex(a, w, g, n, g_avg, delta):
+    grad = clip(a['rescale_grad'] * g + a['wd'] * w, a['clip_gradient'])
+    n = (1 - a['gamma1']) * grad ** 2 + a['gamma1'] * n
+    g_avg = (1 - a['gamma1']) * grad + a['gamma1'] * g_avg
+    delta = a['gamma2'] * delta - a['lr'] * grad / np.sqrt(n - g_avg ** 2 + a['epsilon'])
+    return clip(w + delta, a['clip_weights']), (n, g_avg, delta)
+
+
+def ref_adagrad(a, w, g, history):
+    grad = scaled(a, g)
+    history = history + grad ** 2
+    return w - a['lr'] * (grad / np.sqrt(history + a['epsilon']) + a['wd'] * w), (history,)
+
+
+def ref_adadelta(a, w, g, acc_g, acc_delta):
+    grad = scaled(a, g)
+    acc_g = a['rho'] * acc_g + (1 - a['rho']) * grad ** 2
+    delta = np.sqrt(acc_delta + a['epsilon']) / np.sqrt(acc_g + a['epsilon']) * grad
+    acc_delta = a['rho'] * acc_delta + (1 - a['rho']) * delta ** 2
+    return w - delta - a['wd'] * w, (acc_g, acc_delta)
+
+
+def ref_ftrl(a, w, g, z, n):
+    grad = scaled(a, g)
+    z = z + grad - (np.sqrt(n + grad ** 2) - np.sqrt(n)) * w / a['lr']
+    n = n + grad ** 2
+    rate = (a['beta'] + np.sqrt(n)) / a['lr'] + a['wd']
+    new_w = np.where(np.abs(z) > a['lamda1'], (np.sign(z) * a['lamda1'] - z) / rate, 0.0)
+    return new_w, (z, n)
+
+
+def ref_ftml(a, w, g, d, v, z):
+    t = a['t']
+    grad = clip(a['rescale_grad'] * g + a['wd'] * w, a['clip_grad'])
+    v = a['beta2'] * v + (1 - a['beta2']) * grad ** 2
+    d_t = (1 - a['beta1'] ** t) / a['lr'] * (np.sqrt(v / (1 - a['beta2'] ** t)) + a['epsilon'])
+    z = a['beta1'] * z + (1 - a['beta1']) * grad - (d_t - a['beta1'] * d) * w
+    return -z / d_t, (d_t, v, z)
+
+
+def ref_signsgd(a, w, g):
+    return w - a['lr'] * (np.sign(g) + a['wd'] * w), ()
+
+
+def ref_signum(a, w, g, mom):
+    mom = a['momentum'] * mom - (1 - a['momentum']) * (scaled(a, g) + a['wd'] * w)
+    return w + a['lr'] * (np.sign(mom) - a['wd_lh'] * w), (mom,)
+
+
+def ref_lamb_phase2(a, w, g, r1, r2):
+    norm = r1[0]
+    if a['lower_bound'] >= 0:
+        norm = max(norm, a['lower_bound'])
+    if a['upper_bound'] >= 0:
+        norm = min(norm, a['upper_bound'])
+    ratio = norm / r2[0] if norm != 0 and r2[0] != 0 else 1.0
+    return w - a['lr'] * ratio * g, ()
+
+
+def positive(shape=SHAPE):
+    return RNG.uniform(0.1, 1.0, shape)
+
+
+def signed(shape=SHAPE):
+    return RNG.normal(0.0, 1.0, shape)
+
+
+def one(value):
+    return np.array([value])
+
+
+COMMON = dict(lr=0.1, wd=0.01, rescale_grad=0.5, clip_gradient=0.3)
+CASES = [
+    ('sgd_update', ref_sgd, [], dict(COMMON)),
+    ('sgd_update', ref_sgd, [], dict(lr=0.05)),
+    ('sgd_mom_update', ref_sgd_mom, [signed], dict(COMMON, momentum=0.9)),
+    ('sgd_mom_update', ref_sgd_mom, [signed], dict(lr=0.05, momentum=0.5)),
+    ('nag_mom_update', ref_nag, [signed], dict(COMMON, momentum=0.9)),
+    ('nag_mom_update', ref_nag, [signed], dict(lr=0.2, momentum=0.7, wd=0.1)),
+    ('adam_update', ref_adam, [signed, positive], dict(COMMON, beta1=0.8, epsilon=1e-3)),
+    ('adam_update', ref_adam, [signed, positive], dict(lr=0.01)),
+    ('adamw_update', ref_adamw, [signed, positive, lambda: one(0.7)], dict(
+        lr=0.01, eta=0.5, wd=0.1, clip_gradient=0.4)),
+    ('rmsprop_update', ref_rmsprop, [positive], dict(COMMON, gamma1=0.9, clip_weights=0.8)),
+    ('rmsprop_update', ref_rmsprop, [positive], dict(lr=0.01)),
+    ('adagrad_update', ref_adagrad, [positive], dict(COMMON, epsilon=1e-3)),
+    ('adadelta_update', ref_adadelta, [positive, positive], dict(
+        rho=0.8, wd=0.01, rescale_grad=2.0, clip_gradient=0.5)),
+    ('ftrl_update', ref_ftrl, [signed, positive], dict(COMMON, lamda1=0.5, beta=2.0)),
+    ('ftml_update', ref_ftml, [positive, positive, signed], dict(
+        lr=0.1, t=3, wd=0.01, rescale_grad=0.5, clip_grad=0.3)),
+    ('signsgd_update', ref_signsgd, [], dict(lr=0.1, wd=0.2)),
+    ('signum_update', ref_signum, [signed], dict(COMMON, momentum=0.8, wd_lh=0.05)),
+    ('lamb_update_phase2', ref_lamb_phase2, [lambda: one(2.0), lambda: one(4.0)], dict(lr=0.1)),
+    ('lamb_update_phase2', ref_lamb_phase2, [lambda: one(2.0), lambda: one(4.0)], dict(
+        lr=0.1, lower_bound=3.0)),
+    ('lamb_update_phase2', ref_lamb_phase2, [lambda: one(2.0), lambda: one(4.0)], dict(
+        lr=0.1, upper_bound=1.0)),
+    ('lamb_update_phase2', ref_lamb_phase2, [lambda: one(0.0), lambda: one(4.0)], dict(lr=0.1)),
+]
+
+
+def rmspropalex_states():
+    g_avg = 0.1 * signed()
+    return [g_avg ** 2 + positive(), g_avg, 0.1 * signed()]
+
+
+CASES.append(('rmspropalex_update', ref_rmspropalex, rmspropalex_states, dict(
+    COMMON, gamma1=0.9, gamma2=0.8, clip_weights=2.0)))
+
+
+def run(name, arrays, attrs, out=None):
+    """Run the kernel as the imperative layer would; out=None writes in place into the weight."""
+    op = registry.get(name)
+    parsed = op.parse_attrs(attrs)
+    outs = [arrays[0] if out is None else out]
+    op.kernel(parsed, arrays, outs, registry.KernelContext(cpu()))
+    return parsed, outs[0]
+
+
+def make_inputs(makers):
+    states = makers() if callable(makers) else [make() for make in makers]
+    return [signed(), 2 * signed()] + states
+
+
+def run_nd(name, arrays, attrs):
+    """Through mx.nd as an optimizer calls it: NDArrays, out=weight, states updated in place."""
+    handles = [nd.array(a, dtype=a.dtype) for a in arrays]
+    getattr(nd, name)(*handles, out=handles[0], **attrs)
+    for array, handle in zip(arrays, handles):
+        array[...] = handle.asnumpy()
+    return registry.get(name).parse_attrs(attrs), arrays[0]
+
+
+@pytest.mark.parametrize('mode', ['in_place', 'new_output', 'ndarray'])
+@pytest.mark.parametrize('name, reference, makers, attrs', CASES)
+def test_update_matches_reference(name, reference, makers, attrs, mode):
+    inputs = make_inputs(makers)
+    arrays = [x.astype(np.float32) for x in inputs]
+    before = [a.astype(np.float64) for a in arrays]
+    if mode == 'ndarray':
+        parsed, result = run_nd(name, arrays, attrs)
+    else:
+        out = None if mode == 'in_place' else np.zeros_like(arrays[0])
+        parsed, result = run(name, arrays, attrs, out)
+    expected, expected_states = reference(parsed, *before)
+    np.testing.assert_allclose(result, expected, rtol=2e-5, atol=1e-6)
+    op = registry.get(name)
+    for index, state in zip(op.mutate, expected_states):
+        np.testing.assert_allclose(arrays[index], state, rtol=2e-5, atol=1e-6)
+    if mode == 'new_output':
+        np.testing.assert_array_equal(arrays[0], inputs[0].astype(np.float32))
+
+
+def test_lamb_phase1_matches_reference():
+    w, g, mean, var = signed(), signed(), signed(), positive()
+    arrays = [x.astype(np.float32) for x in (w, g, mean, var)]
+    out = np.zeros_like(arrays[0])
+    for bias_correction in (True, False):
+        mean, var = arrays[2].astype(np.float64), arrays[3].astype(np.float64)
+        attrs = dict(t=4, wd=0.01, rescale_grad=0.5, clip_gradient=0.3,
+                     bias_correction=bias_correction, beta1=0.8)
+        parsed, result = run('lamb_update_phase1', arrays, attrs, out)
+        grad = clip(0.5 * arrays[1].astype(np.float64), 0.3)
+        mean = 0.8 * mean + 0.2 * grad
+        var = 0.999 * var + 0.001 * grad ** 2
+        scale1, scale2 = (1 - 0.8 ** 4, 1 - 0.999 ** 4) if bias_correction else (1, 1)
+        expected = (mean / scale1) / (np.sqrt(var / scale2) + 1e-6) + 0.01 * arrays[0]
+        np.testing.assert_allclose(result, expected, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(arrays[2], mean, rtol=2e-5, atol=1e-7)
+        np.testing.assert_allclose(arrays[3], var, rtol=2e-5, atol=1e-7)
+
+
+MP_CASES = [
+    ('mp_sgd_update', 'sgd_update', [], dict(COMMON)),
+    ('mp_sgd_mom_update', 'sgd_mom_update', [signed], dict(COMMON, momentum=0.9)),
+    ('mp_nag_mom_update', 'nag_mom_update', [signed], dict(COMMON, momentum=0.9)),
+]
+
+
+@pytest.mark.parametrize('mp_name, name, makers, attrs', MP_CASES)
+def test_mixed_precision_updates_the_float32_master_copy(mp_name, name, makers, attrs):
+    weight32 = signed().astype(np.float32)
+    grad = signed().astype(np.float16)
+    states = [make().astype(np.float32) for make in makers]
+    weight = weight32.astype(np.float16)
+    # The float32 form on copies of the master copy and states, with the gradient widened.
+    expected_states = [s.copy() for s in states]
+    _, expected32 = run(name, [weight32.copy(), grad.astype(np.float32)] + expected_states, attrs)
+    run(mp_name, [weight, grad] + states + [weight32], attrs)
+    np.testing.assert_array_equal(weight32, expected32)
+    assert weight.dtype == np.float16
+    np.testing.assert_array_equal(weight, expected32.astype(np.float16))
+    for state, expected in zip(states, expected_states):
+        np.testing.assert_array_equal(state, expected)
+
+
+def test_mp_adamw_updates_the_float32_master_copy():
+    weight32, grad = signed().astype(np.float32), signed().astype(np.float16)
+    mean, var = signed().astype(np.float32), positive().astype(np.float32)
+    scale = one(0.5).astype(np.float32)
+    attrs = dict(lr=0.01, eta=0.5, wd=0.1)
+    expected_mean, expected_var = mean.copy(), var.copy()
+    _, expected32 = run('adamw_update', [weight32.copy(), grad.astype(np.float32),
+                                         expected_mean, expected_var, scale], attrs)
+    weight = weight32.astype(np.float16)
+    run('mp_adamw_update', [weight, grad, mean, var, weight32, scale], attrs)
+    np.testing.assert_array_equal(weight32, expected32)
+    np.testing.assert_array_equal(weight, expected32.astype(np.float16))
+    np.testing.assert_array_equal(mean, expected_mean)
+
+
+@pytest.mark.parametrize('bad_scale', [np.nan, np.inf, 0.0])
+def test_adamw_skips_the_update_when_the_loss_scale_overflowed(bad_scale):
+    weight, grad, mean, var = (x.astype(np.float32) for x in (signed(), signed(), signed(),
+                                                              positive()))
+    before = [weight.copy(), mean.copy(), var.copy()]
+    out = np.zeros_like(weight)
+    _, result = run('adamw_update', [weight, grad, mean, var, one(bad_scale)],
+                    dict(lr=0.1, eta=1.0), out)
+    np.testing.assert_array_equal(result, before[0])
+    np.testing.assert_array_equal(mean, before[1])
+    np.testing.assert_array_equal(var, before[2])
+
+
+MULTI_CASES = [
+    ('multi_sgd_update', 'sgd_update', [], np.float32, {}),
+    ('multi_sgd_mom_update', 'sgd_mom_update', ['mom'], np.float32, dict(momentum=0.9)),
+    ('multi_mp_sgd_update', 'mp_sgd_update', ['weight32'], np.float16, {}),
+    ('multi_mp_sgd_mom_update', 'mp_sgd_mom_update', ['mom', 'weight32'], np.float16,
+     dict(momentum=0.9)),
+]
+
+
+def multi_inputs(state_names, dtype, shapes):
+    """Per weight: weight, grad, then float32 states (the master copy matches the weight)."""
+    groups = []
+    for shape in shapes:
+        weight32 = signed(shape).astype(np.float32)
+        states = {'mom': signed(shape).astype(np.float32), 'weight32': weight32}
+        groups.append([weight32.astype(dtype), signed(shape).astype(dtype)]
+                      + [states[n].copy() for n in state_names])
+    return groups
+
+
+@pytest.mark.parametrize('multi, single, state_names, dtype, extra', MULTI_CASES)
+def test_multi_update_equals_single_updates(multi, single, state_names, dtype, extra):
+    shapes, lrs, wds = [(4,), (2, 3), (5, 1, 2)], (0.1, 0.2, 0.05), (0.0, 0.01, 0.1)
+    groups = multi_inputs(state_names, dtype, shapes)
+    expected = [[a.copy() for a in group] for group in groups]
+    common = dict(extra, rescale_grad=0.5, clip_gradient=0.4)
+    for group, lr, wd in zip(expected, lrs, wds):
+        run(single, group, dict(common, lr=lr, wd=wd))
+    op = registry.get(multi)
+    attrs = op.parse_attrs(dict(common, lrs=lrs, wds=wds, num_weights=3))
+    flat = [a for group in groups for a in group]
+    outs = [np.zeros_like(group[0]) for group in groups]
+    op.kernel(attrs, flat, outs, registry.KernelContext(cpu()))
+    for out, group, want in zip(outs, groups, expected):
+        np.testing.assert_array_equal(out, want[0])
+        for state, want_state in zip(group[2:], want[2:]):
+            np.testing.assert_array_equal(state, want_state)
+    assert list(op.mutate(attrs)) == [i for i in range(len(flat)) if i % len(groups[0]) >= 2]
+    assert list(op.inplace(attrs)) == [(i * len(groups[0]), i) for i in range(3)]
+
+
+def test_multi_inference_names_shapes_and_checks_counts():
+    op = registry.get('multi_sgd_mom_update')
+    attrs = op.parse_attrs(dict(lrs='(0.1, 0.2)', wds=[0, 0], num_weights=2))
+    assert attrs['lrs'] == (0.1, 0.2)
+    assert op.input_names(attrs) == ['weight_0', 'grad_0', 'mom_0', 'weight_1', 'grad_1', 'mom_1']
+    ins, outs = op.infer_shape(attrs, [(2,), None, None, None, (3, 4), None])
+    assert ins == [(2,)] * 3 + [(3, 4)] * 3 and outs == [(2,), (3, 4)]
+    with pytest.raises(registry.ShapeError, match='6 in all'):
+        op.infer_shape(attrs, [(2,)] * 5)
+    bad = op.parse_attrs(dict(lrs=(0.1,), wds=(0, 0), num_weights=2))
+    with pytest.raises(registry.ShapeError, match='lrs has 1 values'):
+        op.infer_shape(bad, [(2,)] * 6)
+    with pytest.raises(ValueError, match='lrs'):
+        op.parse_attrs(dict(lrs='fast', wds=(0,)))
+
+
+def test_mixed_precision_type_inference():
+    op = registry.get('mp_sgd_mom_update')
+    f16, f32 = np.dtype(np.float16), np.dtype(np.float32)
+    ins, outs = op.infer_type({}, [f16, None, None, None])
+    assert ins == [f16, f16, f32, f32] and outs == [f16]
+    with pytest.raises(registry.ShapeError, match='must be float32, got float16'):
+        op.infer_type({}, [f16, f16, f32, f16])
+    multi = registry.get('multi_mp_sgd_update')
+    attrs = multi.parse_attrs(dict(lrs=(1, 1), wds=(0, 0), num_weights=2))
+    ins, outs = multi.infer_type(attrs, [f16, None, None, None, None, None])
+    assert ins[:3] == [f16, f16, f32] and outs[0] == f16 and ins[5] == f32
+
+
+def test_scalar_inputs_shape_inference():
+    op = registry.get('adamw_update')
+    ins, outs = op.infer_shape({}, [(2, 3), None, None, None, None])
+    assert ins == [(2, 3)] * 4 + [(1,)] and outs == [(2, 3)]
+    with pytest.raises(registry.ShapeError, match='one value'):
+        op.infer_shape({}, [(2, 3), None, None, None, (2,)])
+
+
+def test_declarations_follow_mxnet():
+    defaults = {
+        'sgd_mom_update': dict(momentum=0.0, wd=0.0, rescale_grad=1.0, clip_gradient=-1.0,
+                               lazy_update=True),
+        'adam_update': dict(beta1=0.9, beta2=0.999, epsilon=1e-8),
+        'rmsprop_update': dict(gamma1=0.95, epsilon=1e-8, clip_weights=-1.0),
+        'rmspropalex_update': dict(gamma1=0.95, gamma2=0.9),
+        'adagrad_update': dict(epsilon=1e-7),
+        'ftrl_update': dict(lamda1=0.01, beta=1.0),
+        'signum_update': dict(wd_lh=0.0),
+    }
+    for name, expected in defaults.items():
+        attrs = registry.get(name).parse_attrs({'lr': 0.1})
+        assert {k: attrs[k] for k in expected} == expected, name
+    assert registry.get('_sparse_adagrad_update') is registry.get('adagrad_update')
+    assert registry.get('_adamw_update') is registry.get('adamw_update')
+    with pytest.raises(TypeError, match="missing required argument 'lr'"):
+        registry.get('sgd_update').parse_attrs({})
+    for op in optimizer_ops.UPDATE_OPS:
+        assert op.gradient is None, op.name
+        single = not callable(op.inplace)
+        if single and op.name != 'lamb_update_phase1':
+            assert op.inplace == ((0, 0),), op.name
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason='ember.ndarray.invoke reads op.mutate as a tuple; the multi_* '
+                          'operators declare mutate and inplace as fn(attrs)')
+def test_multi_update_through_ndarray():
+    shapes, lrs = [(4,), (2, 3)], (0.1, 0.2)
+    groups = multi_inputs(['mom'], np.float32, shapes)
+    expected = [[a.copy() for a in group] for group in groups]
+    for group, lr in zip(expected, lrs):
+        run('sgd_mom_update', group, dict(lr=lr, momentum=0.9))
+    handles = [nd.array(a) for group in groups for a in group]
+    weights = handles[0::3]
+    nd.multi_sgd_mom_update(*handles, out=weights, lrs=lrs, wds=(0.0, 0.0), momentum=0.9,
+                            num_weights=2)
+    for index, want in enumerate(a for group in expected for a in group):
+        np.testing.assert_allclose(handles[index].asnumpy(), want, rtol=1e-6)
