@@ -1,0 +1,38 @@
+"""Ember: a deep-learning runtime with MXNet 1.x's API (``import ember as mx``).
+
+>>> import ember as mx
+>>> (mx.nd.ones((2, 3)) * 2 + 1).sum().asscalar()
+18.0
+"""
+import importlib as _importlib
+
+from ember import config
+from ember import base, device
+from ember.base import EmberError, MXNetError
+from ember.device import Context, Device, cpu, cpu_pinned, current_context, gpu
+from ember import context, engine, profiler, storage
+from ember import op  # noqa: F401  (registers every operator)
+from ember import nd, ndarray, random
+from ember import autograd
+from ember import initializer, lr_scheduler, metric
+from ember import initializer as init
+
+# Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
+_LAZY = ('gluon', 'optimizer', 'test_utils')
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module = _importlib.import_module(f'ember.{name}')
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
+profiler.autostart()
+
+__version__ = '0.1.0'
+__all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',
+           'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
+           'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
+           'current_context', 'EmberError', 'MXNetError']

@@ -1,0 +1,356 @@
+"""Automatic differentiation over the operator registry's gradients (MXNet's ``mx.autograd``).
+
+While recording, every operator call on arrays that need gradients adds a node to a tape: the
+operator's gradient rule, its inputs and its outputs. ``backward`` walks the nodes in reverse and
+applies each rule with ``F = mx.nd``; under ``create_graph`` the rules are themselves recorded, so
+gradients of gradients work wherever the rules are built from differentiable operators.
+
+>>> import ember as mx
+>>> x = mx.nd.array([1.0, 2.0, 3.0])
+>>> x.attach_grad()
+>>> with mx.autograd.record():
+...     y = (x * x).sum()
+>>> y.backward()
+>>> x.grad.asnumpy().tolist()
+[2.0, 4.0, 6.0]
+"""
+from __future__ import annotations
+
+import threading
+
+from ember import ndarray as nd
+from ember.base import EmberError
+from ember.ndarray import ndarray as _ndmod
+
+__all__ = ['record', 'pause', 'train_mode', 'predict_mode', 'is_recording', 'is_training',
+           'set_recording', 'set_training', 'mark_variables', 'backward', 'grad', 'Function']
+
+
+class _State(threading.local):
+    recording = False
+    training = False
+
+
+_state = _State()
+_ndmod._ag_state = _state
+
+
+def is_recording() -> bool:
+    return _state.recording
+
+
+def is_training() -> bool:
+    return _state.training
+
+
+def set_recording(is_recording: bool) -> bool:
+    """Turn recording on or off; returns the previous state."""
+    previous = _state.recording
+    _state.recording = bool(is_recording)
+    return previous
+
+
+def set_training(train_mode: bool) -> bool:
+    """Choose training or prediction behaviour (Dropout, BatchNorm); returns the previous state."""
+    previous = _state.training
+    _state.training = bool(train_mode)
+    return previous
+
+
+class _Scope:
+    def __init__(self, recording, training):
+        self._recording, self._training = recording, training
+        self._saved = []
+
+    def __enter__(self):
+        saved = (_state.recording, _state.training)
+        self._saved.append(saved)
+        if self._recording is not None:
+            _state.recording = self._recording
+        if self._training is not None:
+            _state.training = self._training
+        return self
+
+    def __exit__(self, *exc):
+        _state.recording, _state.training = self._saved.pop()
+        return False
+
+
+def record(train_mode: bool = True) -> _Scope:
+    """Record operators for differentiation inside the block (training behaviour by default)."""
+    return _Scope(True, train_mode)
+
+
+def pause(train_mode: bool = False) -> _Scope:
+    """Stop recording inside the block."""
+    return _Scope(False, train_mode)
+
+
+def train_mode() -> _Scope:
+    return _Scope(None, True)
+
+
+def predict_mode() -> _Scope:
+    return _Scope(None, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# The tape.
+
+class _Node:
+    """One recorded call: how to turn output gradients into input gradients."""
+    __slots__ = ('grad_fn', 'inputs', 'outputs', 'name')
+
+    def __init__(self, grad_fn, inputs, outputs, name):
+        self.grad_fn = grad_fn
+        self.inputs = inputs          # NDArrays (their _ag entries lead further back)
+        self.outputs = outputs        # (shape, dtype, context, alias) per output
+        self.name = name
+
+
+def _needs_grad(array) -> bool:
+    return array._ag is not None
+
+
+def _record_op(op, attrs, inputs, outputs):
+    """Hook called by the imperative path for every operator while recording."""
+    if not any(_needs_grad(x) for x in inputs):
+        return
+    if op.gradient is None:
+        raise EmberError(f'operator {op.name} has no gradient; wrap its inputs in '
+                         f'autograd.pause() or stop_gradient if none is needed')
+    saved_outputs = [out._alias() for out in outputs]
+
+    def grad_fn(out_grads):
+        return op.gradient(nd, attrs, list(inputs), saved_outputs, out_grads)
+    _attach(grad_fn, inputs, outputs, op.name)
+
+
+def _attach(grad_fn, inputs, outputs, name):
+    node = _Node(grad_fn, list(inputs), [(o.shape, o.dtype, o.context) for o in outputs], name)
+    for index, out in enumerate(outputs):
+        out._ag = (node, index)
+
+
+_ndmod._record_hook = _record_op
+
+
+class _Leaf:
+    """The autograd entry of a variable: where its gradient goes."""
+    __slots__ = ('array_ref', 'grad_req')
+
+    def __init__(self, array, grad_req):
+        import weakref
+        self.array_ref = weakref.ref(array)
+        self.grad_req = grad_req
+
+
+_GRAD_REQS = ('write', 'add', 'null')
+
+
+def mark_variables(variables, gradients, grad_reqs='write'):
+    """Mark arrays as variables whose gradients are written into `gradients`."""
+    if not isinstance(variables, (list, tuple)):
+        variables, gradients = [variables], [gradients]
+    if isinstance(grad_reqs, str):
+        grad_reqs = [grad_reqs] * len(variables)
+    for var, gradient, req in zip(variables, gradients, grad_reqs):
+        if req not in _GRAD_REQS:
+            raise ValueError(f"grad_req {req!r}: expected 'write', 'add' or 'null'")
+        var._grad = gradient
+        var._grad_req = req
+        var._ag = None if req == 'null' else _Leaf(var, req)
+
+
+def _attach_grad(array, grad_req='write', stype=None):
+    """NDArray.attach_grad: allocate a zero gradient buffer and mark the array as a variable."""
+    if stype not in (None, 'default'):
+        raise ValueError(f"attach_grad: stype={stype!r}: only 'default' (dense) is supported")
+    mark_variables([array], [nd.zeros(array.shape, ctx=array.context, dtype=array.dtype)],
+                   grad_req)
+
+
+def _detach(array):
+    """The same value, cut off from the recorded graph."""
+    alias = array._alias()
+    alias._ag = None
+    return alias
+
+
+_ndmod.NDArray.attach_grad = _attach_grad
+_ndmod.NDArray.grad = property(lambda self: self._grad, doc='The gradient buffer, or None.')
+_ndmod.NDArray.grad_req = property(lambda self: self._grad_req)
+_ndmod.NDArray.detach = _detach
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward.
+
+def _topological(heads):
+    """Nodes reachable from the heads, each after every node that consumes its outputs."""
+    order, seen = [], set()
+    stack = [(h._ag[0], False) for h in heads if isinstance(h._ag, tuple)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for x in node.inputs:
+            if isinstance(x._ag, tuple) and id(x._ag[0]) not in seen:
+                stack.append((x._ag[0], False))
+    order.reverse()
+    return order
+
+
+def _accumulate(table, key, value):
+    table[key] = value if key not in table else table[key] + value
+
+
+def _run_backward(heads, head_grads, retain_graph, create_graph, train):
+    heads = list(heads)
+    if head_grads is None:
+        head_grads = [None] * len(heads)
+    node_grads, leaf_grads, leaves = {}, {}, {}
+    for head, hgrad in zip(heads, head_grads):
+        if head._ag is None:
+            raise EmberError('cannot differentiate with respect to a head that was not computed '
+                             'under autograd.record() from arrays with attach_grad()')
+        if hgrad is None:
+            hgrad = nd.ones(head.shape, ctx=head.context, dtype=head.dtype)
+        _route(head, hgrad, node_grads, leaf_grads, leaves)
+    scope = record(train) if create_graph else pause(train)
+    with scope:
+        for node in _topological(heads):
+            _backward_node(node, node_grads, leaf_grads, leaves)
+            if not retain_graph:
+                node.inputs = []
+    return leaf_grads, leaves
+
+
+def _route(array, gradient, node_grads, leaf_grads, leaves):
+    entry = array._ag
+    if isinstance(entry, tuple):
+        _accumulate(node_grads, (id(entry[0]), entry[1]), gradient)
+    elif isinstance(entry, _Leaf):
+        leaves[id(entry)] = entry
+        _accumulate(leaf_grads, id(entry), gradient)
+
+
+def _backward_node(node, node_grads, leaf_grads, leaves):
+    outs = [node_grads.pop((id(node), i), None) for i in range(len(node.outputs))]
+    if all(g is None for g in outs):
+        return
+    if not node.inputs:
+        raise EmberError(f'the graph through {node.name} was already freed by a backward pass; '
+                         'pass retain_graph=True to backward more than once')
+    outs = [g if g is not None else nd.zeros(shape, ctx=ctx, dtype=dtype)
+            for g, (shape, dtype, ctx) in zip(outs, node.outputs)]
+    in_grads = node.grad_fn(outs)
+    for x, g in zip(node.inputs, in_grads):
+        if g is not None and x._ag is not None:
+            _route(x, g, node_grads, leaf_grads, leaves)
+
+
+def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
+    """Compute gradients of `heads` and write them into the variables' `.grad` arrays."""
+    if not isinstance(heads, (list, tuple)):
+        heads = [heads]
+        head_grads = None if head_grads is None else [head_grads]
+    leaf_grads, leaves = _run_backward(heads, head_grads, retain_graph, False, train_mode)
+    for key, gradient in leaf_grads.items():
+        _store(leaves[key], gradient)
+
+
+def _store(leaf, gradient):
+    array = leaf.array_ref()
+    if array is None or array._grad is None or leaf.grad_req == 'null':
+        return
+    if leaf.grad_req == 'add':
+        array._grad += gradient
+    else:
+        array._grad[:] = gradient
+    array._grad._fresh_grad = True      # Trainer.step checks that backward reached it
+
+
+def grad(heads, variables, head_grads=None, retain_graph=None, create_graph=False,
+         train_mode=True):
+    """Gradients of `heads` with respect to `variables`, returned instead of stored.
+
+    With ``create_graph=True`` the returned gradients are recorded too and can be differentiated.
+    """
+    single = not isinstance(variables, (list, tuple))
+    variables = [variables] if single else list(variables)
+    if not isinstance(heads, (list, tuple)):
+        heads = [heads]
+        head_grads = None if head_grads is None else [head_grads]
+    for var in variables:
+        if not isinstance(var._ag, _Leaf):
+            raise EmberError('autograd.grad: every variable needs attach_grad() (or '
+                             'mark_variables) before recording')
+    retain = create_graph if retain_graph is None else retain_graph
+    leaf_grads, _ = _run_backward(heads, head_grads, retain, create_graph, train_mode)
+    result = []
+    for var in variables:
+        gradient = leaf_grads.get(id(var._ag))
+        if gradient is None:
+            gradient = nd.zeros(var.shape, ctx=var.context, dtype=var.dtype)
+        result.append(gradient)
+    return result[0] if single else result
+
+
+def _ndarray_backward(self, out_grad=None, retain_graph=False, train_mode=True):
+    backward([self], None if out_grad is None else [out_grad], retain_graph, train_mode)
+
+
+_ndmod.NDArray.backward = _ndarray_backward
+
+
+# ----------------------------------------------------------------------------------------------
+
+class Function:
+    """A user-defined differentiable operation, as MXNet's ``autograd.Function``.
+
+    >>> import ember as mx
+    >>> class Sigmoid(mx.autograd.Function):
+    ...     def forward(self, x):
+    ...         y = 1 / (1 + mx.nd.exp(-x))
+    ...         self.save_for_backward(y)
+    ...         return y
+    ...     def backward(self, dy):
+    ...         y, = self.saved_tensors
+    ...         return dy * y * (1 - y)
+    >>> x = mx.nd.array([0.0]); x.attach_grad()
+    >>> with mx.autograd.record():
+    ...     z = Sigmoid()(x)
+    >>> z.backward(); x.grad.asscalar()
+    0.25
+    """
+
+    def __init__(self):
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *arrays):
+        self.saved_tensors = arrays
+
+    def forward(self, *inputs):
+        raise NotImplementedError
+
+    def backward(self, *output_grads):
+        raise NotImplementedError
+
+    def __call__(self, *inputs):
+        with pause(is_training()):
+            outputs = self.forward(*inputs)
+        single = not isinstance(outputs, (list, tuple))
+        out_list = [outputs] if single else list(outputs)
+        if is_recording() and any(_needs_grad(x) for x in inputs):
+            def grad_fn(out_grads):
+                with pause(is_training()):
+                    grads = self.backward(*out_grads)
+                return [grads] if not isinstance(grads, (list, tuple)) else list(grads)
+            _attach(grad_fn, inputs, out_list, type(self).__name__)
+        return outputs

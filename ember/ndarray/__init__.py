@@ -1,0 +1,61 @@
+"""``mx.nd``: NDArray, the functions that make arrays, and one function per operator.
+
+Operator functions are generated from the registry (``ember.ndarray.register``); the names
+starting with ``_`` are also in ``mx.nd._internal``, as in MXNet. An operator registered after
+this package was imported is found on first use.
+
+>>> import ember.ndarray as nd
+>>> a = nd.array([[1, 2], [3, 4]])
+>>> nd.dot(a, a).asnumpy().tolist()
+[[7.0, 10.0], [15.0, 22.0]]
+>>> nd.sum(a, axis=1).asnumpy().tolist(), nd.concat(a, a, dim=0).shape
+([3.0, 7.0], (4, 2))
+"""
+from __future__ import annotations
+
+import importlib.util as _importlib_util
+import types as _types
+
+from ember.op import registry as _registry
+from ember.ndarray.ndarray import NDArray, View, invoke, waitall
+from ember.ndarray import creation as _creation
+from ember.ndarray.creation import *  # noqa: F401,F403
+from ember.ndarray import indexing, random  # noqa: F401
+from ember.ndarray.register import make_function as _make_function
+
+if _importlib_util.find_spec('ember.ndarray.io') is not None:
+    from ember.ndarray import io  # noqa: F401
+    from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
+
+_internal = _types.ModuleType('ember.ndarray._internal',
+                              'Operators whose names start with an underscore.')
+_HAND_WRITTEN = frozenset(globals())
+
+
+def _generate(name):
+    fn = _make_function(_registry.get(name), name)
+    globals()[name] = fn
+    if name.startswith('_'):
+        setattr(_internal, name, fn)
+    return fn
+
+
+def _populate():
+    for name in _registry.all_ops():
+        if name not in _HAND_WRITTEN:
+            _generate(name)
+
+
+def __getattr__(name):
+    if name.startswith('__') or name not in _registry.all_ops():
+        raise AttributeError(f'module ember.ndarray has no attribute {name!r}')
+    return _generate(name)
+
+
+_populate()
+
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing']
+                 + list(_creation.__all__)
+                 + (['save', 'load', 'load_frombuffer'] if 'save' in globals() else [])
+                 + [n for n in _registry.all_ops() if not n.startswith('_')
+                    and n not in _HAND_WRITTEN])

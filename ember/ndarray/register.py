@@ -1,0 +1,174 @@
+"""``mx.nd`` functions generated from the operator registry (closures, not generated source).
+
+Each function takes the operator's inputs (positionally or by name; ``*data`` for variadic
+operators, whose count parameter is filled in), then its parameters (positionally after the
+inputs, as MXNet's generated functions allow, or by name), and ``out=`` / ``name=``. It returns
+one NDArray, or a list when the operator has several visible outputs.
+
+>>> import ember.ndarray as nd
+>>> import inspect
+>>> str(inspect.signature(nd.clip))
+'(data=None, a_min=None, a_max=None, *, out=None, name=None, **kwargs)'
+>>> nd.clip(nd.array([-2, 0.5, 3]), 0, 1).asnumpy().tolist()
+[0.0, 0.5, 1.0]
+"""
+from __future__ import annotations
+
+import inspect
+
+from ember.ndarray.ndarray import NDArray, invoke
+from ember.op.registry import REQUIRED
+
+__all__ = ['make_function', 'signature_of']
+
+_P = inspect.Parameter
+
+
+def signature_of(op) -> inspect.Signature:
+    """The Python signature of the function generated for `op`."""
+    params = []
+    fixed = not callable(op.inputs)
+    if fixed:
+        params += [_P(name, _P.POSITIONAL_OR_KEYWORD, default=None) for name in op.inputs]
+    else:
+        params.append(_P('data', _P.VAR_POSITIONAL))
+    kind = _P.POSITIONAL_OR_KEYWORD if fixed else _P.KEYWORD_ONLY
+    params += [_P(p.name, kind, default=None) for p in op.params if p.name != op.variadic]
+    params += [_P('out', _P.KEYWORD_ONLY, default=None),
+               _P('name', _P.KEYWORD_ONLY, default=None), _P('kwargs', _P.VAR_KEYWORD)]
+    return inspect.Signature(params)
+
+
+def _doc(op, public_name) -> str:
+    lines = [op.doc or f'The {op.name} operator.', '']
+    if public_name != op.name:
+        lines.append(f'Registered as ``{op.name}``.')
+    if op.params:
+        lines.append('Parameters: ' + ', '.join(
+            p.name + ('' if p.default is REQUIRED else f'={p.default!r}') for p in op.params))
+    return '\n'.join(lines)
+
+
+class _AttrCache:
+    """Parsed attributes per argument tuple: parsing is the costliest step of a small call."""
+
+    def __init__(self, op):
+        self.op = op
+        self.cache = {}
+
+    def parse(self, kwargs):
+        try:
+            key = tuple(kwargs.items())
+            found = self.cache.get(key)
+        except TypeError:        # an unhashable value (a list): parse every time
+            return self.op.parse_attrs(kwargs)
+        if found is None:
+            found = self.op.parse_attrs(kwargs)
+            if len(self.cache) > 512:
+                self.cache.clear()
+            self.cache[key] = found
+        return found
+
+
+def _check_input(op, name, value):
+    if not isinstance(value, NDArray):
+        raise TypeError(f'{op.name}: input {name!r} must be an NDArray, got '
+                        f'{type(value).__name__}')
+
+
+def _result(op, attrs, outputs, out):
+    if out is not None:
+        return out
+    visible = op.num_visible_outputs(attrs)
+    if visible == 1:
+        return outputs[0]
+    return outputs[:visible]
+
+
+def _out_list(out):
+    if out is None or isinstance(out, (list, tuple)):
+        return out
+    return [out]
+
+
+def make_function(op, public_name=None):
+    """The ``mx.nd`` function of operator `op`."""
+    public_name = public_name or op.name
+    attrs_of = _AttrCache(op).parse
+    if callable(op.inputs):
+        fn = _dynamic_inputs(op, attrs_of)
+    else:
+        fn = _fixed_inputs(op, attrs_of)
+    fn.__name__ = fn.__qualname__ = public_name
+    fn.__doc__ = _doc(op, public_name)
+    fn.__signature__ = signature_of(op)
+    fn.__module__ = 'ember.ndarray'
+    return fn
+
+
+def _fixed_inputs(op, attrs_of):
+    input_names = tuple(op.inputs)
+    param_names = tuple(p.name for p in op.params)
+    n_in = len(input_names)
+    most = n_in + len(param_names)
+
+    def fn(*args, out=None, name=None, **kwargs):
+        if len(args) > most:
+            raise TypeError(f'{op.name}: takes at most {most} positional arguments '
+                            f'({", ".join(input_names + param_names)}), got {len(args)}')
+        inputs = list(args[:n_in])
+        for index in range(len(inputs), n_in):
+            inputs.append(kwargs.pop(input_names[index], None))
+        for index, value in enumerate(inputs):
+            _check_input(op, input_names[index], value)
+        for pname, value in zip(param_names, args[n_in:]):
+            if pname in kwargs:
+                raise TypeError(f'{op.name}: got two values for {pname!r}')
+            kwargs[pname] = value
+        attrs = attrs_of(kwargs)
+        return _result(op, attrs, invoke(op, inputs, attrs, out=_out_list(out)), out)
+    return fn
+
+
+def _dynamic_inputs(op, attrs_of):
+    """Variadic operators (``*data``) and those whose inputs depend on their attributes."""
+    variadic = op.variadic
+    param_names = {p.name for p in op.params}
+
+    def fn(*args, out=None, name=None, **kwargs):
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):
+            args = tuple(args[0])
+        split = 0
+        while split < len(args) and isinstance(args[split], NDArray):
+            split += 1
+        inputs, extra = list(args[:split]), args[split:]
+        if variadic is not None and extra:
+            _check_input(op, f'data[{split}]', extra[0])
+        named = {k: kwargs.pop(k) for k in list(kwargs)
+                 if k not in param_names and (kwargs[k] is None or isinstance(kwargs[k], NDArray))}
+        named = {k: v for k, v in named.items() if v is not None}
+        positional_params = [p.name for p in op.params if p.name != variadic]
+        for pname, value in zip(positional_params, extra):
+            kwargs[pname] = value
+        if variadic is not None and kwargs.get(variadic) is None:
+            kwargs[variadic] = len(inputs)
+        attrs = attrs_of(kwargs)
+        inputs = _bind_named(op, attrs, inputs, named)
+        return _result(op, attrs, invoke(op, inputs, attrs, out=_out_list(out)), out)
+    return fn
+
+
+def _bind_named(op, attrs, inputs, named):
+    names = op.input_names(attrs)
+    for input_name in names[len(inputs):]:
+        if input_name not in named:
+            raise TypeError(f'{op.name}: missing input {input_name!r} (inputs: '
+                            f'{", ".join(names)})')
+        inputs.append(named.pop(input_name))
+    if named:
+        raise TypeError(f'{op.name}: unknown inputs {sorted(named)}; inputs are '
+                        f'{", ".join(names)}')
+    if len(inputs) != len(names):
+        raise TypeError(f'{op.name}: expected {len(names)} inputs ({", ".join(names)}), got '
+                        f'{len(inputs)}')
+    return inputs

@@ -1,0 +1,6 @@
+"""Operators: the registry and one module per family. Importing this package registers them all."""
+from ember.op import registry
+from ember.op import elemwise, reduce, matrix, init  # noqa: F401  (registration side effects)
+from ember.op import nn, optimizer_ops  # noqa: F401
+
+__all__ = ['registry']

@@ -1,0 +1,339 @@
+"""Convolution and Deconvolution over 1-D, 2-D and 3-D data.
+
+A convolution is im2col (a copy of every window into a patch matrix) followed by one batched
+GEMM per group; a 1x1, stride-1 convolution is the GEMM alone. Deconvolution is the adjoint:
+its forward pass is the convolution's data gradient and vice versa.
+"""
+from __future__ import annotations
+
+from ember.base import prod
+from ember.op.nn._common import (
+    as_shape, assign_shape, channel_first, check_layout, col2im, dilated, im2col, interior,
+    is_channel_last, join_layout, layout_param, make_window, outputs_of, padded_input,
+    reshape_view, scratch, shape_param, spatial_defaults, split_layout, weight_channel_first)
+from ember.op.registry import (
+    REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional, p_shape, register, same_type)
+
+__all__ = ['conv_forward', 'conv_backward_data', 'conv_backward_weight']
+
+_TUNE = p_optional(p_enum('off', 'limited_workspace', 'fastest'))
+
+CONV_PARAMS = (
+    Param('kernel', p_shape, REQUIRED, 'Window size, e.g. (3, 3).'),
+    shape_param('stride', doc='Step between windows; () means 1 in every dim.'),
+    shape_param('dilate', doc='Spacing of kernel taps; () means 1.'),
+    shape_param('pad', doc='Zero padding on both sides; () means 0.'),
+    Param('num_filter', p_int, REQUIRED, 'Output channels.'),
+    Param('num_group', p_int, 1, 'Groups of channels convolved independently.'),
+    Param('workspace', p_int, 1024, 'Accepted for compatibility (MB of cuDNN workspace).'),
+    Param('no_bias', p_bool, False),
+    Param('cudnn_tune', _TUNE, None, 'Accepted for compatibility.'),
+    Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
+    layout_param(),
+)
+
+DECONV_PARAMS = CONV_PARAMS[:4] + (
+    shape_param('adj', doc='Extra output size at the end of each dim (< stride).'),
+    shape_param('target_shape', doc='Output spatial size; overrides pad and adj.'),
+) + CONV_PARAMS[4:6] + (
+    Param('workspace', p_int, 512, 'Accepted for compatibility.'),
+    Param('no_bias', p_bool, True),
+) + CONV_PARAMS[8:]
+
+
+# ----------------------------------------------------------------------------------------------
+# The three primitives, on channel-first arrays: x (N, C, *in), weight (F, C/groups, *kernel),
+# y (N, F, *out).
+
+def conv_forward(xp, x, weight, window, groups, y, ctx=None):
+    """Write the convolution of `x` with `weight` into `y`."""
+    n, channels = x.shape[:2]
+    filters, size_out = weight.shape[0], prod(window.size_out)
+    w3 = as_shape(xp, weight, (groups, filters // groups, -1))
+    target = reshape_view(y, (n, groups, filters // groups, size_out))
+    pad_buf, cols_buf, y_buf = scratch(
+        ctx, xp,
+        None if window.is_pointwise or not window.has_padding else (
+            x.shape[:2] + window.padded, x.dtype),
+        None if window.is_pointwise else ((n, channels) + window.kernel + window.size_out,
+                                          x.dtype),
+        None if target is not None else ((n, groups, filters // groups, size_out), y.dtype))
+    if window.is_pointwise:
+        cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
+    else:
+        padded = padded_input(xp, x, window, 0, pad_buf)
+        cols = im2col(xp, padded, window, cols_buf).reshape(n, groups, -1, size_out)
+    xp.matmul(w3, cols, out=target if target is not None else y_buf)
+    if target is None:
+        y[...] = y_buf.reshape(y.shape)
+
+
+def conv_backward_data(xp, dy, weight, window, groups, dx, ctx=None):
+    """Write the gradient of the convolution with respect to its data into `dx`."""
+    n, channels = dx.shape[:2]
+    filters, size_out = weight.shape[0], prod(window.size_out)
+    wt = as_shape(xp, weight, (groups, filters // groups, -1)).transpose(0, 2, 1)
+    dy4 = as_shape(xp, dy, (n, groups, filters // groups, size_out))
+    if window.is_pointwise:
+        target = reshape_view(dx, (n, groups, channels // groups, size_out))
+        if target is not None:
+            xp.matmul(wt, dy4, out=target)
+        else:
+            dx[...] = xp.matmul(wt, dy4).reshape(dx.shape)
+        return
+    dcols, dpad = scratch(ctx, xp, ((n, groups, wt.shape[1], size_out), dx.dtype),
+                          ((n, channels) + window.padded, dx.dtype) if window.has_padding
+                          else None)
+    xp.matmul(wt, dy4, out=dcols)
+    if dpad is None:
+        dx.fill(0)
+        col2im(dcols.reshape((n, channels) + window.kernel + window.size_out), window, dx)
+        return
+    dpad.fill(0)
+    col2im(dcols.reshape((n, channels) + window.kernel + window.size_out), window, dpad)
+    dx[...] = dpad[interior(window)]
+
+
+def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None):
+    """Write the gradient of the convolution with respect to its weight into `dw`."""
+    n, channels = x.shape[:2]
+    filters, size_out = dw.shape[0], prod(window.size_out)
+    dy4 = as_shape(xp, dy, (n, groups, filters // groups, size_out))
+    pad_buf, cols_buf, acc = scratch(
+        ctx, xp,
+        None if window.is_pointwise or not window.has_padding else (
+            x.shape[:2] + window.padded, x.dtype),
+        None if window.is_pointwise else ((n, channels) + window.kernel + window.size_out,
+                                          x.dtype),
+        ((2, groups, filters // groups, prod(dw.shape[1:])), dw.dtype))
+    if window.is_pointwise:
+        cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
+    else:
+        padded = padded_input(xp, x, window, 0, pad_buf)
+        cols = im2col(xp, padded, window, cols_buf).reshape(n, groups, -1, size_out)
+    # one batched GEMM (over groups) per sample: (Fg, O) x (O, Cg*K), summed over samples
+    total, term = acc[0], acc[1]
+    total.fill(0)
+    for i in range(n):
+        xp.matmul(dy4[i], cols[i].transpose(0, 2, 1), out=term)
+        total += term
+    dw[...] = total.reshape(dw.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Geometry and shape inference.
+
+def _conv_window(op, attrs, size_in):
+    kernel = attrs['kernel']
+    stride, dilate, pad = spatial_defaults(op, attrs, len(kernel))
+    size_out = tuple((n + 2 * p - dk) // s + 1 for n, p, dk, s in
+                     zip(size_in, pad, dilated(kernel, dilate), stride))
+    if any(o <= 0 for o in size_out):
+        raise ShapeError(f'{op}: kernel {kernel} with dilate {dilate} does not fit data of '
+                         f'spatial size {size_in} padded by {pad}')
+    return make_window(kernel, stride, dilate, pad, size_in, size_out)
+
+
+def _deconv_window(op, attrs, size_in):
+    """The window of the convolution whose data gradient this deconvolution is."""
+    kernel = attrs['kernel']
+    nd = len(kernel)
+    stride, dilate, pad, adj = spatial_defaults(op, attrs, nd, ('stride', 'dilate', 'pad', 'adj'))
+    full = [s * (n - 1) + dk for s, n, dk in zip(stride, size_in, dilated(kernel, dilate))]
+    target = attrs['target_shape']
+    if target and any(target):
+        if len(target) != nd:
+            raise ShapeError(f'{op}: target_shape {target} has {len(target)} dims, kernel '
+                             f'{kernel} has {nd}')
+        excess = [f - t for f, t in zip(full, target)]
+        if any(e < 0 for e in excess):
+            raise ShapeError(f'{op}: target_shape {target} is larger than the largest output '
+                             f'{tuple(full)} for input size {size_in}')
+        adj, pad = [e % 2 for e in excess], [(e + 1) // 2 for e in excess]
+    elif any(a >= s for a, s in zip(adj, stride)):
+        raise ShapeError(f'{op}: adj {adj} must be smaller than stride {stride}')
+    size_out = tuple(f - 2 * p + a for f, p, a in zip(full, pad, adj))
+    if any(o <= 0 for o in size_out):
+        raise ShapeError(f'{op}: pad {tuple(pad)} leaves no output for input size {size_in}')
+    return make_window(kernel, stride, dilate, pad, size_out, size_in)
+
+
+def _weight_shape(first, per_group, kernel, layout):
+    if is_channel_last(layout):
+        return (first,) + tuple(kernel) + (per_group,)
+    return (first, per_group) + tuple(kernel)
+
+
+def _check_groups(op, channels, filters, groups):
+    if groups < 1 or channels % groups or filters % groups:
+        raise ShapeError(f'{op}: num_group={groups} must divide both the {channels} input '
+                         f'channels and num_filter={filters}')
+
+
+def _split_data(op, attrs, data):
+    nd = len(attrs['kernel'])
+    if nd not in (1, 2, 3):
+        raise ShapeError(f'{op}: kernel {attrs["kernel"]} must have 1, 2 or 3 dims')
+    if len(data) != nd + 2:
+        raise ShapeError(f'{op}: data has shape {tuple(data)}; a {nd}-D kernel '
+                         f'{attrs["kernel"]} needs {nd + 2}-D data')
+    check_layout(op, attrs['layout'], data)
+    return split_layout(tuple(data), attrs['layout'])
+
+
+def _conv_infer(attrs, in_shapes):
+    op, in_shapes = 'Convolution', list(in_shapes)
+    if in_shapes[0] is None:
+        return in_shapes, [None]
+    batch, channels, size_in = _split_data(op, attrs, in_shapes[0])
+    filters, groups, layout = attrs['num_filter'], attrs['num_group'], attrs['layout']
+    _check_groups(op, channels, filters, groups)
+    weight = in_shapes[1]
+    if weight is not None and len(weight) == len(size_in) + 2:
+        per_group = weight[-1] if is_channel_last(layout) else weight[1]
+        if per_group * groups != channels:
+            raise ShapeError(f'{op}: data has {channels} channels, weight {tuple(weight)} '
+                             f'expects {per_group * groups}')
+    assign_shape(op, in_shapes, 1, 'weight',
+                 _weight_shape(filters, channels // groups, attrs['kernel'], layout))
+    if not attrs['no_bias']:
+        assign_shape(op, in_shapes, 2, 'bias', (filters,))
+    window = _conv_window(op, attrs, size_in)
+    return in_shapes, [join_layout(batch, filters, window.size_out, layout)]
+
+
+def _deconv_infer(attrs, in_shapes):
+    op, in_shapes = 'Deconvolution', list(in_shapes)
+    if in_shapes[0] is None:
+        return in_shapes, [None]
+    batch, channels, size_in = _split_data(op, attrs, in_shapes[0])
+    filters, groups, layout = attrs['num_filter'], attrs['num_group'], attrs['layout']
+    _check_groups(op, channels, filters, groups)
+    weight = in_shapes[1]
+    if weight is not None and len(weight) == len(size_in) + 2 and weight[0] != channels:
+        raise ShapeError(f'{op}: data has {channels} channels, weight {tuple(weight)} '
+                         f'expects {weight[0]}')
+    assign_shape(op, in_shapes, 1, 'weight',
+                 _weight_shape(channels, filters // groups, attrs['kernel'], layout))
+    if not attrs['no_bias']:
+        assign_shape(op, in_shapes, 2, 'bias', (filters,))
+    window = _deconv_window(op, attrs, size_in)
+    return in_shapes, [join_layout(batch, filters, window.size_in, layout)]
+
+
+def _inputs(attrs):
+    return ['data', 'weight'] if attrs['no_bias'] else ['data', 'weight', 'bias']
+
+
+def _grad_outputs(attrs):
+    names = ['data_grad', 'weight_grad']
+    return names if attrs['no_bias'] else names + ['bias_grad']
+
+
+def _backward_infer(attrs, in_shapes):
+    """Inputs (out_grad, data, weight): gradients shaped like data, weight and the bias."""
+    in_shapes = list(in_shapes)
+    outs = [in_shapes[1], in_shapes[2]]
+    if not attrs['no_bias']:
+        outs.append((attrs['num_filter'],))
+    return in_shapes, outs
+
+
+def _backward_type(attrs, in_dtypes):
+    ins, outs = same_type(attrs, in_dtypes)
+    return ins, outs * len(_grad_outputs(attrs))
+
+
+def _spatial_axes(ndim):
+    return (0,) + tuple(range(2, ndim))
+
+
+def _add_bias(y, bias):
+    y += bias.reshape((1, -1) + (1,) * (y.ndim - 2))
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution.
+
+def _conv_kernel(attrs, ins, outs, ctx):
+    xp, layout = ctx.xp, attrs['layout']
+    x = channel_first(xp, ins[0], layout)
+    y = channel_first(xp, outs[0], layout)
+    window = _conv_window('Convolution', attrs, x.shape[2:])
+    if is_channel_last(layout) and window.is_pointwise and attrs['num_group'] == 1:
+        # (N*spatial, C) x (C, F): channel-last data is already the patch matrix
+        rows = as_shape(xp, ins[0], (-1, ins[0].shape[-1]))
+        weight = ins[1].reshape(ins[1].shape[0], -1)
+        xp.matmul(rows, weight.T, out=as_shape(xp, outs[0], (-1, outs[0].shape[-1])))
+    else:
+        weight = weight_channel_first(xp, ins[1], layout)
+        conv_forward(xp, x, weight, window, attrs['num_group'], y, ctx)
+    if not attrs['no_bias']:
+        _add_bias(y, ins[2])
+
+
+def _conv_backward_kernel(attrs, ins, outs, ctx):
+    xp, layout, groups = ctx.xp, attrs['layout'], attrs['num_group']
+    dy, x = channel_first(xp, ins[0], layout), channel_first(xp, ins[1], layout)
+    weight = weight_channel_first(xp, ins[2], layout)
+    window = _conv_window('Convolution', attrs, x.shape[2:])
+    conv_backward_data(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx)
+    conv_backward_weight(xp, dy, x, window, groups, weight_channel_first(xp, outs[1], layout),
+                         ctx)
+    if not attrs['no_bias']:
+        outs[2][...] = dy.sum(axis=_spatial_axes(dy.ndim))
+
+
+def _conv_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_Convolution(out_grads[0], inputs[0], inputs[1], **attrs)
+    return outputs_of(grads, len(_grad_outputs(attrs)))
+
+
+register('Convolution', _conv_kernel, infer_shape=_conv_infer, inputs=_inputs,
+         params=CONV_PARAMS, gradient=_conv_gradient, resources=('temp',),
+         doc='N-D convolution of data (N, C, *spatial) with weight (F, C/num_group, *kernel).')
+
+register('_backward_Convolution', _conv_backward_kernel, infer_shape=_backward_infer,
+         infer_type=_backward_type, inputs=('out_grad', 'data', 'weight'),
+         outputs=_grad_outputs, params=CONV_PARAMS, resources=('temp',))
+
+
+# ----------------------------------------------------------------------------------------------
+# Deconvolution (transposed convolution).
+
+def _deconv_kernel(attrs, ins, outs, ctx):
+    xp, layout = ctx.xp, attrs['layout']
+    x = channel_first(xp, ins[0], layout)
+    y = channel_first(xp, outs[0], layout)
+    window = _deconv_window('Deconvolution', attrs, x.shape[2:])
+    weight = weight_channel_first(xp, ins[1], layout)
+    conv_backward_data(xp, x, weight, window, attrs['num_group'], y, ctx)
+    if not attrs['no_bias']:
+        _add_bias(y, ins[2])
+
+
+def _deconv_backward_kernel(attrs, ins, outs, ctx):
+    xp, layout, groups = ctx.xp, attrs['layout'], attrs['num_group']
+    dy, x = channel_first(xp, ins[0], layout), channel_first(xp, ins[1], layout)
+    weight = weight_channel_first(xp, ins[2], layout)
+    window = _deconv_window('Deconvolution', attrs, x.shape[2:])
+    conv_forward(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx)
+    conv_backward_weight(xp, x, dy, window, groups, weight_channel_first(xp, outs[1], layout),
+                         ctx)
+    if not attrs['no_bias']:
+        outs[2][...] = dy.sum(axis=_spatial_axes(dy.ndim))
+
+
+def _deconv_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_Deconvolution(out_grads[0], inputs[0], inputs[1], **attrs)
+    return outputs_of(grads, len(_grad_outputs(attrs)))
+
+
+register('Deconvolution', _deconv_kernel, infer_shape=_deconv_infer, inputs=_inputs,
+         params=DECONV_PARAMS, gradient=_deconv_gradient, resources=('temp',),
+         doc='Transposed convolution: the data gradient of Convolution with the same window; '
+             'weight is (C, num_filter/num_group, *kernel).')
+
+register('_backward_Deconvolution', _deconv_backward_kernel, infer_shape=_backward_infer,
+         infer_type=_backward_type, inputs=('out_grad', 'data', 'weight'),
+         outputs=_grad_outputs, params=DECONV_PARAMS, resources=('temp',))

@@ -1,0 +1,339 @@
+"""BatchNorm, LayerNorm, InstanceNorm and LRN."""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis, outputs_of
+from ember.op.registry import (
+    REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_optional, register)
+
+
+def _param_dtype(dtype):
+    """Scale, shift and statistics of 16-bit data are kept in float32, as MXNet does."""
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.kind == 'f' and dtype.itemsize < 4 else dtype
+
+
+def _params_typed(num_params, num_outputs):
+    """infer_type: data, then `num_params` float32-for-16-bit inputs; out 0 has data's dtype."""
+    def infer(attrs, in_dtypes):
+        data = in_dtypes[0]
+        if data is None:
+            return list(in_dtypes), [None] * num_outputs
+        param = _param_dtype(data)
+        ins = [data] + [d if d is not None else param for d in in_dtypes[1:1 + num_params]]
+        return ins, [data] + [param] * (num_outputs - 1)
+    return infer
+
+
+def _broadcast_shape(ndim, axis, size):
+    shape = [1] * ndim
+    shape[axis] = size
+    return tuple(shape)
+
+
+def _other_axes(ndim, axis):
+    return tuple(i for i in range(ndim) if i != axis)
+
+
+def _normalized_grad(dxhat, xhat, invstd, axes):
+    """Gradient through (x - mean(x)) * invstd(x) with statistics over `axes`."""
+    mean_dxhat = dxhat.mean(axis=axes, keepdims=True)
+    mean_both = (dxhat * xhat).mean(axis=axes, keepdims=True)
+    return invstd * (dxhat - mean_dxhat - xhat * mean_both)
+
+
+def _grads_like(indices):
+    """infer_shape of a backward operator whose outputs are shaped like inputs `indices`."""
+    def infer(attrs, in_shapes):
+        return list(in_shapes), [in_shapes[i] for i in indices]
+    return infer
+
+
+def _backward_type(count):
+    def infer(attrs, in_dtypes):
+        data, param = in_dtypes[1], _param_dtype(in_dtypes[1])
+        return list(in_dtypes), [data] + [param] * (count - 1)
+    return infer
+
+
+# ----------------------------------------------------------------------------------------------
+# BatchNorm
+
+BN_PARAMS = (
+    Param('eps', p_float, 1e-3, 'Added to the variance before the square root.'),
+    Param('momentum', p_float, 0.9, 'Decay of the moving statistics.'),
+    Param('fix_gamma', p_bool, True, 'Use a scale of 1 and give gamma no gradient.'),
+    Param('use_global_stats', p_bool, False, 'Normalise with the moving statistics in '
+          'training too.'),
+    Param('output_mean_var', p_bool, False, 'Also output the mean and inverse std used.'),
+    Param('axis', p_int, 1, 'The channel axis.'),
+    Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
+    Param('min_calib_range', p_optional(p_float), None, 'Accepted for compatibility.'),
+    Param('max_calib_range', p_optional(p_float), None, 'Accepted for compatibility.'),
+)
+
+
+def _bn_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    data = in_shapes[0]
+    if data is None:
+        return in_shapes, [None] * 3
+    axis = normalize_axis('BatchNorm', attrs['axis'], len(data))
+    channels = (data[axis],)
+    for index, name in enumerate(('gamma', 'beta', 'moving_mean', 'moving_var'), start=1):
+        assign_shape('BatchNorm', in_shapes, index, name, channels)
+    return in_shapes, [tuple(data), channels, channels]
+
+
+def _uses_batch_stats(attrs, ctx):
+    return ctx.is_train and not attrs['use_global_stats']
+
+
+def _bn_kernel(attrs, ins, outs, ctx):
+    """Training updates moving_mean and moving_var in place; outputs 1 and 2 are the mean and
+    inverse standard deviation used (MXNet's layout)."""
+    x, gamma, beta, moving_mean, moving_var = ins
+    axis = attrs['axis'] % x.ndim
+    axes, acc = _other_axes(x.ndim, axis), accumulation_dtype(x.dtype)
+    if _uses_batch_stats(attrs, ctx):
+        mean, var = x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
+        momentum = attrs['momentum']
+        moving_mean[...] = moving_mean * momentum + mean * (1 - momentum)
+        moving_var[...] = moving_var * momentum + var * (1 - momentum)
+    else:
+        mean, var = moving_mean.astype(acc), moving_var.astype(acc)
+    invstd = 1 / ctx.xp.sqrt(var + attrs['eps'])
+    scale = invstd if attrs['fix_gamma'] else gamma * invstd
+    shape = _broadcast_shape(x.ndim, axis, -1)
+    outs[0][...] = x * scale.reshape(shape) + (beta - mean * scale).reshape(shape)
+    outs[1][...] = mean
+    outs[2][...] = invstd
+
+
+def _bn_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, gamma, mean, invstd) -> data, gamma, beta gradients."""
+    dy, x, gamma, mean, invstd = ins
+    axis = attrs['axis'] % x.ndim
+    axes, shape = _other_axes(x.ndim, axis), _broadcast_shape(x.ndim, axis, -1)
+    scale = 1 if attrs['fix_gamma'] else gamma.reshape(shape)
+    invstd = invstd.reshape(shape)
+    xhat = (x - mean.reshape(shape)) * invstd
+    if _uses_batch_stats(attrs, ctx):
+        outs[0][...] = _normalized_grad(dy * scale, xhat, invstd, axes)
+    else:
+        outs[0][...] = dy * (scale * invstd)
+    if attrs['fix_gamma']:
+        outs[1].fill(0)
+    else:
+        outs[1][...] = (dy * xhat).sum(axis=axes)
+    outs[2][...] = dy.sum(axis=axes)
+
+
+def _bn_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_BatchNorm(out_grads[0], inputs[0], inputs[1], outputs[1], outputs[2],
+                                  **attrs)
+    return outputs_of(grads, 3) + [None, None]
+
+
+register('BatchNorm', _bn_kernel, infer_shape=_bn_infer, infer_type=_params_typed(4, 3),
+         inputs=('data', 'gamma', 'beta', 'moving_mean', 'moving_var'),
+         outputs=('output', 'mean', 'var'),
+         visible_outputs=lambda attrs: 3 if attrs['output_mean_var'] else 1,
+         params=BN_PARAMS, gradient=_bn_gradient, mutate=(3, 4),
+         aux=('moving_mean', 'moving_var'),
+         doc='Batch normalisation over every axis but `axis`; training uses the batch '
+             'statistics and updates the moving ones in place.')
+
+register('_backward_BatchNorm', _bn_backward_kernel, infer_shape=_grads_like((1, 2, 2)),
+         infer_type=_backward_type(3), inputs=('out_grad', 'data', 'gamma', 'mean', 'invstd'),
+         outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=BN_PARAMS)
+
+
+# ----------------------------------------------------------------------------------------------
+# LayerNorm
+
+LN_PARAMS = (
+    Param('axis', p_int, -1, 'The axis normalised over.'),
+    Param('eps', p_float, 1e-5),
+    Param('output_mean_var', p_bool, False, 'Also output the mean and standard deviation.'),
+)
+
+
+def _ln_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    data = in_shapes[0]
+    if data is None:
+        return in_shapes, [None] * 3
+    axis = normalize_axis('LayerNorm', attrs['axis'], len(data))
+    assign_shape('LayerNorm', in_shapes, 1, 'gamma', (data[axis],))
+    assign_shape('LayerNorm', in_shapes, 2, 'beta', (data[axis],))
+    stats = tuple(1 if i == axis else n for i, n in enumerate(data))
+    return in_shapes, [tuple(data), stats, stats]
+
+
+def _ln_kernel(attrs, ins, outs, ctx):
+    x, gamma, beta = ins
+    axis = attrs['axis'] % x.ndim
+    acc = accumulation_dtype(x.dtype)
+    mean = x.mean(axis=axis, keepdims=True, dtype=acc)
+    std = ctx.xp.sqrt(x.var(axis=axis, keepdims=True, dtype=acc) + attrs['eps'])
+    shape = _broadcast_shape(x.ndim, axis, -1)
+    outs[0][...] = (x - mean) / std * gamma.reshape(shape) + beta.reshape(shape)
+    outs[1][...] = mean
+    outs[2][...] = std
+
+
+def _ln_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, gamma, mean, std) -> data, gamma, beta gradients."""
+    dy, x, gamma, mean, std = ins
+    axis = attrs['axis'] % x.ndim
+    shape, others = _broadcast_shape(x.ndim, axis, -1), _other_axes(x.ndim, axis)
+    xhat = (x - mean) / std
+    outs[0][...] = _normalized_grad(dy * gamma.reshape(shape), xhat, 1 / std, axis)
+    outs[1][...] = (dy * xhat).sum(axis=others)
+    outs[2][...] = dy.sum(axis=others)
+
+
+def _ln_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_LayerNorm(out_grads[0], inputs[0], inputs[1], outputs[1], outputs[2],
+                                  **attrs)
+    return outputs_of(grads, 3)
+
+
+register('LayerNorm', _ln_kernel, infer_shape=_ln_infer, infer_type=_params_typed(2, 3),
+         inputs=('data', 'gamma', 'beta'), outputs=('output', 'mean', 'std'),
+         visible_outputs=lambda attrs: 3 if attrs['output_mean_var'] else 1,
+         params=LN_PARAMS, gradient=_ln_gradient,
+         doc='Layer normalisation over `axis`, scaled by gamma and shifted by beta.')
+
+register('_backward_LayerNorm', _ln_backward_kernel, infer_shape=_grads_like((1, 2, 2)),
+         infer_type=_backward_type(3), inputs=('out_grad', 'data', 'gamma', 'mean', 'std'),
+         outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=LN_PARAMS)
+
+
+# ----------------------------------------------------------------------------------------------
+# InstanceNorm
+
+IN_PARAMS = (Param('eps', p_float, 1e-3),)
+
+
+def _in_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    data = in_shapes[0]
+    if data is None:
+        return in_shapes, [None] * 3
+    if len(data) < 3:
+        raise ShapeError(f'InstanceNorm: data has shape {tuple(data)}; expected (N, C, ...) '
+                         'with at least one spatial axis')
+    assign_shape('InstanceNorm', in_shapes, 1, 'gamma', (data[1],))
+    assign_shape('InstanceNorm', in_shapes, 2, 'beta', (data[1],))
+    return in_shapes, [tuple(data), tuple(data[:2]), tuple(data[:2])]
+
+
+def _spatial(ndim):
+    return tuple(range(2, ndim))
+
+
+def _in_kernel(attrs, ins, outs, ctx):
+    x, gamma, beta = ins
+    axes, acc = _spatial(x.ndim), accumulation_dtype(x.dtype)
+    mean, var = x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
+    shape = x.shape[:2] + (1,) * (x.ndim - 2)
+    invstd = 1 / ctx.xp.sqrt(var.reshape(shape) + attrs['eps'])
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    outs[0][...] = (x - mean.reshape(shape)) * invstd * gamma.reshape(channel) \
+        + beta.reshape(channel)
+    outs[1][...] = mean
+    outs[2][...] = var
+
+
+def _in_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, gamma, mean, var) -> data, gamma, beta gradients."""
+    dy, x, gamma, mean, var = ins
+    axes = _spatial(x.ndim)
+    shape, channel = x.shape[:2] + (1,) * (x.ndim - 2), (1, -1) + (1,) * (x.ndim - 2)
+    invstd = 1 / ctx.xp.sqrt(var.reshape(shape) + attrs['eps'])
+    xhat = (x - mean.reshape(shape)) * invstd
+    outs[0][...] = _normalized_grad(dy * gamma.reshape(channel), xhat, invstd, axes)
+    outs[1][...] = (dy * xhat).sum(axis=(0,) + axes)
+    outs[2][...] = dy.sum(axis=(0,) + axes)
+
+
+def _in_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_InstanceNorm(out_grads[0], inputs[0], inputs[1], outputs[1],
+                                     outputs[2], **attrs)
+    return outputs_of(grads, 3)
+
+
+register('InstanceNorm', _in_kernel, infer_shape=_in_infer, infer_type=_params_typed(2, 3),
+         inputs=('data', 'gamma', 'beta'), outputs=('output', 'mean', 'var'),
+         visible_outputs=1, params=IN_PARAMS, gradient=_in_gradient,
+         doc='Normalises each (sample, channel) over the spatial axes.')
+
+register('_backward_InstanceNorm', _in_backward_kernel, infer_shape=_grads_like((1, 2, 2)),
+         infer_type=_backward_type(3), inputs=('out_grad', 'data', 'gamma', 'mean', 'var'),
+         outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=IN_PARAMS)
+
+
+# ----------------------------------------------------------------------------------------------
+# LRN: local response normalisation across channels.
+
+LRN_PARAMS = (
+    Param('alpha', p_float, 1e-4),
+    Param('beta', p_float, 0.75),
+    Param('knorm', p_float, 2.0),
+    Param('nsize', p_int, REQUIRED, 'Channels in the window (odd).'),
+)
+
+
+def _lrn_infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if attrs['nsize'] < 1 or attrs['nsize'] % 2 == 0:
+        raise ShapeError(f'LRN: nsize={attrs["nsize"]} must be a positive odd number')
+    if data is not None and len(data) < 2:
+        raise ShapeError(f'LRN: data has shape {tuple(data)}; expected (N, C, ...)')
+    return list(in_shapes), [data, data]
+
+
+def _channel_window_sum(xp, values, nsize):
+    """Sum of `values` over a window of `nsize` channels centred on each channel."""
+    half, channels = nsize // 2, values.shape[1]
+    padded = xp.zeros((values.shape[0], channels + 2 * half) + values.shape[2:], values.dtype)
+    padded[:, half:half + channels] = values
+    total = padded[:, :channels].copy()
+    for offset in range(1, nsize):
+        total += padded[:, offset:offset + channels]
+    return total
+
+
+def _lrn_kernel(attrs, ins, outs, ctx):
+    x = ins[0]
+    norm = attrs['knorm'] + attrs['alpha'] / attrs['nsize'] * _channel_window_sum(
+        ctx.xp, x * x, attrs['nsize'])
+    outs[1][...] = norm
+    outs[0][...] = x * norm ** -attrs['beta']
+
+
+def _lrn_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, norm)."""
+    dy, x, norm = ins
+    beta, nsize = attrs['beta'], attrs['nsize']
+    through_norm = _channel_window_sum(ctx.xp, dy * x * norm ** (-beta - 1), nsize)
+    outs[0][...] = dy * norm ** -beta - 2 * beta * attrs['alpha'] / nsize * x * through_norm
+
+
+def _lrn_gradient(F, attrs, inputs, outputs, out_grads):
+    return [F._backward_LRN(out_grads[0], inputs[0], outputs[1], **attrs)]
+
+
+register('LRN', _lrn_kernel, infer_shape=_lrn_infer, outputs=('output', 'tmp_norm'),
+         visible_outputs=1, params=LRN_PARAMS, gradient=_lrn_gradient,
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]] * 2),
+         doc='out = x / (knorm + alpha / nsize * sum of x^2 over nsize channels) ** beta.')
+
+register('_backward_LRN', _lrn_backward_kernel, inputs=('out_grad', 'data', 'tmp_norm'),
+         infer_shape=_grads_like((1,)), outputs=('data_grad',), params=LRN_PARAMS,
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]))

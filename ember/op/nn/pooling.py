@@ -1,0 +1,180 @@
+"""Pooling (max, avg, sum, lp) over 1-D, 2-D and 3-D windows, as reductions of a strided view."""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.op.nn._common import (
+    channel_first, check_layout, interior, join_layout, layout_param, make_window,
+    padded_input, scratch, shape_param, spatial_defaults, split_layout, window_slices, windows)
+from ember.op.registry import Param, ShapeError, p_bool, p_enum, p_int, p_optional, register
+
+__all__ = ['pool_window']
+
+POOL_PARAMS = (
+    shape_param('kernel', doc='Window size; ignored with global_pool.'),
+    Param('pool_type', p_enum('max', 'avg', 'sum', 'lp'), 'max'),
+    Param('global_pool', p_bool, False, 'Pool over the whole spatial extent.'),
+    Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
+    Param('pooling_convention', p_enum('valid', 'full', 'same'), 'valid',
+          'Output size rounding: valid floors, full ceils, same is ceil(size / stride).'),
+    shape_param('stride'),
+    shape_param('pad'),
+    Param('p_value', p_optional(p_int), None, 'The p of lp pooling.'),
+    Param('count_include_pad', p_optional(p_bool), None,
+          'avg: count padded elements in the divisor (None means True).'),
+    layout_param(),
+)
+
+
+def pool_window(attrs, size_in):
+    """The Window of a Pooling operator over data of spatial size `size_in`."""
+    op, nd = 'Pooling', len(size_in)
+    ones = (1,) * nd
+    if attrs['global_pool']:
+        return make_window(tuple(size_in), ones, ones, (0,) * nd, size_in, ones)
+    kernel = attrs['kernel']
+    if len(kernel) != nd:
+        raise ShapeError(f'Pooling: kernel {kernel} has {len(kernel)} dims but the data has '
+                         f'{nd} spatial dims' + ('' if kernel else '; set kernel or global_pool'))
+    stride, pad = spatial_defaults(op, attrs, nd, ('stride', 'pad'))
+    convention = attrs['pooling_convention']
+    if convention == 'same':
+        if any(pad):
+            raise ShapeError(f"Pooling: pooling_convention='same' computes its own padding; "
+                             f'got pad={pad}')
+        size_out = tuple(-(-n // s) for n, s in zip(size_in, stride))
+        total = [max((o - 1) * s + k - n, 0) for o, s, k, n in
+                 zip(size_out, stride, kernel, size_in)]
+        pad = tuple(t // 2 for t in total)
+    else:
+        spans = [n + 2 * p - k for n, p, k in zip(size_in, pad, kernel)]
+        if convention == 'valid':
+            size_out = tuple(span // s + 1 for span, s in zip(spans, stride))
+        else:
+            size_out = tuple(-(-span // s) + 1 for span, s in zip(spans, stride))
+    if any(o <= 0 for o in size_out):
+        raise ShapeError(f'Pooling: kernel {kernel} does not fit data of spatial size '
+                         f'{tuple(size_in)} padded by {pad}')
+    return make_window(kernel, stride, ones, pad, size_in, size_out)
+
+
+def _infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if data is None:
+        return list(in_shapes), [None]
+    if len(data) not in (3, 4, 5):
+        raise ShapeError(f'Pooling: data has shape {tuple(data)}; expected 3-D, 4-D or 5-D')
+    if attrs['pool_type'] == 'lp' and not attrs['p_value']:
+        raise ShapeError("Pooling: pool_type='lp' needs p_value (e.g. p_value=2)")
+    check_layout('Pooling', attrs['layout'], data)
+    batch, channels, size_in = split_layout(tuple(data), attrs['layout'])
+    window = pool_window(attrs, size_in)
+    return list(in_shapes), [join_layout(batch, channels, window.size_out, attrs['layout'])]
+
+
+def _pad_value(pool_type, dtype):
+    if pool_type != 'max':
+        return 0
+    return -np.inf if dtype.kind == 'f' else np.iinfo(dtype).min
+
+
+def _divisor(attrs, window, xp, dtype):
+    """Elements per window of avg pooling, broadcastable against the output."""
+    include_pad = attrs['count_include_pad'] in (None, True)
+    declared_after = window.pad_before if attrs['pooling_convention'] != 'same' \
+        else window.pad_after
+    count = np.ones((), dtype=np.int64)
+    for i, (k, s, before, after, n, o) in enumerate(zip(
+            window.kernel, window.stride, window.pad_before, declared_after,
+            window.size_in, window.size_out)):
+        start = np.arange(o) * s - before
+        if include_pad:
+            per_dim = np.minimum(start + k, n + after) - start
+        else:
+            per_dim = np.minimum(start + k, n) - np.maximum(start, 0)
+        count = np.multiply.outer(count, np.maximum(per_dim, 1))
+    return xp.asarray(count.astype(dtype))
+
+
+def _signed_root(xp, value, p):
+    if p % 2:
+        return xp.sign(value) * xp.abs(value) ** (1.0 / p)
+    return value ** (1.0 / p)
+
+
+def _padded_data(attrs, x, window, ctx):
+    xp = ctx.xp
+    buffer, = scratch(ctx, xp, (x.shape[:2] + window.padded, x.dtype)
+                      if window.has_padding else None)
+    return padded_input(xp, x, window, _pad_value(attrs['pool_type'], x.dtype), buffer)
+
+
+def _kernel(attrs, ins, outs, ctx):
+    xp, layout = ctx.xp, attrs['layout']
+    x, y = channel_first(xp, ins[0], layout), channel_first(xp, outs[0], layout)
+    window = pool_window(attrs, x.shape[2:])
+    view = windows(xp, _padded_data(attrs, x, window, ctx), window)
+    axes = tuple(range(-len(window.kernel), 0))
+    kind = attrs['pool_type']
+    if kind == 'max':
+        xp.max(view, axis=axes, out=y)
+    elif kind == 'lp':
+        p = attrs['p_value']
+        y[...] = _signed_root(xp, (view ** p).sum(axis=axes), p)
+    else:
+        total = view.sum(axis=axes)
+        y[...] = total / _divisor(attrs, window, xp, total.dtype) if kind == 'avg' else total
+
+
+def _backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, out); max pooling routes each gradient to the first maximum."""
+    xp, layout = ctx.xp, attrs['layout']
+    dy, x, y = (channel_first(xp, a, layout) for a in ins)
+    dx = channel_first(xp, outs[0], layout)
+    window = pool_window(attrs, x.shape[2:])
+    kind = attrs['pool_type']
+    padded_shape, needs_data = x.shape[:2] + window.padded, kind in ('max', 'lp')
+    x_buf, dpad = scratch(ctx, xp,
+                          (padded_shape, x.dtype) if window.has_padding and needs_data else None,
+                          (padded_shape, dx.dtype) if window.has_padding else None)
+    padded = padded_input(xp, x, window, _pad_value(kind, x.dtype), x_buf) if needs_data \
+        else None
+    if dpad is None:
+        dpad = dx
+    dpad.fill(0)
+    if kind == 'max':
+        taken = xp.zeros(y.shape, dtype=bool)
+        for _, tap in window_slices(window):
+            hit = (padded[tap] == y) & ~taken
+            dpad[tap] += dy * hit
+            taken |= hit
+    else:
+        share = _tap_gradient(attrs, window, xp, dy, y)
+        for _, tap in window_slices(window):
+            dpad[tap] += share if kind != 'lp' else share * padded[tap] ** (attrs['p_value'] - 1)
+    if window.has_padding:
+        dx[...] = dpad[interior(window)]
+
+
+def _tap_gradient(attrs, window, xp, dy, y):
+    """What every tap of a window receives (before the lp factor of its own input)."""
+    kind = attrs['pool_type']
+    if kind == 'avg':
+        return dy / _divisor(attrs, window, xp, dy.dtype)
+    if kind == 'lp':
+        safe = xp.where(y == 0, 1, y)
+        return xp.where(y == 0, 0, dy * safe ** (1 - attrs['p_value']))
+    return dy
+
+
+def _gradient(F, attrs, inputs, outputs, out_grads):
+    return [F._backward_Pooling(out_grads[0], inputs[0], outputs[0], **attrs)]
+
+
+register('Pooling', _kernel, infer_shape=_infer, params=POOL_PARAMS, gradient=_gradient,
+         resources=('temp',),
+         doc='Max, average, sum or Lp pooling over windows of the spatial dims.')
+
+register('_backward_Pooling', _backward_kernel, inputs=('out_grad', 'data', 'output'),
+         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         outputs=('data_grad',), params=POOL_PARAMS, resources=('temp',))
