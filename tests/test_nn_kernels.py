@@ -459,14 +459,26 @@ def test_layer_and_instance_norm():
     np.testing.assert_allclose(out, normed * gamma3[:, None] + beta3[:, None])
 
 
-def test_safe_accumulation_widens_float16_statistics():
+def test_float16_statistics_accumulate_in_float32():
     x = (RNG.standard_normal((2, 2048)) + 100).astype(np.float16)
     gamma, beta = np.ones(2048, np.float16), np.zeros(2048, np.float16)
-    with config.override(MXNET_SAFE_ACCUMULATION=True):
-        out = run1('LayerNorm', [x, gamma, beta])
+    out = run1('LayerNorm', [x, gamma, beta])
     x32 = x.astype(np.float32)
     expected = (x32 - x32.mean(-1, keepdims=True)) / np.sqrt(x32.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(out.astype(np.float32), expected, atol=1e-2)
+
+
+def test_safe_accumulation_widens_float32_reductions():
+    from ember.op.nn._common import accumulation_dtype
+    assert accumulation_dtype(np.float32) == np.float32
+    with config.override(MXNET_SAFE_ACCUMULATION=True):
+        assert accumulation_dtype(np.float32) == np.float64
+        x = np.full((1, 10**6), 1 + 2**-20, np.float32)
+        x[0, 0] = 0
+        mean = run('LayerNorm', [x, np.ones(10**6, np.float32), np.zeros(10**6, np.float32)],
+                   output_mean_var=True)[1]
+    assert mean.dtype == np.float32
+    assert abs(float(mean[0, 0]) - (1 + 2**-20) * (1 - 1e-6)) < 1e-6
 
 
 def test_lrn_matches_loop():

@@ -384,9 +384,6 @@ def test_declarations_follow_mxnet():
             assert op.inplace == ((0, 0),), op.name
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason='ember.ndarray.invoke reads op.mutate as a tuple; the multi_* '
-                          'operators declare mutate and inplace as fn(attrs)')
 def test_multi_update_through_ndarray():
     shapes, lrs = [(4,), (2, 3)], (0.1, 0.2)
     groups = multi_inputs(['mom'], np.float32, shapes)

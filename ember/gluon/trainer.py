@@ -4,11 +4,10 @@ from __future__ import annotations
 import warnings
 
 from ember import autograd, optimizer as opt
-from ember import ndarray as nd
 from ember.base import EmberError
 from ember.gluon.parameter import Parameter, ParameterDict
 
-__all__ = ['Trainer']
+__all__ = ['Trainer', 'StaleGradientError']
 
 
 class Trainer:
@@ -23,7 +22,7 @@ class Trainer:
     ...     loss = ((net(x) - 1) ** 2).mean()
     >>> loss.backward()
     >>> trainer.step(1)
-    >>> net.bias.data().asscalar()
+    >>> float(net.bias.data().asscalar())
     1.0
     """
 
@@ -66,6 +65,7 @@ class Trainer:
 
     @property
     def learning_rate(self):
+        """The optimizer's current learning rate."""
         return self._optimizer.learning_rate
 
     @property
@@ -73,6 +73,7 @@ class Trainer:
         return self._optimizer
 
     def set_learning_rate(self, lr):
+        """Set the optimizer's learning rate (refused when an lr_scheduler drives it)."""
         self._optimizer.set_learning_rate(lr)
 
     def step(self, batch_size, ignore_stale_grad=False):
@@ -106,40 +107,66 @@ class Trainer:
         return [p for p in self._params if p.grad_req != 'null']
 
     def _update(self, ignore_stale_grad):
-        stale = [p.name for p in self._trainable() if p._data is not None
-                 and not all(g._fresh_grad for g in p.list_grad())]
-        if stale and not ignore_stale_grad:
-            raise EmberError(f'gradients of {", ".join(stale)} were not updated by backward '
-                             f'since the last step; call step(..., ignore_stale_grad=True) to '
-                             f'skip them')
-        with autograd.pause():
-            for dev_index, updater in enumerate(self._updaters):
-                indices, weights, grads = [], [], []
-                for param in self._trainable():
-                    if param.name in stale:
-                        continue
-                    indices.append(self._param2idx[param.name])
-                    weights.append(param.list_data()[dev_index])
-                    grads.append(param.list_grad()[dev_index])
-                if indices:
-                    updater(indices, grads, weights)
+        if not ignore_stale_grad:
+            self._check_fresh()
+        updates = [[] for _ in self._updaters]
         for param in self._trainable():
-            for g in param.list_grad():
-                g._fresh_grad = False
+            index = self._param2idx[param.name]
+            for update, data, grad in zip(updates, param.list_data(), param.list_grad()):
+                # With ignore_stale_grad, copies whose gradient backward did not write keep
+                # their value (MXNet's rule).
+                if not ignore_stale_grad or grad._fresh_grad:
+                    update.append((index, grad, data))
+                    grad._fresh_grad = False
+        with autograd.pause():
+            for updater, update in zip(self._updaters, updates):
+                if update:
+                    indices, grads, weights = map(list, zip(*update))
+                    updater(indices, grads, weights)
+
+    def _check_fresh(self):
+        # autograd sets _fresh_grad on a gradient array when backward writes it. MXNet keeps
+        # the flag on the parameter's data array; the meaning is the same.
+        for param in self._trainable():
+            for grad in param.list_grad():
+                if not grad._fresh_grad:
+                    raise StaleGradientError(
+                        f'the gradient of parameter {param.name!r} on {grad.context} was not '
+                        f'written by backward since the last step; if the model uses only some '
+                        f'of its parameters on purpose, call step(..., ignore_stale_grad=True) '
+                        f'to skip the stale ones')
 
     def save_states(self, fname):
-        """Save the optimizer's states (momenta etc.) with nd.save."""
+        """Save the optimizer and its states (momenta etc.) to ``fname``.
+
+        The file is MXNet's NDArray list format with a JSON header (no pickle); see
+        :class:`ember.optimizer.Updater`.
+        """
         self._ensure_contexts()
+        if not self._updaters:
+            raise EmberError('save_states: the parameters of this Trainer have not been '
+                             'initialized on any device yet')
         with open(fname, 'wb') as f:
-            f.write(self._updaters[0].get_states(dump_optimizer=False))
+            f.write(self._updaters[0].get_states(dump_optimizer=True))
 
     def load_states(self, fname):
+        """Load what :meth:`save_states` wrote; the saved optimizer replaces the current one."""
         self._ensure_contexts()
         with open(fname, 'rb') as f:
             blob = f.read()
         for updater in self._updaters:
             updater.set_states(blob)
-            updater.optimizer = self._optimizer
+            updater.optimizer = self._updaters[0].optimizer
+        if self._updaters:
+            self._optimizer = self._updaters[0].optimizer
+        self._optimizer.param_dict = {i: p for i, p in enumerate(self._params)}
+
+
+class StaleGradientError(EmberError, UserWarning):
+    """Trainer.step found a gradient that backward has not written since the last step.
+
+    It is a UserWarning too: MXNet raises UserWarning here and programs catch that.
+    """
 
 
 def _parameter_list(params):

@@ -714,33 +714,51 @@ def _plain_context(device):
     return ctx
 
 
-def _fast(info, inputs, attrs) -> NDArray:
+def _fast_output(first):
+    """A new array of `first`'s shape and dtype on its device."""
     if _finished:
-        _finished.clear()
-    first = inputs[0]
+        _finished.clear()       # buffers of finished operators go back before we allocate
     view = first._view
     if view.offset:
         view = view_of(view.shape, view.dtype)
     device = first._device
-    eng = engine.get()
-    out = NDArray(storage.manager(device).alloc(view.size * view.dtype.itemsize), view,
-                  eng.new_var(), device)
-    kernel, ctx = info.kernel, _plain_context(device)
+    handle = storage.manager(device).alloc(view.size * view.dtype.itemsize)
+    return NDArray(handle, view, engine.get().new_var(), device)
+
+
+def _fast_unary(info, x, attrs) -> NDArray:
+    out = _fast_output(x)
+    kernel, ctx = info.kernel, _plain_context(x._device)
 
     def run():
         try:
-            kernel(attrs, [x._data() for x in inputs], [out._data()], ctx)
+            kernel(attrs, [x._data()], [out._data()], ctx)
         finally:
-            _finished.append((inputs, out))
-    eng.push(run, [x._var for x in inputs], (out._var,), device, 0, info.name)
+            _finished.append((x, out))
+    engine.get().push(run, (x._var,), (out._var,), x._device, 0, info.name)
     if _record_hook is not None:
-        _maybe_record(info.op, attrs, inputs, [out])
+        _maybe_record(info.op, attrs, [x], [out])
+    return out
+
+
+def _fast_binary(info, x, y) -> NDArray:
+    out = _fast_output(x)
+    kernel, ctx = info.kernel, _plain_context(x._device)
+
+    def run():
+        try:
+            kernel(_NO_ATTRS, [x._data(), y._data()], [out._data()], ctx)
+        finally:
+            _finished.append((x, y, out))
+    engine.get().push(run, (x._var, y._var), (out._var,), x._device, 0, info.name)
+    if _record_hook is not None:
+        _maybe_record(info.op, _NO_ATTRS, [x, y], [out])
     return out
 
 
 def _invoke1(info, x, attrs) -> NDArray:
     if info.same_shape:
-        return _fast(info, (x,), attrs)
+        return _fast_unary(info, x, attrs)
     return invoke(info.op, [x], attrs)[0]
 
 
@@ -754,10 +772,10 @@ def _binary(x, other, array_op, scalar_op):
             return NotImplemented
         if (x._view.shape == other._view.shape and x._view.dtype is other._view.dtype
                 and x._device is other._device):
-            return _fast(array_op, (x, other), _NO_ATTRS)
+            return _fast_binary(array_op, x, other)
         return invoke(array_op.op, [x, other], _NO_ATTRS)[0]
     if cls in _NUMBERS or isinstance(other, numbers.Real):
-        return _fast(scalar_op, (x,), {'scalar': float(other)})
+        return _fast_unary(scalar_op, x, {'scalar': float(other)})
     return NotImplemented
 
 

@@ -131,6 +131,7 @@ def p_optional(convert):
     def optional(value):
         return None if _literal(value) is None else convert(value)
     optional.choices = getattr(convert, 'choices', None)
+    optional.accepts_none = True
     return optional
 
 
@@ -221,8 +222,12 @@ class OpDef:
                 raise TypeError(f'{self.name}: unknown argument {key!r}; it accepts '
                                 f'{", ".join(sorted(names)) or "no arguments"}')
         for param in self.params:
-            if param.name in kwargs and kwargs[param.name] is not None:
-                attrs[param.name] = self._convert(param, kwargs[param.name])
+            value = kwargs.get(param.name)
+            if value is None and param.name in kwargs and getattr(param.convert,
+                                                                   'accepts_none', False):
+                attrs[param.name] = None      # an explicit None means "no value" (axis=None)
+            elif value is not None:
+                attrs[param.name] = self._convert(param, value)
             elif param.default is REQUIRED:
                 raise TypeError(f'{self.name}: missing required argument {param.name!r}')
             else:
@@ -282,6 +287,11 @@ _OPS: dict[str, OpDef] = {}
 def register(name: str, kernel: Callable, **fields) -> OpDef:
     """Declare an operator. Names and aliases must be new."""
     op = OpDef(name=name, kernel=kernel, **fields)
+    if not callable(op.inputs):
+        clash = set(op.inputs) & {p.name for p in op.params}
+        if clash:
+            raise RuntimeError(f'operator {name!r}: {sorted(clash)} is both an input and a '
+                               f'parameter; mx.nd needs distinct names')
     for key in (name,) + tuple(op.aliases):
         if key in _OPS:
             raise RuntimeError(f'operator {key!r} is registered twice')

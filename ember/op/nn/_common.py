@@ -203,20 +203,11 @@ def interior(window):
         slice(b, b + n) for b, n in zip(window.pad_before, window.size_in))
 
 
-def windows(xp, padded, window):
-    """A strided view (N, C, *out, *kernel) of every window of `padded` (no copy)."""
-    spatial = padded.strides[2:]
-    strides = (padded.strides[:2] + tuple(st * s for st, s in zip(spatial, window.stride))
-               + tuple(st * d for st, d in zip(spatial, window.dilate)))
-    shape = padded.shape[:2] + window.size_out + window.kernel
-    return xp.lib.stride_tricks.as_strided(padded, shape, strides)
-
-
-def im2col(xp, padded, window, cols):
+def im2col(padded, window, cols):
     """Copy the windows of `padded` into `cols` laid out (N, C, *kernel, *out)."""
-    nd = len(window.kernel)
-    order = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
-    cols[...] = windows(xp, padded, window).transpose(order)
+    # one strided copy per kernel tap is several times faster than one transposing copy
+    for offset, tap in window_slices(window):
+        cols[(slice(None), slice(None)) + offset] = padded[tap]
     return cols
 
 
@@ -263,7 +254,6 @@ def scratch(ctx, xp, *specs):
 
 def _round_up(nbytes):
     return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-
 
 
 def outputs_of(result, count):

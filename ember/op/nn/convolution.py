@@ -62,7 +62,7 @@ def conv_forward(xp, x, weight, window, groups, y, ctx=None):
         cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
     else:
         padded = padded_input(xp, x, window, 0, pad_buf)
-        cols = im2col(xp, padded, window, cols_buf).reshape(n, groups, -1, size_out)
+        cols = im2col(padded, window, cols_buf).reshape(n, groups, -1, size_out)
     xp.matmul(w3, cols, out=target if target is not None else y_buf)
     if target is None:
         y[...] = y_buf.reshape(y.shape)
@@ -110,7 +110,7 @@ def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None):
         cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
     else:
         padded = padded_input(xp, x, window, 0, pad_buf)
-        cols = im2col(xp, padded, window, cols_buf).reshape(n, groups, -1, size_out)
+        cols = im2col(padded, window, cols_buf).reshape(n, groups, -1, size_out)
     # one batched GEMM (over groups) per sample: (Fg, O) x (O, Cg*K), summed over samples
     total, term = acc[0], acc[1]
     total.fill(0)

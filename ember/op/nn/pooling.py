@@ -1,11 +1,11 @@
-"""Pooling (max, avg, sum, lp) over 1-D, 2-D and 3-D windows, as reductions of a strided view."""
+"""Pooling (max, avg, sum, lp) over 1-D, 2-D and 3-D windows, one vectorised pass per tap."""
 from __future__ import annotations
 
 import numpy as np
 
 from ember.op.nn._common import (
-    channel_first, check_layout, interior, join_layout, layout_param, make_window,
-    padded_input, scratch, shape_param, spatial_defaults, split_layout, window_slices, windows)
+    accumulation_dtype, channel_first, check_layout, interior, join_layout, layout_param,
+    make_window, padded_input, scratch, shape_param, spatial_defaults, split_layout, window_slices)
 from ember.op.registry import Param, ShapeError, p_bool, p_enum, p_int, p_optional, register
 
 __all__ = ['pool_window']
@@ -113,17 +113,27 @@ def _kernel(attrs, ins, outs, ctx):
     xp, layout = ctx.xp, attrs['layout']
     x, y = channel_first(xp, ins[0], layout), channel_first(xp, outs[0], layout)
     window = pool_window(attrs, x.shape[2:])
-    view = windows(xp, _padded_data(attrs, x, window, ctx), window)
-    axes = tuple(range(-len(window.kernel), 0))
-    kind = attrs['pool_type']
+    padded = _padded_data(attrs, x, window, ctx)
+    kind, p = attrs['pool_type'], attrs['p_value']
+    # one vectorised pass per kernel tap: far faster than reducing a strided window view
+    taps = (padded[tap] for _, tap in window_slices(window))
+    total = next(taps).astype(_accumulator(kind, y.dtype))
+    if kind == 'lp':
+        total **= p
+    for values in taps:
+        if kind == 'max':
+            xp.maximum(total, values, out=total)
+        else:
+            total += values ** p if kind == 'lp' else values
+    if kind == 'avg':
+        total /= _divisor(attrs, window, xp, total.dtype)
+    y[...] = _signed_root(xp, total, p) if kind == 'lp' else total
+
+
+def _accumulator(kind, dtype):
     if kind == 'max':
-        xp.max(view, axis=axes, out=y)
-    elif kind == 'lp':
-        p = attrs['p_value']
-        y[...] = _signed_root(xp, (view ** p).sum(axis=axes), p)
-    else:
-        total = view.sum(axis=axes)
-        y[...] = total / _divisor(attrs, window, xp, total.dtype) if kind == 'avg' else total
+        return dtype
+    return accumulation_dtype(dtype) if dtype.kind == 'f' else np.dtype(np.float64)
 
 
 def _backward_kernel(attrs, ins, outs, ctx):
