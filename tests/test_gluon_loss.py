@@ -197,3 +197,41 @@ def test_loss_gradient_reaches_layer_weights():
     np.testing.assert_allclose(net.weight.grad().asnumpy(), dlogits.T @ PRED, rtol=1e-4,
                                atol=1e-5)
     np.testing.assert_allclose(net.bias.grad().asnumpy(), dlogits.sum(0), atol=1e-5)
+
+
+def ctc_reference(logits, label):
+    """-log p(label | logits) for one sequence, blank = the last class."""
+    logp = log_softmax(logits)
+    blank = logits.shape[1] - 1
+    ext = [blank]
+    for symbol in label:
+        ext += [symbol, blank]
+    alpha = np.full(len(ext), -np.inf)
+    alpha[0] = logp[0, blank]
+    alpha[1] = logp[0, ext[1]]
+    for t in range(1, len(logits)):
+        previous = alpha.copy()
+        for s in range(len(ext)):
+            total = previous[s]
+            if s >= 1:
+                total = np.logaddexp(total, previous[s - 1])
+            if s >= 2 and ext[s] != blank and ext[s] != ext[s - 2]:
+                total = np.logaddexp(total, previous[s - 2])
+            alpha[s] = total + logp[t, ext[s]]
+    return -np.logaddexp(alpha[-1], alpha[-2])
+
+
+@pytest.mark.skipif('CTCLoss' not in mx.op.registry.all_ops(),
+                    reason='the CTCLoss operator is not declared yet')
+@pytest.mark.parametrize('layout', ['NTC', 'TNC'])
+def test_ctc_loss_matches_forward_algorithm(layout):
+    logits = rand(2, 6, 4)
+    labels = [[0, 1, 1], [2]]
+    padded = np.array([[0, 1, 1], [2, -1, -1]], np.float64)
+    pred = logits if layout == 'NTC' else logits.transpose(1, 0, 2)
+    out = gloss.CTCLoss(layout=layout)(to_nd(pred), to_nd(padded))
+    expected = [ctc_reference(logits[i], labels[i]) for i in range(2)]
+    np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-4)
+    lengths = gloss.CTCLoss()(to_nd(logits), to_nd(np.array([[0, 1, 1], [2, 0, 0]])),
+                              None, to_nd(np.array([3, 1])))
+    np.testing.assert_allclose(lengths.asnumpy(), expected, rtol=1e-4)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ember as mx
+from ember.gluon import loss as gloss
 from ember.gluon import nn
 
 RNG = np.random.default_rng(7)
@@ -583,3 +584,97 @@ def test_whole_network_gradient_reaches_every_parameter():
     for name, param in net.collect_params().items():
         if param.grad_req != 'null':
             assert np.abs(param.grad().asnumpy()).sum() > 0, name
+
+
+# ---------------------------------------------------------------------------------------------
+# hybrid_forward must trace: only operators of F (declared in the registry, with accepted
+# arguments) and arithmetic, never NDArray-only methods, so that F can be mx.sym.
+
+class Placeholder:
+    """A stand-in for a Symbol: arithmetic gives placeholders, anything else fails."""
+
+    def _op(self, *args):
+        return Placeholder()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _op
+    __truediv__ = __rtruediv__ = __neg__ = __pow__ = _op
+    __eq__ = __ne__ = __gt__ = __ge__ = __lt__ = __le__ = _op
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise AssertionError('hybrid_forward branched on the value of a symbol')
+
+
+class TracingF:
+    """An F whose operators check their name and arguments against the registry."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        from ember.op import registry
+        op = registry.get(name)
+
+        def call(*inputs, name=None, **kwargs):
+            assert all(isinstance(x, Placeholder) for x in inputs), (op.name, inputs)
+            op.parse_attrs(kwargs)
+            self.calls.append(op.name)
+            return Placeholder()
+        return call
+
+
+def trace(block, num_inputs, extra=()):
+    F = TracingF()
+    params = {key: Placeholder() for key in block._reg_params}
+    inputs = [Placeholder() for _ in range(num_inputs)] + list(extra)
+    assert isinstance(block.hybrid_forward(F, *inputs, **params), Placeholder)
+    return F.calls
+
+
+@pytest.mark.parametrize('make,expected_op', [
+    (lambda: nn.Dense(3), 'FullyConnected'),
+    (lambda: nn.Dense(3, use_bias=False, flatten=False), 'FullyConnected'),
+    (lambda: nn.Conv2D(3, 3, use_bias=False), 'Convolution'),
+    (lambda: nn.Conv3DTranspose(3, 2, output_padding=1), 'Deconvolution'),
+    (lambda: nn.AvgPool2D(count_include_pad=False), 'Pooling'),
+    (lambda: nn.GlobalMaxPool1D(), 'Pooling'),
+    (lambda: nn.BatchNorm(use_global_stats=True), 'BatchNorm'),
+    (lambda: nn.LayerNorm(axis=1), 'LayerNorm'),
+    (lambda: nn.InstanceNorm(axis=2), 'InstanceNorm'),
+    (lambda: nn.Embedding(4, 2), 'Embedding'),
+    (lambda: nn.Dropout(0.3, axes=(1,)), 'Dropout'),
+    (lambda: nn.Dropout(0.0), '_copy'),
+    (lambda: nn.Flatten(), 'Flatten'),
+    (lambda: nn.ReflectionPad2D(1), 'Pad'),
+    (lambda: nn.HybridLambda('tanh'), 'tanh'),
+    (lambda: nn.Activation('softsign'), 'Activation'),
+    (lambda: nn.LeakyReLU(0.1), 'LeakyReLU'),
+    (lambda: nn.PReLU(), 'LeakyReLU'),
+    (lambda: nn.ELU(), 'LeakyReLU'),
+    (lambda: nn.SELU(), 'LeakyReLU'),
+    (lambda: nn.GELU(), 'LeakyReLU'),
+    (lambda: nn.Swish(), 'sigmoid'),
+])
+def test_layer_hybrid_forward_traces_with_registered_ops(make, expected_op):
+    assert expected_op in trace(make(), 1)
+
+
+@pytest.mark.parametrize('make,num_inputs,extra', [
+    (lambda: gloss.L2Loss(), 3, ()),
+    (lambda: gloss.L1Loss(), 2, ()),
+    (lambda: gloss.SigmoidBCELoss(), 2, ()),
+    (lambda: gloss.SigmoidBCELoss(), 2, (None, Placeholder())),
+    (lambda: gloss.SigmoidBCELoss(from_sigmoid=True), 2, (None, Placeholder())),
+    (lambda: gloss.SoftmaxCELoss(), 3, ()),
+    (lambda: gloss.SoftmaxCELoss(sparse_label=False, from_logits=True), 2, ()),
+    (lambda: gloss.KLDivLoss(from_logits=False), 2, ()),
+    (lambda: gloss.HuberLoss(), 2, ()),
+    (lambda: gloss.HingeLoss(), 2, ()),
+    (lambda: gloss.SquaredHingeLoss(), 2, ()),
+    (lambda: gloss.LogisticLoss(), 2, ()),
+    (lambda: gloss.TripletLoss(), 3, ()),
+    (lambda: gloss.PoissonNLLLoss(compute_full=True), 2, ()),
+    (lambda: gloss.CosineEmbeddingLoss(), 3, ()),
+])
+def test_loss_hybrid_forward_traces_with_registered_ops(make, num_inputs, extra):
+    assert trace(make(), num_inputs, extra)

@@ -30,7 +30,7 @@ class Activation(HybridBlock):
         return self._act_type
 
     def hybrid_forward(self, F, x):
-        return F.Activation(x, act_type=self._act_type)
+        return F.Activation(x, act_type=self._act_type, name='fwd')
 
     def __repr__(self):
         return f'{type(self).__name__}({self._act_type})'
@@ -46,7 +46,7 @@ class LeakyReLU(HybridBlock):
         self._alpha = alpha
 
     def hybrid_forward(self, F, x):
-        return F.LeakyReLU(x, act_type='leaky', slope=self._alpha)
+        return F.LeakyReLU(x, act_type='leaky', slope=self._alpha, name='fwd')
 
     def __repr__(self):
         return f'{type(self).__name__}({self._alpha})'
@@ -68,7 +68,7 @@ class PReLU(HybridBlock):
             self.alpha = self.params.get('alpha', shape=(in_channels,), init=alpha_initializer)
 
     def hybrid_forward(self, F, x, alpha):
-        return F.LeakyReLU(x, alpha, act_type='prelu')
+        return F.LeakyReLU(x, alpha, act_type='prelu', name='fwd')
 
 
 class ELU(HybridBlock):
@@ -79,21 +79,21 @@ class ELU(HybridBlock):
         self._alpha = alpha
 
     def hybrid_forward(self, F, x):
-        return F.LeakyReLU(x, act_type='elu', slope=self._alpha)
+        return F.LeakyReLU(x, act_type='elu', slope=self._alpha, name='fwd')
 
 
 class SELU(HybridBlock):
     """Scaled ELU with the fixed constants of Klambauer et al. (2017)."""
 
     def hybrid_forward(self, F, x):
-        return F.LeakyReLU(x, act_type='selu')
+        return F.LeakyReLU(x, act_type='selu', name='fwd')
 
 
 class GELU(HybridBlock):
     """Gaussian error linear unit, ``x * Phi(x)``."""
 
     def hybrid_forward(self, F, x):
-        return F.LeakyReLU(x, act_type='gelu')
+        return F.LeakyReLU(x, act_type='gelu', name='fwd')
 
 
 class Swish(HybridBlock):
@@ -104,4 +104,4 @@ class Swish(HybridBlock):
         self._beta = beta
 
     def hybrid_forward(self, F, x):
-        return x * F.sigmoid(x * self._beta)
+        return x * F.sigmoid(x * self._beta, name='fwd')

@@ -170,10 +170,10 @@ class Dense(HybridBlock):
     def hybrid_forward(self, F, x, weight, bias=None):
         if bias is None:
             out = F.FullyConnected(x, weight, no_bias=True, num_hidden=self._units,
-                                   flatten=self._flatten)
+                                   flatten=self._flatten, name='fwd')
         else:
             out = F.FullyConnected(x, weight, bias, num_hidden=self._units,
-                                   flatten=self._flatten)
+                                   flatten=self._flatten, name='fwd')
         return self.act(out) if self.act is not None else out
 
     def __repr__(self):
@@ -200,7 +200,7 @@ class Dropout(HybridBlock):
 
     def hybrid_forward(self, F, x):
         if self._rate > 0:
-            return F.Dropout(x, p=self._rate, axes=self._axes)
+            return F.Dropout(x, p=self._rate, axes=self._axes, name='fwd')
         return F.identity(x)
 
     def __repr__(self):
@@ -255,7 +255,8 @@ class BatchNorm(HybridBlock):
             param.shape = (channels,)
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
-        return F.BatchNorm(x, gamma, beta, running_mean, running_var, **self._kwargs)
+        return F.BatchNorm(x, gamma, beta, running_mean, running_var, name='fwd',
+                           **self._kwargs)
 
     def __repr__(self):
         content = ', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())
@@ -289,9 +290,9 @@ class InstanceNorm(HybridBlock):
 
     def hybrid_forward(self, F, x, gamma, beta):
         if self._axis == 1:
-            return F.InstanceNorm(x, gamma, beta, eps=self._epsilon)
+            return F.InstanceNorm(x, gamma, beta, eps=self._epsilon, name='fwd')
         x = F.swapaxes(x, dim1=1, dim2=self._axis)
-        out = F.InstanceNorm(x, gamma, beta, eps=self._epsilon)
+        out = F.InstanceNorm(x, gamma, beta, eps=self._epsilon, name='fwd')
         return F.swapaxes(out, dim1=1, dim2=self._axis)
 
     def __repr__(self):
@@ -353,7 +354,8 @@ class Embedding(HybridBlock):
 
     def hybrid_forward(self, F, x, weight):
         return F.Embedding(x, weight, input_dim=self._kwargs['input_dim'],
-                           output_dim=self._kwargs['output_dim'], dtype=self._kwargs['dtype'])
+                           output_dim=self._kwargs['output_dim'], dtype=self._kwargs['dtype'],
+                           name='fwd')
 
     def __repr__(self):
         kw = self._kwargs
