@@ -444,8 +444,8 @@ bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms; 
          'exists.', _OPS, 'op', cache_key=True, status=OPS)
 int_var('MXNET_CPU_PARALLEL_SIZE', 200000, 'Elements from which an element-wise kernel is split '
         'across the worker threads.', _OPS, 'engine', low=1)
-int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer operation.',
-        _OPS, 'optimizer', low=1, high=60, status=GLUON)
+int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer operation '
+        '(read when an optimizer is created).', _OPS, 'optimizer', low=1, high=60)
 int_var('MXNET_CPU_TEMP_COPY', 4, 'Temporary workspaces on the CPU, handed out round-robin.',
         _OPS, 'resource', low=1, read='startup')
 int_var('MXNET_GPU_TEMP_COPY', 1, 'Temporary workspaces per GPU.', _OPS, 'resource', low=1,

@@ -89,11 +89,11 @@ class Updater:
         size = self.optimizer.aggregate_num
         for members in groups.values():
             for start in range(0, len(members), size):
-                chunk_indices, chunk_weights, chunk_grads = map(list,
-                                                                 zip(*members[start:start + size]))
-                chunk_states = [self.states[idx] for idx in chunk_indices]
-                self.optimizer.update_multi_precision(chunk_indices, chunk_weights, chunk_grads,
-                                                      chunk_states)
+                chunk = members[start:start + size]
+                chunk_indices = [idx for idx, _, _ in chunk]
+                self.optimizer.update_multi_precision(
+                    chunk_indices, [w for _, w, _ in chunk], [g for _, _, g in chunk],
+                    [self.states[idx] for idx in chunk_indices])
 
     def sync_state_context(self, state, context):
         """``state`` (an NDArray or nested tuples and lists of them) moved to ``context``."""
