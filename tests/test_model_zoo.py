@@ -139,13 +139,17 @@ def sha1_table():
 NAME = 'mobilenet0.25'
 
 
-def publish(net, repo, short_hash=None):
+def publish(net, repo, short_hash=None, legacy=False):
     """Save `net`'s parameters into `repo` the way MXNet's repository holds them (a zip per
     file under gluon/models/) and return the file's SHA-1. `short_hash` names the file
-    (default: from its own SHA-1)."""
+    (default: from its own SHA-1); `legacy` writes flat names without the network's prefix
+    ('conv0_weight'), as files saved before MXNet 1.3's save_parameters do."""
     repo.mkdir(parents=True, exist_ok=True)
     staging = repo / 'staging.params'
-    net.save_parameters(str(staging))
+    if legacy:
+        net.collect_params().save(str(staging), strip_prefix=net.prefix)
+    else:
+        net.save_parameters(str(staging))
     sha1 = hashlib.sha1(staging.read_bytes()).hexdigest()
     file_name = f'{NAME}-{short_hash or sha1[:8]}'
     models = repo / 'gluon' / 'models'
@@ -170,11 +174,12 @@ def assert_same_parameters(a, b):
         np.testing.assert_array_equal(pa[key].data().asnumpy(), pb[key].data().asnumpy())
 
 
-@pytest.mark.parametrize('as_url', [False, True], ids=['directory', 'file-url'])
-def test_pretrained_round_trip_through_local_repository(tmp_path, sha1_table, as_url):
+@pytest.mark.parametrize('as_url,legacy', [(False, False), (True, False), (False, True)],
+                         ids=['directory', 'file-url', 'legacy-names'])
+def test_pretrained_round_trip_through_local_repository(tmp_path, sha1_table, as_url, legacy):
     repo, home = tmp_path / 'repo', tmp_path / 'home'
     source = small_net()
-    sha1 = publish(source, repo)
+    sha1 = publish(source, repo, legacy=legacy)
     model_store.register(NAME, sha1)
     repo_url = repo.as_uri() if as_url else str(repo)
     with config.override(MXNET_GLUON_REPO=repo_url, MXNET_HOME=str(home)):
@@ -182,6 +187,8 @@ def test_pretrained_round_trip_through_local_repository(tmp_path, sha1_table, as
         expected_path = home / 'models' / f'{NAME}-{sha1[:8]}.params'
         assert model_store.get_model_file(NAME) == str(expected_path)
     assert_same_parameters(source, loaded)
+    image = nd.random.uniform(shape=(2, 3, 32, 32))
+    np.testing.assert_allclose(loaded(image).asnumpy(), source(image).asnumpy(), rtol=1e-6)
     assert sorted(os.listdir(home / 'models')) == [expected_path.name]
 
 
@@ -281,3 +288,15 @@ def test_purge_removes_params_files_only(tmp_path):
     (tmp_path / 'notes.txt').write_text('keep')
     model_store.purge(str(tmp_path))
     assert os.listdir(tmp_path) == ['notes.txt']
+
+
+def test_broken_zip_in_repository_is_reported_and_leaves_nothing(tmp_path, sha1_table):
+    repo, root = tmp_path / 'repo', tmp_path / 'models'
+    model_store.register(NAME, 'ef' * 20)
+    models = repo / 'gluon' / 'models'
+    models.mkdir(parents=True)
+    (models / f'{NAME}-efefefef.zip').write_bytes(b'not a zip')
+    with config.override(MXNET_GLUON_REPO=str(repo)):
+        with pytest.raises(model_store.ModelStoreError, match='not a valid zip archive'):
+            model_store.get_model_file(NAME, root=str(root))
+    assert os.listdir(root) == []

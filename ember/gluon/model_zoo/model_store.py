@@ -186,17 +186,28 @@ def _fetch(file_name, root):
 
 
 def _extract(zip_path, member, root):
+    """Copy `member` of the zip into a temporary file in `root` and return its path."""
     try:
         with zipfile.ZipFile(zip_path) as archive:
             if member not in archive.namelist():
                 raise ModelFileNotFoundError(f'{zip_path} holds {archive.namelist()}, not '
                                              f'{member!r}')
-            with archive.open(member) as source, tempfile.NamedTemporaryFile(
-                    dir=root, prefix=member, suffix='.part', delete=False) as target:
-                shutil.copyfileobj(source, target)
+            with archive.open(member) as source:
+                return _copy_to_temp(source, root, member)
     except zipfile.BadZipFile as err:
         raise ModelStoreError(f'{zip_path} is not a valid zip archive: {err}') from err
-    return target.name
+
+
+def _copy_to_temp(source, root, member):
+    # A partial copy must never be mistaken for the model file, so it is removed on failure.
+    handle, path = tempfile.mkstemp(dir=root, prefix=member, suffix='.part')
+    try:
+        with os.fdopen(handle, 'wb') as target:
+            shutil.copyfileobj(source, target)
+    except BaseException:
+        os.remove(path)
+        raise
+    return path
 
 
 def purge(root=None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 
-from ember.gluon.model_zoo.vision._blocks import HybridConcurrent, Identity
+from ember.gluon.contrib.nn import HybridConcurrent, Identity
 from ember.gluon.model_zoo.vision.alexnet import *  # noqa: F401,F403
 from ember.gluon.model_zoo.vision.alexnet import __all__ as _alexnet
 from ember.gluon.model_zoo.vision.densenet import *  # noqa: F401,F403

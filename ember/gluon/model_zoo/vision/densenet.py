@@ -11,7 +11,7 @@ from ember.device import cpu
 from ember.gluon import nn
 from ember.gluon.block import HybridBlock
 from ember.gluon.model_zoo.model_store import get_model_file
-from ember.gluon.model_zoo.vision._blocks import HybridConcurrent, Identity
+from ember.gluon.contrib.nn import HybridConcurrent, Identity
 
 __all__ = ['DenseNet', 'densenet121', 'densenet161', 'densenet169', 'densenet201',
            'get_densenet']

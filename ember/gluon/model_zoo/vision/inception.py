@@ -7,7 +7,7 @@ from ember.device import cpu
 from ember.gluon import nn
 from ember.gluon.block import HybridBlock
 from ember.gluon.model_zoo.model_store import get_model_file
-from ember.gluon.model_zoo.vision._blocks import HybridConcurrent
+from ember.gluon.contrib.nn import HybridConcurrent
 
 __all__ = ['Inception3', 'inception_v3']
 

@@ -1,8 +1,7 @@
-"""Containers the zoo's networks need that ``mx.gluon.nn`` lacks (MXNet keeps them in
-``gluon.contrib.nn``).
+"""Extra containers of ``mx.gluon.contrib.nn`` (used by Inception, DenseNet and SqueezeNet).
 
 >>> import ember as mx
->>> from ember.gluon.model_zoo.vision._blocks import HybridConcurrent, Identity
+>>> from ember.gluon.contrib.nn import HybridConcurrent, Identity
 >>> net = HybridConcurrent(axis=1)
 >>> net.add(Identity(), Identity())
 >>> net(mx.nd.ones((2, 3))).shape

@@ -1,0 +1,4 @@
+"""Contributed Gluon blocks (MXNet 1.x's ``mx.gluon.contrib``)."""
+from ember.gluon.contrib import nn
+
+__all__ = ['nn']
