@@ -249,19 +249,23 @@ def test_sequence_length_stops_each_sequence_at_its_length():
 
 
 def test_layer_gradients_reach_every_weight_and_equal_the_cells_gradients():
-    T, N, C, H = 3, 2, 4, 3
+    T, N, C, H = 3, 3, 4, 4
     x = mx.nd.array(rand(T, N, C))
     head = mx.nd.array(rand(T, N, H))
     for mode in MODES:
         layer = make_layer(mode, H)
         randomize(layer, x)
+        # non-zero begin states: with zeros a relu layer may leave h2h without gradient
+        begin = layer_states(mode, 1, N, H)
         cell = make_cell(mode, H, input_size=C)
         copy_to_cell(cell, layer, 'l0_')
         with mx.autograd.record():
-            loss = (layer(x) * head).sum()
+            out, _ = layer(x, nd_list(begin))
+            loss = (out * head).sum()
         loss.backward()
         with mx.autograd.record():
-            outputs, _ = cell.unroll(T, x, layout='TNC', merge_outputs=True)
+            outputs, _ = cell.unroll(T, x, nd_list([s[0] for s in begin]), layout='TNC',
+                                     merge_outputs=True)
             cell_loss = (outputs * head).sum()
         cell_loss.backward()
         for kind in WEIGHTS:
@@ -367,6 +371,22 @@ def test_cell_step_matches_reference_and_infers_input_size(mode):
         close(got, want)
 
 
+@pytest.mark.parametrize('activation', ['softsign', 'leaky', 'callable'])
+def test_rnn_cell_activation_by_name_block_or_callable(activation):
+    reference = {'softsign': lambda v: v / (1 + np.abs(v)),
+                 'leaky': lambda v: np.where(v > 0, v, 0.1 * v),
+                 'callable': lambda v: v * 2}[activation]
+    given = {'softsign': 'softsign', 'leaky': mx.gluon.nn.LeakyReLU(0.1),
+             'callable': lambda v: v * 2}[activation]
+    cell = rnn.RNNCell(4, activation=given, input_size=3)
+    x, h = rand(2, 3), rand(2, 4)
+    params = randomize(cell, mx.nd.array(x), [mx.nd.array(h)])
+    out, _ = cell(mx.nd.array(x), [mx.nd.array(h)])
+    pre = x @ params['i2h_weight'].T + params['i2h_bias'] + h @ params['h2h_weight'].T \
+        + params['h2h_bias']
+    close(out, reference(pre))
+
+
 def test_unroll_input_and_output_forms():
     cell = rnn.GRUCell(3, input_size=2)
     cell.initialize()
@@ -470,3 +490,27 @@ def test_bidirectional_cell_cannot_be_stepped():
     stack.add(cell)
     with pytest.raises(TypeError, match='cannot be stepped'):
         stack(mx.nd.ones((1, 1)), stack.begin_state(batch_size=1))
+
+
+_SEQUENCE_OPS = ('SequenceMask', 'SequenceLast', 'SequenceReverse')
+
+
+@pytest.mark.skipif(not all(hasattr(mx.nd, name) for name in _SEQUENCE_OPS),
+                    reason='valid_length needs the SequenceMask/Last/Reverse operators')
+def test_unroll_with_valid_length_equals_truncated_sequences_and_the_layer():
+    T, N, C, H = 4, 3, 2, 3
+    x = rand(N, T, C)
+    lengths = [4, 1, 2]
+    layer = rnn.LSTM(H, bidirectional=True, layout='NTC', use_sequence_length=True)
+    randomize(layer, mx.nd.array(x), None, mx.nd.array(lengths))
+    want, want_states = layer(mx.nd.array(x), layer.begin_state(batch_size=N),
+                              mx.nd.array(lengths))
+    cells = [rnn.LSTMCell(H, input_size=C) for _ in range(2)]
+    copy_to_cell(cells[0], layer, 'l0_')
+    copy_to_cell(cells[1], layer, 'r0_')
+    bi = rnn.BidirectionalCell(*cells)
+    out, states = bi.unroll(T, mx.nd.array(x), layout='NTC', merge_outputs=True,
+                            valid_length=mx.nd.array(lengths))
+    close(out, want.asnumpy())
+    for k, got in enumerate(states):       # [h_l, c_l, h_r, c_r]
+        close(got, want_states[k % 2].asnumpy()[k // 2])

@@ -79,10 +79,11 @@ class Parameter:
             self._shape = new_shape
             return
         if len(new_shape) != len(self._shape) or any(
-                old not in (0, new) for old, new in zip(self._shape, new_shape)):
+                0 not in (old, new) and old != new for old, new in zip(self._shape, new_shape)):
             raise EmberError(f'{self.name}: shape {new_shape} does not match the declared '
                              f'shape {self._shape}')
-        self._shape = new_shape
+        # 0 means unknown on either side: keep whatever is known.
+        self._shape = tuple(new or old for old, new in zip(self._shape, new_shape))
 
     def _shape_known(self):
         return self._shape is not None and all(d > 0 for d in self._shape)

@@ -18,6 +18,7 @@ import numbers
 from ember import ndarray as nd
 from ember.base import prod
 from ember.gluon.block import Block, HybridBlock
+from ember.gluon.nn.activations import LeakyReLU
 
 __all__ = ['RecurrentCell', 'HybridRecurrentCell', 'RNNCell', 'LSTMCell', 'GRUCell',
            'SequentialRNNCell', 'HybridSequentialRNNCell', 'DropoutCell', 'ModifierCell',
@@ -205,7 +206,7 @@ class RecurrentCell(Block):
             return named(inputs, **kwargs)
         if isinstance(activation, str):
             return F.Activation(inputs, act_type=activation, **kwargs)
-        if type(activation).__name__ == 'LeakyReLU' and hasattr(activation, '_alpha'):
+        if isinstance(activation, LeakyReLU):
             return F.LeakyReLU(inputs, act_type='leaky', slope=activation._alpha, **kwargs)
         return activation(inputs)
 

@@ -36,8 +36,8 @@ class _RNNLayer(HybridBlock):
 
     def __init__(self, hidden_size, num_layers, layout, dropout, bidirectional, input_size,
                  i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                 h2h_bias_initializer, mode, lstm_state_clip_min, lstm_state_clip_max, lstm_state_clip_nan, dtype,
-                 use_sequence_length=False, **kwargs):
+                 h2h_bias_initializer, mode, lstm_state_clip_min, lstm_state_clip_max,
+                 lstm_state_clip_nan, dtype, use_sequence_length=False, **kwargs):
         super().__init__(**kwargs)
         _check_arguments(layout, num_layers, hidden_size, dropout)
         self._hidden_size = hidden_size
