@@ -29,7 +29,12 @@ def __getattr__(name):
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
 
 
-profiler.autostart()
+try:
+    profiler.autostart()
+except config.ConfigError as _error:
+    # A bad value never aborts the import; say so where the user sees it.
+    import warnings as _warnings
+    _warnings.warn(f'{_error}; the profiler was not started', stacklevel=2)
 
 __version__ = '0.1.0'
 __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',

@@ -242,5 +242,20 @@ BACKEND = 'python'
 broadcast_shape = _py_broadcast_shape
 shape_size = _py_shape_size
 infer_reshape = _py_infer_reshape
-reload()
+
+
+def _deferred(name):
+    def call(*args, **kwargs):
+        reload()    # raises the ConfigError that deferred the choice at import
+        return globals()[name](*args, **kwargs)
+    return call
+
+
+try:
+    reload()
+except config.ConfigError:
+    # A bad value must not abort `import ember`: the first shape computation reads the
+    # variables again and raises the error there, where the user's operator call waits.
+    for _name in _FUNCTIONS:
+        globals()[_name] = _deferred(_name)
 config.register_reset('ndarray', reload)

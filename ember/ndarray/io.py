@@ -172,7 +172,7 @@ def load_frombuffer(buf) -> list | dict:
     """Load NDArrays from the bytes of a list file (``mx.nd.load_frombuffer``).
 
     >>> import numpy as np
-    >>> load_frombuffer(dumps({'x': np.zeros(2, 'float64')}))['x'].dtype
+    >>> load_frombuffer(dumps({'x': np.zeros(2, 'float64')}))['x'].asnumpy().dtype
     dtype('float64')
     """
     return _to_ndarrays(loads(buf))
