@@ -18,10 +18,14 @@ from ember import initializer, lr_scheduler, metric
 from ember import initializer as init
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
-_LAZY = ('gluon', 'optimizer', 'test_utils')
+_LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'operator')
 
 
 def __getattr__(name):
+    if name == 'recordio':
+        from ember.io import recordio
+        globals()['recordio'] = recordio
+        return recordio
     if name in _LAZY:
         module = _importlib.import_module(f'ember.{name}')
         globals()[name] = module

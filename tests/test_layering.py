@@ -17,7 +17,9 @@ LAYERS = ['config', 'base',
           'symbol', 'passes', 'executor',
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
-          'optimizer', 'kvstore', 'gluon', 'io', 'module']
+          'optimizer', 'kvstore', 'gluon', 'io',
+          'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
+          'module']
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'test_utils', 'random'}
