@@ -123,13 +123,17 @@ def _record_op(op, attrs, inputs, outputs):
 
     def grad_fn(out_grads):
         return op.gradient(nd, attrs, list(inputs), saved_outputs, out_grads)
-    _attach(grad_fn, inputs, outputs, op.name)
+    _attach(grad_fn, inputs, outputs, op.name, saved_outputs)
 
 
-def _attach(grad_fn, inputs, outputs, name):
+def _attach(grad_fn, inputs, outputs, name, saved_outputs=()):
     node = _Node(grad_fn, list(inputs), [(o.shape, o.dtype, o.context) for o in outputs], name)
     for index, out in enumerate(outputs):
         out._ag = (node, index)
+    # Rules that use the forward output (exp, tanh) must see it as recorded, so that
+    # create_graph differentiates through it; the node-output cycle is left to the collector.
+    for out, saved in zip(outputs, saved_outputs):
+        saved._ag = out._ag
 
 
 _ndmod._record_hook = _record_op

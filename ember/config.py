@@ -440,8 +440,8 @@ bool_var('MXNET_MKLDNN_ENABLED', True, 'Use the oneDNN kernels where the library
          _OPS, 'op', cache_key=True, status=KERNELS)
 int_var('MXNET_MKLDNN_CACHE_NUM', -1, 'Most oneDNN primitives kept in the cache (-1 unbounded).',
         _OPS, 'op', low=-1, status=KERNELS)
-bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms; fail where none '
-         'exists.', _OPS, 'op', cache_key=True, status=OPS)
+bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms (BLAS on one '
+         'thread from engine start-up); fail where none exists.', _OPS, 'op', cache_key=True)
 int_var('MXNET_CPU_PARALLEL_SIZE', 200000, 'Elements from which an element-wise kernel is split '
         'across the worker threads.', _OPS, 'engine', low=1)
 int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer operation '
@@ -460,7 +460,7 @@ enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Inference grap
          'MKLDNN folds BatchNorm and fuses convolution with add and activation; NONE turns it '
          'off.', _EXEC, 'executor', cache_key=True, status=GRAPH)
 bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
-         'float32 (float64).', _OPS, 'op', cache_key=True, status=OPS)
+         'float32 (float64).', _OPS, 'op', cache_key=True)
 bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',
          _EXEC, 'executor', cache_key=True, status=GRAPH)
 bool_var('MXNET_FUSION_VERBOSE', False, 'Print the code generated for fused operators.', _EXEC,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ['Device', 'Context', 'cpu', 'gpu', 'cpu_pinned', 'current_device', 'current_context']
+__all__ = ['Device', 'Context', 'cpu', 'gpu', 'cpu_pinned', 'current_device', 'current_context',
+           'set_current_device']
 
 _KINDS = {'cpu': 1, 'gpu': 2, 'cpu_pinned': 3}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
@@ -100,6 +101,15 @@ def current_device() -> Device:
 
 
 current_context = current_device
+
+
+def set_current_device(dev: Device) -> Device:
+    """Make `dev` this thread's default device; returns the previous one."""
+    if not isinstance(dev, Device):
+        raise TypeError(f'expected a Device such as mx.cpu(0), got {dev!r}')
+    previous = current_device()
+    _state.device = dev
+    return previous
 
 
 def cpu(device_id: int = 0) -> Device:

@@ -60,11 +60,17 @@ def pin_current_thread(core: int) -> None:
 
 
 class BlasLimit:
-    """Limits the BLAS and OpenMP thread pools to ``OMP_NUM_THREADS`` while an engine runs."""
+    """Limits the BLAS and OpenMP thread pools to ``OMP_NUM_THREADS`` while an engine runs.
+
+    Under ``MXNET_ENFORCE_DETERMINISM`` they get one thread: OpenBLAS splits a GEMM's sums by
+    thread count, so other counts give other bits.
+    """
 
     def __init__(self):
         self._limits = None
         threads = config.get('OMP_NUM_THREADS')
+        if config.get('MXNET_ENFORCE_DETERMINISM'):
+            threads = 1
         if threads is not None:
             from threadpoolctl import threadpool_limits
             self._limits = threadpool_limits(limits=threads)
