@@ -38,7 +38,7 @@ from ember.op import registry
 from ember.op import elemwise, init, matrix, reduce  # noqa: F401  (registers the families)
 from ember.op.registry import KernelContext, ShapeError
 
-__all__ = ['NDArray', 'View', 'invoke', 'waitall', 'to_device']
+__all__ = ['NDArray', 'View', 'invoke', 'waitall', 'parse_device', 'view_of', 'empty']
 
 # Set by ember.autograd: the recording/training state (attributes `recording`, `training`) and
 # the function called with (op, attrs, inputs, outputs) for every operator while recording.
@@ -187,6 +187,7 @@ class NDArray:
         array([0., 1., 2.], dtype=float32)
         """
         engine.get().wait_for_var(self._var)
+        _finished.clear()
         raw = self._data()
         if type(raw) is np.ndarray:
             return raw.copy()
@@ -452,8 +453,6 @@ def parse_device(value):
     raise ValueError(f"device {value!r}: expected a device such as mx.cpu(0) or 'gpu(1)'")
 
 
-to_device = parse_device
-
 
 # ----------------------------------------------------------------------------------------------
 # The imperative path
@@ -464,11 +463,6 @@ to_device = parse_device
 # and the lock can form a convoy (each thread holds what the other waits for) that doubles the
 # cost of small operators. The deque's append and clear need no lock.
 _finished = collections.deque()
-
-
-def release_finished() -> None:
-    """Drop the arrays finished operators still hold (called after waits, too)."""
-    _finished.clear()
 
 
 class _OpInfo:

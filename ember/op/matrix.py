@@ -448,7 +448,8 @@ def _stack_kernel(attrs, ins, outs, ctx):
     ctx.xp.stack(ins, axis=attrs['axis'], out=outs[0])
 
 
-register('stack', _stack_kernel, inputs=_variadic_names, infer_shape=_stack_infer, variadic='num_args',
+register('stack', _stack_kernel, inputs=_variadic_names, infer_shape=_stack_infer,
+         variadic='num_args',
          params=(VARIADIC, Param('axis', p_int, 0, 'the new axis')),
          gradient=lambda F, attrs, ins, outs, og: _as_list(
              F.split(og[0], num_outputs=len(ins), axis=attrs['axis'], squeeze_axis=True),

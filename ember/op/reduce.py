@@ -12,9 +12,12 @@ accumulate in float32 and float32 sums in float64.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ember import config
+from ember.base import prod
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_enum, p_int, p_optional,
                                p_dtype, register)
 
@@ -58,11 +61,26 @@ def _axes_of(attrs, ndim):
     return reduce_axes(attrs['axis'], ndim, attrs.get('exclude', False))
 
 
+_PLANS: dict = {}
+
+
+def _plan(attrs, shape):
+    """(axes, keepdims shape) of a reduction of `shape`; memoised, kernels run it per call."""
+    key = (attrs['axis'], attrs.get('exclude', False), shape)
+    found = _PLANS.get(key)
+    if found is None:
+        if len(_PLANS) > 1024:
+            _PLANS.clear()
+        axes = reduce_axes(key[0], len(shape), key[1])
+        found = _PLANS[key] = (axes, keepdims_shape(shape, axes))
+    return found
+
+
 def _reduce_infer(attrs, in_shapes):
     shape = in_shapes[0]
     if shape is None:
         return list(in_shapes), [None]
-    axes = _axes_of(attrs, len(shape))
+    axes = _plan(attrs, tuple(shape))[0]
     return list(in_shapes), [reduced_shape(shape, axes, attrs['keepdims'])]
 
 
@@ -75,18 +93,38 @@ def _accumulator(dtype):
     return dtype
 
 
+_UFUNCS = {'sum': np.add, 'mean': np.add, 'prod': np.multiply, 'max': np.maximum,
+           'min': np.minimum}
+
+
 def _reduce_kernel(name, accumulates):
+    ufunc = _UFUNCS[name]
+
     def kernel(attrs, ins, outs, ctx):
         x = ins[0]
-        axes = _axes_of(attrs, x.ndim)
-        target = outs[0].reshape(keepdims_shape(x.shape, axes))
-        fn = getattr(ctx.xp, name)
-        if accumulates:
-            result = fn(x, axis=axes, keepdims=True, dtype=_accumulator(x.dtype))
-        else:
-            result = fn(x, axis=axes, keepdims=True)
-        target[...] = result
+        axes, kept = _plan(attrs, x.shape)
+        target = outs[0].reshape(kept)
+        if ctx.xp is not np:
+            target[...] = getattr(ctx.xp, name)(x, axis=axes, keepdims=True)
+            return
+        acc = _accumulator(x.dtype) if accumulates else None
+        with _quiet_if_half(x.dtype):       # an overflowing float16 sum is inf, as in MXNet
+            if name != 'mean' and (acc is None or acc == x.dtype):
+                ufunc.reduce(x, axis=axes, keepdims=True, out=target)
+                return
+            total = ufunc.reduce(x, axis=axes, dtype=acc, keepdims=True)
+        if name == 'mean':
+            # a NumPy float64 count: float16 cannot hold counts above 65504
+            total = total / np.float64(max(prod(x.shape[a] for a in axes), 1))
+        target[...] = total
     return kernel
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def _quiet_if_half(dtype):
+    return np.errstate(over='ignore') if dtype.itemsize == 2 and dtype.kind == 'f' else _NOTHING
 
 
 def _back(F, grad, like, attrs, mean=False):
