@@ -1,7 +1,7 @@
 """Ember: a deep-learning runtime with MXNet 1.x's API (``import ember as mx``).
 
 >>> import ember as mx
->>> (mx.nd.ones((2, 3)) * 2 + 1).sum().asscalar()
+>>> float((mx.nd.ones((2, 3)) * 2 + 1).sum().asscalar())
 18.0
 """
 import importlib as _importlib
@@ -18,7 +18,8 @@ from ember import initializer, lr_scheduler, metric
 from ember import initializer as init
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
-_LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'operator')
+_LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'operator', 'sym', 'symbol',
+         'name', 'attribute')
 
 
 def __getattr__(name):
@@ -26,6 +27,9 @@ def __getattr__(name):
         from ember.io import recordio
         globals()['recordio'] = recordio
         return recordio
+    if name == 'AttrScope':
+        from ember.attribute import AttrScope
+        return AttrScope
     if name in _LAZY:
         module = _importlib.import_module(f'ember.{name}')
         globals()[name] = module

@@ -330,7 +330,7 @@ class Function:
     >>> x = mx.nd.array([0.0]); x.attach_grad()
     >>> with mx.autograd.record():
     ...     z = Sigmoid()(x)
-    >>> z.backward(); x.grad.asscalar()
+    >>> z.backward(); float(x.grad.asscalar())
     0.25
     """
 

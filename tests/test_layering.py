@@ -22,7 +22,8 @@ LAYERS = ['config', 'base',
           'module']
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
-FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'test_utils', 'random'}
+FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
+           'name', 'attribute'}
 
 
 def is_facade(top: str) -> bool:

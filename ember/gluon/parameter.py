@@ -27,7 +27,7 @@ class Parameter:
     >>> import ember as mx
     >>> p = mx.gluon.Parameter('w', shape=(2, 3))
     >>> p.initialize(mx.init.One())
-    >>> p.data().asnumpy().sum()
+    >>> float(p.data().asnumpy().sum())
     6.0
     """
 

@@ -1,0 +1,64 @@
+"""``mx.sym``: symbols, the graph IR, MXNet's JSON format, and one function per operator.
+
+Operator functions are generated from the registry (``ember.symbol.register``); the names
+starting with ``_`` (hidden ``_backward_*`` operators included) are also in
+``mx.sym._internal``, as in MXNet. An operator registered after this package was imported is
+found on first use. The graph IR that passes work on is in ``ember.symbol.graph``.
+
+>>> import ember.symbol as sym
+>>> data = sym.var('data')
+>>> net = sym.FullyConnected(data, num_hidden=8, name='fc1')
+>>> net = sym.Activation(net, act_type='relu', name='relu1')
+>>> net = sym.SoftmaxOutput(sym.FullyConnected(net, num_hidden=3, name='fc2'), name='softmax')
+>>> net.list_arguments()
+['data', 'fc1_weight', 'fc1_bias', 'fc2_weight', 'fc2_bias', 'softmax_label']
+>>> arg_shapes, out_shapes, aux_shapes = net.infer_shape(data=(4, 10))
+>>> arg_shapes[1], out_shapes
+((8, 10), [(4, 3)])
+"""
+from __future__ import annotations
+
+import types as _types
+
+from ember.op import registry as _registry
+from ember.symbol import graph, infer, json_io  # noqa: F401
+from ember.symbol.attribute import AttrScope  # noqa: F401
+from ember.symbol.name import NameManager, Prefix  # noqa: F401
+from ember.symbol.symbol import (Group, NotImplementedForSymbol, Symbol, Variable,  # noqa: F401
+                                 fromjson, load, load_json, node_symbols, var)
+from ember.symbol import creation as _creation
+from ember.symbol.creation import *  # noqa: F401,F403
+from ember.symbol.register import make_function as _make_function
+
+_internal = _types.ModuleType('ember.symbol._internal',
+                              'Operators whose names start with an underscore.')
+_HAND_WRITTEN = frozenset(globals())
+
+
+def _generate(name):
+    fn = _make_function(_registry.get(name), name)
+    globals()[name] = fn
+    if name.startswith('_'):
+        setattr(_internal, name, fn)
+    return fn
+
+
+def _populate():
+    for name in _registry.all_ops():
+        if name not in _HAND_WRITTEN:
+            _generate(name)
+
+
+def __getattr__(name):
+    if name.startswith('__') or name not in _registry.all_ops():
+        raise AttributeError(f'module ember.symbol has no attribute {name!r}')
+    return _generate(name)
+
+
+_populate()
+
+__all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
+                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph']
+                 + list(_creation.__all__)
+                 + [n for n in _registry.all_ops() if not n.startswith('_')
+                    and n not in _HAND_WRITTEN])
