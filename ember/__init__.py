@@ -14,11 +14,12 @@ from ember import context, engine, profiler, storage
 from ember import op  # noqa: F401  (registers every operator)
 from ember import nd, ndarray, random
 from ember import autograd
+from ember import operator  # noqa: F401  (installs mx.nd.Custom)
 from ember import initializer, lr_scheduler, metric
 from ember import initializer as init
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
-_LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'operator', 'sym', 'symbol',
+_LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute')
 
 

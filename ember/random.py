@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from ember import resource
 from ember.ndarray.ndarray import parse_device
-from ember.ndarray.random import normal, randint, uniform
+from ember.ndarray.random import (exponential, gamma, generalized_negative_binomial,
+                                  negative_binomial, normal, poisson, randint, shuffle, uniform)
 
-__all__ = ['seed', 'uniform', 'normal', 'randint']
+__all__ = ['seed', 'uniform', 'normal', 'randint', 'exponential', 'gamma', 'poisson',
+           'negative_binomial', 'generalized_negative_binomial', 'shuffle']
 
 
 def seed(seed_state, ctx='all') -> None:

@@ -48,12 +48,18 @@ from ember.engine import threads as _threads
 from ember.engine.segment import bulk, flush as _flush_bulk, set_bulk_size
 from ember.engine.core import Engine, NaiveEngine, Settings, role as _role
 from ember.engine.threaded import ThreadedEngine, ThreadedEnginePerDevice
+from ember.engine import core as _core
 from ember.engine.threads import kernel_threads, parallel_for
 from ember.engine.var import OperatorError, Var
 
 __all__ = ['get', 'reset', 'state_token', 'bulk', 'set_bulk_size', 'parallel_for',
            'kernel_threads', 'Engine', 'NaiveEngine', 'ThreadedEngine',
-           'ThreadedEnginePerDevice', 'Var', 'OperatorError', 'Settings']
+           'ThreadedEnginePerDevice', 'Var', 'OperatorError', 'Settings', 'in_worker']
+
+
+def in_worker() -> bool:
+    """Whether this thread is running an engine operation (where waiting would deadlock)."""
+    return _core.role.worker
 
 KINDS = {'NaiveEngine': NaiveEngine, 'ThreadedEngine': ThreadedEngine,
          'ThreadedEnginePerDevice': ThreadedEnginePerDevice}

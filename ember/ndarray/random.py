@@ -16,7 +16,8 @@ from __future__ import annotations
 from ember.op import registry
 from ember.ndarray.ndarray import NDArray, invoke, parse_device
 
-__all__ = ['uniform', 'normal', 'randint']
+__all__ = ['uniform', 'normal', 'randint', 'exponential', 'gamma', 'poisson', 'negative_binomial',
+           'generalized_negative_binomial', 'shuffle']
 
 
 def _draw(op_name, params, shape, dtype, ctx, out, kwargs):
@@ -50,3 +51,36 @@ def randint(low, high, shape=None, dtype=None, ctx=None, out=None, **kwargs):
     """Integers drawn uniformly from [low, high) (int32 unless `dtype`)."""
     return _draw('_random_randint', {'low': low, 'high': high}, shape, dtype, ctx, out,
                  kwargs)
+
+
+def exponential(scale=1.0, shape=None, dtype=None, ctx=None, out=None, **kwargs):
+    """Draws from the exponential distribution with mean `scale`."""
+    return _draw('_random_exponential', {'lam': 1.0 / scale}, shape, dtype, ctx, out, kwargs)
+
+
+def gamma(alpha=1.0, beta=1.0, shape=None, dtype=None, ctx=None, out=None, **kwargs):
+    """Draws from the gamma distribution with shape `alpha` and scale `beta`."""
+    return _draw('_random_gamma', {'alpha': alpha, 'beta': beta}, shape, dtype, ctx, out,
+                 kwargs)
+
+
+def poisson(lam=1.0, shape=None, dtype=None, ctx=None, out=None, **kwargs):
+    """Draws from the Poisson distribution with rate `lam`."""
+    return _draw('_random_poisson', {'lam': lam}, shape, dtype, ctx, out, kwargs)
+
+
+def negative_binomial(k=1, p=1.0, shape=None, dtype=None, ctx=None, out=None, **kwargs):
+    """Failures before the `k`-th success of trials that succeed with probability `p`."""
+    return _draw('_random_negative_binomial', {'k': k, 'p': p}, shape, dtype, ctx, out, kwargs)
+
+
+def generalized_negative_binomial(mu=1.0, alpha=1.0, shape=None, dtype=None, ctx=None,
+                                  out=None, **kwargs):
+    """Draws from the negative binomial with mean `mu` and dispersion `alpha`."""
+    return _draw('_random_generalized_negative_binomial', {'mu': mu, 'alpha': alpha}, shape,
+                 dtype, ctx, out, kwargs)
+
+
+def shuffle(data, **kwargs):
+    """A copy of `data` with its first axis randomly permuted."""
+    return invoke(registry.get('_shuffle'), [data], registry.get('_shuffle').parse_attrs(kwargs))[0]

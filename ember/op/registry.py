@@ -212,13 +212,16 @@ class OpDef:
     doc: str = ''
     aliases: tuple = ()
     variadic: str | None = None       # the param that counts the inputs (e.g. 'num_args')
+    open_attrs: bool = False          # keep unknown keyword arguments as strings (Custom)
 
     def parse_attrs(self, kwargs: dict) -> dict:
         """Canonical attribute values from Python values or MXNet's strings."""
         attrs = {}
         names = {p.name for p in self.params}
         for key in kwargs:
-            if key not in names and not key.startswith('__'):
+            if self.open_attrs and key not in names:
+                attrs[key] = kwargs[key] if isinstance(kwargs[key], str) else str(kwargs[key])
+            elif key not in names and not key.startswith('__'):
                 raise TypeError(f'{self.name}: unknown argument {key!r}; it accepts '
                                 f'{", ".join(sorted(names)) or "no arguments"}')
         for param in self.params:
