@@ -25,7 +25,7 @@ CONV_PARAMS = (
     shape_param('pad', doc='Zero padding on both sides; () means 0.'),
     Param('num_filter', p_int, REQUIRED, 'Output channels.'),
     Param('num_group', p_int, 1, 'Groups of channels convolved independently.'),
-    Param('workspace', p_int, 1024, 'Accepted for compatibility (MB of cuDNN workspace).'),
+    Param('workspace', p_int, 1024, 'MB of scratch one call may use (Ember caps it at 64).'),
     Param('no_bias', p_bool, False),
     Param('cudnn_tune', _TUNE, None, 'Accepted for compatibility.'),
     Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
@@ -45,8 +45,14 @@ DECONV_PARAMS = CONV_PARAMS[:4] + (
 # The three primitives, on channel-first arrays: x (N, C, *in), weight (F, C/groups, *kernel),
 # y (N, F, *out).
 
-def conv_forward(xp, x, weight, window, groups, y, ctx=None):
-    """Write the convolution of `x` with `weight` into `y`."""
+def conv_forward(xp, x, weight, window, groups, y, ctx=None, workspace=None):
+    """Write the convolution of `x` with `weight` into `y` (in batch chunks whose scratch fits
+    `workspace` bytes, when given)."""
+    chunks = _batch_chunks(x, weight, window, workspace)
+    if len(chunks) > 1:
+        for lo, hi in chunks:
+            conv_forward(xp, x[lo:hi], weight, window, groups, y[lo:hi], ctx)
+        return
     n, channels = x.shape[:2]
     filters, size_out = weight.shape[0], prod(window.size_out)
     w3 = as_shape(xp, weight, (groups, filters // groups, -1))
@@ -68,8 +74,13 @@ def conv_forward(xp, x, weight, window, groups, y, ctx=None):
         y[...] = y_buf.reshape(y.shape)
 
 
-def conv_backward_data(xp, dy, weight, window, groups, dx, ctx=None):
+def conv_backward_data(xp, dy, weight, window, groups, dx, ctx=None, workspace=None):
     """Write the gradient of the convolution with respect to its data into `dx`."""
+    chunks = _batch_chunks(dx, weight, window, workspace)
+    if len(chunks) > 1:
+        for lo, hi in chunks:
+            conv_backward_data(xp, dy[lo:hi], weight, window, groups, dx[lo:hi], ctx)
+        return
     n, channels = dx.shape[:2]
     filters, size_out = weight.shape[0], prod(window.size_out)
     wt = as_shape(xp, weight, (groups, filters // groups, -1)).transpose(0, 2, 1)
@@ -94,8 +105,16 @@ def conv_backward_data(xp, dy, weight, window, groups, dx, ctx=None):
     dx[...] = dpad[interior(window)]
 
 
-def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None):
+def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None, workspace=None):
     """Write the gradient of the convolution with respect to its weight into `dw`."""
+    chunks = _batch_chunks(x, dw, window, workspace)
+    if len(chunks) > 1:
+        part = xp.empty_like(dw)
+        dw[...] = 0
+        for lo, hi in chunks:
+            conv_backward_weight(xp, dy[lo:hi], x[lo:hi], window, groups, part, ctx)
+            dw += part
+        return
     n, channels = x.shape[:2]
     filters, size_out = dw.shape[0], prod(window.size_out)
     dy4 = as_shape(xp, dy, (n, groups, filters // groups, size_out))
@@ -118,6 +137,28 @@ def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None):
         xp.matmul(dy4[i], cols[i].transpose(0, 2, 1), out=term)
         total += term
     dw[...] = total.reshape(dw.shape)
+
+
+# The patch matrix of a whole batch can take gigabytes (VGG-16 at batch 8: 5.8 GB), and each
+# temp-space copy keeps the largest buffer it served. Like MXNet's CPU kernels, Ember lowers a
+# batch a few samples at a time: at most `workspace` MB of scratch, and never above this cap.
+WORKSPACE_CAP_MB = 64
+
+
+def workspace_bytes(attrs):
+    return min(attrs['workspace'], WORKSPACE_CAP_MB) << 20
+
+
+def _batch_chunks(x, weight, window, workspace):
+    """[(start, stop)] sample ranges whose scratch fits `workspace` bytes (one range if None)."""
+    n = x.shape[0]
+    if workspace is None or n < 2 or window.is_pointwise:
+        return [(0, n)]
+    per_sample = x.dtype.itemsize * (prod(x.shape[1:2] + window.padded)
+                                     + x.shape[1] * prod(window.kernel) * prod(window.size_out)
+                                     + weight.shape[0] * prod(window.size_out))
+    step = max(1, workspace // max(per_sample, 1))
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,7 +308,7 @@ def _conv_kernel(attrs, ins, outs, ctx):
         xp.matmul(rows, weight.T, out=as_shape(xp, outs[0], (-1, outs[0].shape[-1])))
     else:
         weight = weight_channel_first(xp, ins[1], layout)
-        conv_forward(xp, x, weight, window, attrs['num_group'], y, ctx)
+        conv_forward(xp, x, weight, window, attrs['num_group'], y, ctx, workspace_bytes(attrs))
     if not attrs['no_bias']:
         _add_bias(y, ins[2])
 
@@ -277,9 +318,11 @@ def _conv_backward_kernel(attrs, ins, outs, ctx):
     dy, x = channel_first(xp, ins[0], layout), channel_first(xp, ins[1], layout)
     weight = weight_channel_first(xp, ins[2], layout)
     window = _conv_window('Convolution', attrs, x.shape[2:])
-    conv_backward_data(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx)
+    budget = workspace_bytes(attrs)
+    conv_backward_data(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx,
+                       budget)
     conv_backward_weight(xp, dy, x, window, groups, weight_channel_first(xp, outs[1], layout),
-                         ctx)
+                         ctx, budget)
     if not attrs['no_bias']:
         outs[2][...] = dy.sum(axis=_spatial_axes(dy.ndim))
 
@@ -307,7 +350,8 @@ def _deconv_kernel(attrs, ins, outs, ctx):
     y = channel_first(xp, outs[0], layout)
     window = _deconv_window('Deconvolution', attrs, x.shape[2:])
     weight = weight_channel_first(xp, ins[1], layout)
-    conv_backward_data(xp, x, weight, window, attrs['num_group'], y, ctx)
+    conv_backward_data(xp, x, weight, window, attrs['num_group'], y, ctx,
+                       workspace_bytes(attrs))
     if not attrs['no_bias']:
         _add_bias(y, ins[2])
 
@@ -317,9 +361,10 @@ def _deconv_backward_kernel(attrs, ins, outs, ctx):
     dy, x = channel_first(xp, ins[0], layout), channel_first(xp, ins[1], layout)
     weight = weight_channel_first(xp, ins[2], layout)
     window = _deconv_window('Deconvolution', attrs, x.shape[2:])
-    conv_forward(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx)
+    budget = workspace_bytes(attrs)
+    conv_forward(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx, budget)
     conv_backward_weight(xp, x, dy, window, groups, weight_channel_first(xp, outs[1], layout),
-                         ctx)
+                         ctx, budget)
     if not attrs['no_bias']:
         outs[2][...] = dy.sum(axis=_spatial_axes(dy.ndim))
 
