@@ -1,0 +1,810 @@
+"""oneDNN 3.x through ctypes: engine and streams, memory descriptors by strides, primitives with
+the reorders between the caller's plain buffers and the layouts oneDNN chooses, and a bounded
+cache of built primitives.
+
+A primitive is built once per shape and layout (``MXNET_MKLDNN_CACHE_NUM`` bounds how many stay
+cached, least recently used first out) and then run on NumPy arrays: ``run({ARG_SRC: x, ...})``
+binds the arrays' memory, reorders inputs into the chosen layouts in a per-thread workspace, runs
+the primitive and reorders the outputs back. Every failing call raises :class:`OneDNNError`
+naming the C function and oneDNN's status.
+
+>>> import numpy as np
+>>> from ember.backend import onednn
+>>> if onednn.available():
+...     x = np.array([[-1.0, 2.0]], np.float32)
+...     y = np.empty_like(x)
+...     relu = onednn.eltwise(onednn.MemoryDesc.of(x), onednn.MemoryDesc.of(y), 'relu')
+...     relu.run({onednn.ARG_SRC: x, onednn.ARG_DST: y})
+...     print(y.tolist())
+... else:
+...     print([[0.0, 2.0]])
+[[0.0, 2.0]]
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ember import config
+from ember.backend import native
+from ember.base import EmberError
+
+__all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError', 'MemoryDesc',
+           'PostOp', 'Primitive', 'has_plain_strides', 'convolution', 'inner_product', 'pooling',
+           'batch_norm', 'eltwise', 'softmax', 'lrn', 'reorder', 'cached', 'cache_size',
+           'clear_cache', 'reset', 'ARG_SRC', 'ARG_DST', 'ARG_WEIGHTS', 'ARG_BIAS', 'ARG_MEAN',
+           'ARG_VARIANCE', 'ARG_SCALE', 'ARG_SHIFT', 'ELTWISE_ALGORITHMS', 'POOLING_ALGORITHMS',
+           'UNIMPLEMENTED']
+
+# Values from dnnl_types.h / dnnl_common_types.h of oneDNN 3.2.
+_F32 = 3                       # dnnl_f32
+_FORMAT_ANY = 1                # dnnl_format_tag_any
+_CPU = 1                       # dnnl_cpu
+_IN_ORDER = 1                  # dnnl_stream_in_order
+_FORWARD_INFERENCE = 96
+_CONVOLUTION_DIRECT = 1
+_SCRATCHPAD_USER = 1           # dnnl_scratchpad_mode_user
+_QUERY_IMPL_INFO = 8           # dnnl_query_impl_info_str
+_QUERY_SCRATCHPAD_MD = 136
+_QUERY_EXEC_ARG_MD = 255
+_MAX_DIMS = 12                 # DNNL_MAX_NDIMS
+
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
+ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
+_ARG_SCRATCHPAD = 80
+
+ELTWISE_ALGORITHMS = {'relu': 0x20, 'tanh': 0x21, 'elu': 0x22, 'square': 0x23, 'abs': 0x24,
+                      'sqrt': 0x25, 'linear': 0x26, 'soft_relu': 0x27, 'logistic': 0x29,
+                      'exp': 0x2a, 'gelu_tanh': 0x2b, 'swish': 0x2c, 'log': 0x2d,
+                      'gelu_erf': 0x31}
+POOLING_ALGORITHMS = {'max': 0x1ff, 'avg_include_padding': 0x2ff,
+                      'avg_exclude_padding': 0x3ff}
+_LRN_ACROSS_CHANNELS = 0xaff
+_SOFTMAX = {False: 0x30000, True: 0x30001}         # accurate, log
+_USE_GLOBAL_STATS, _USE_SCALE, _USE_SHIFT, _FUSE_RELU = 0x1, 0x2, 0x4, 0x8
+
+_STATUS = {1: 'out_of_memory', 2: 'invalid_arguments', 3: 'unimplemented',
+           4: 'last_impl_reached', 5: 'runtime_error', 6: 'not_required'}
+UNIMPLEMENTED = 3
+
+_ALIGN = 64
+
+
+class OneDNNError(EmberError):
+    """A oneDNN call failed; ``call`` names the C function, ``status`` is its dnnl_status_t."""
+
+    def __init__(self, call: str, status: int):
+        self.call, self.status = call, status
+        why = _STATUS.get(status, 'unknown status')
+        hint = ('; oneDNN has no implementation for these shapes, layouts or parameters'
+                if status == UNIMPLEMENTED else '')
+        super().__init__(f'oneDNN call {call} failed: {why} (dnnl_status_t {status}){hint}')
+
+
+# ----------------------------------------------------------------------------------------------
+# The C functions, each with its argument types: without them ctypes would pass Python floats
+# as doubles to the functions that take float, and the values would come out wrong.
+
+_p, _h, _i, _u, _f = ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int, \
+    ctypes.c_uint, ctypes.c_float
+_dims = ctypes.POINTER(ctypes.c_int64)
+_Dims = ctypes.c_int64 * _MAX_DIMS
+
+
+class _ExecArg(ctypes.Structure):
+    """dnnl_exec_arg_t."""
+    _fields_ = [('arg', ctypes.c_int), ('memory', ctypes.c_void_p)]
+
+
+# name -> argument types; all return dnnl_status_t.
+_STATUS_FUNCTIONS = {
+    'dnnl_engine_create': (_p, _i, ctypes.c_size_t),
+    'dnnl_engine_destroy': (_h,),
+    'dnnl_stream_create': (_p, _h, _u),
+    'dnnl_stream_destroy': (_h,),
+    'dnnl_memory_desc_create_with_strides': (_p, _i, _dims, _i, _dims),
+    'dnnl_memory_desc_create_with_tag': (_p, _i, _dims, _i, _i),
+    'dnnl_memory_desc_destroy': (_h,),
+    'dnnl_memory_create': (_p, _h, _h, _h),
+    'dnnl_memory_set_data_handle': (_h, _h),
+    'dnnl_memory_destroy': (_h,),
+    'dnnl_primitive_attr_create': (_p,),
+    'dnnl_primitive_attr_destroy': (_h,),
+    'dnnl_primitive_attr_set_scratchpad_mode': (_h, _i),
+    'dnnl_primitive_attr_set_post_ops': (_h, _h),
+    'dnnl_post_ops_create': (_p,),
+    'dnnl_post_ops_destroy': (_h,),
+    'dnnl_post_ops_append_sum': (_h, _f, ctypes.c_int32, _i),
+    'dnnl_post_ops_append_eltwise': (_h, _i, _f, _f),
+    'dnnl_primitive_desc_query': (_h, _i, _i, _h),
+    'dnnl_primitive_desc_destroy': (_h,),
+    'dnnl_primitive_create': (_p, _h),
+    'dnnl_primitive_execute': (_h, _h, _i, ctypes.POINTER(_ExecArg)),
+    'dnnl_primitive_destroy': (_h,),
+    'dnnl_reorder_primitive_desc_create': (_p, _h, _h, _h, _h, _h),
+    'dnnl_convolution_forward_primitive_desc_create': (
+        _p, _h, _i, _i, _h, _h, _h, _h, _dims, _dims, _dims, _dims, _h),
+    'dnnl_inner_product_forward_primitive_desc_create': (_p, _h, _i, _h, _h, _h, _h, _h),
+    'dnnl_pooling_forward_primitive_desc_create': (
+        _p, _h, _i, _i, _h, _h, _dims, _dims, _dims, _dims, _dims, _h),
+    'dnnl_batch_normalization_forward_primitive_desc_create': (_p, _h, _i, _h, _h, _f, _u, _h),
+    'dnnl_eltwise_forward_primitive_desc_create': (_p, _h, _i, _i, _h, _h, _f, _f, _h),
+    'dnnl_softmax_forward_primitive_desc_create': (_p, _h, _i, _i, _h, _h, _i, _h),
+    'dnnl_lrn_forward_primitive_desc_create': (
+        _p, _h, _i, _i, _h, _h, ctypes.c_int64, _f, _f, _f, _h),
+}
+
+# name -> (result type, argument types)
+_OTHER_FUNCTIONS = {
+    'dnnl_memory_desc_get_size': (ctypes.c_size_t, (_h,)),
+    'dnnl_memory_desc_equal': (ctypes.c_int, (_h, _h)),
+    'dnnl_primitive_desc_query_md': (ctypes.c_void_p, (_h, _i, _i)),
+}
+
+
+def _check(result, func, args):
+    if result != 0:
+        raise OneDNNError(func.__name__, result)
+    return result
+
+
+class _Library:
+    """The C functions of one loaded libdnnl, its CPU engine, per-thread streams, and the
+    libgomp thread control it links against."""
+
+    def __init__(self, cdll: ctypes.CDLL):
+        self.cdll = cdll
+        for name, argtypes in _STATUS_FUNCTIONS.items():
+            fn = _function(cdll, name)
+            fn.argtypes, fn.restype, fn.errcheck = argtypes, ctypes.c_int, _check
+            setattr(self, name[5:], fn)
+        for name, (restype, argtypes) in _OTHER_FUNCTIONS.items():
+            fn = _function(cdll, name)
+            fn.argtypes, fn.restype = argtypes, restype
+            setattr(self, name[5:], fn)
+        self.omp_set_num_threads = _optional(cdll, 'omp_set_num_threads', (ctypes.c_int,))
+        self.omp_get_max_threads = _optional(cdll, 'omp_get_max_threads', (), ctypes.c_int)
+        self.engine = self.new_handle(self.engine_create, _CPU, 0)
+        self.threads = threading.local()
+
+    @staticmethod
+    def new_handle(create, *args) -> int:
+        handle = ctypes.c_void_p()
+        create(ctypes.byref(handle), *args)
+        return handle.value
+
+    def stream(self) -> int:
+        """This thread's stream (in-order CPU streams are cheap; one per thread avoids
+        sharing one across the engine's workers)."""
+        stream = getattr(self.threads, 'stream', None)
+        if stream is None:
+            stream = self.new_handle(self.stream_create, self.engine, _IN_ORDER)
+            self.threads.stream = stream
+        return stream
+
+
+def _function(cdll, name):
+    try:
+        return getattr(cdll, name)
+    except AttributeError:
+        raise EmberError(f'{native.onednn_status()}: the library has no {name}; Ember needs '
+                         f'the oneDNN 3.x C API (onednn-cpu-gomp 2023.x)') from None
+
+
+def _optional(cdll, name, argtypes, restype=None):
+    """An OpenMP function of the library's dependencies (libgomp for the gomp wheel; a
+    library built on TBB or threadpools has none)."""
+    try:
+        fn = getattr(cdll, name)
+    except AttributeError:
+        return None
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
+_library: _Library | None = None
+_library_lock = threading.Lock()
+
+
+def _lib() -> _Library:
+    """The bound library; rebuilt when the backend loaded a different one (after a reset)."""
+    cdll = native.onednn()
+    if cdll is None:
+        raise EmberError(f'oneDNN is not available: {native.onednn_status()}')
+    library = _library
+    if library is None or library.cdll is not cdll:
+        library = _bind(cdll)
+    return library
+
+
+def _bind(cdll) -> _Library:
+    global _library
+    with _library_lock:
+        if _library is None or _library.cdll is not cdll:
+            _cache.clear()
+            _library = _Library(cdll)
+        return _library
+
+
+def available() -> bool:
+    """Whether oneDNN is installed and loads. Raises EmberError when ``MXNET_LIBRARY_PATH``
+    names a file that is missing or not oneDNN (a configuration error, not a missing library).
+
+    >>> isinstance(available(), bool)
+    True
+    """
+    return native.onednn() is not None
+
+
+def status() -> str:
+    """One line: the loaded oneDNN and where from, or why none is loaded."""
+    return native.onednn_status()
+
+
+def set_num_threads(count: int) -> None:
+    """OpenMP threads of the oneDNN kernels that the calling thread runs.
+
+    OpenMP keeps this count per calling thread, so each engine worker sets its own. The
+    current count is read back first (others, e.g. threadpoolctl, may change it too); a call
+    that changes nothing costs well under a microsecond.
+    """
+    library = _lib()
+    if library.omp_set_num_threads is not None and library.omp_get_max_threads() != count:
+        library.omp_set_num_threads(count)
+
+
+def num_threads() -> int | None:
+    """The OpenMP threads the calling thread's next oneDNN kernel uses (None when the
+    library does not run on OpenMP)."""
+    library = _lib()
+    if library.omp_get_max_threads is None:
+        return None
+    return library.omp_get_max_threads()
+
+
+def reset() -> None:
+    """Drop the bound library, its engine and every cached primitive."""
+    global _library
+    with _library_lock:
+        _cache.clear()
+        _library = None
+
+
+config.register_reset('backend', reset)
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory descriptors.
+
+class MemoryDesc:
+    """A float32 memory descriptor: plain (dims and element strides of a NumPy array) or
+    'any' (the primitive chooses). Owns its handle unless it belongs to a primitive
+    descriptor (``owner`` keeps that alive)."""
+
+    __slots__ = ('handle', 'dims', 'strides', 'owner', '__weakref__')
+
+    def __init__(self, handle: int, dims: tuple, strides: tuple | None, owner=None):
+        self.handle, self.dims, self.strides, self.owner = handle, dims, strides, owner
+        if owner is None:
+            weakref.finalize(self, _lib().memory_desc_destroy, handle)
+
+    @classmethod
+    def plain(cls, dims, strides) -> MemoryDesc:
+        """A descriptor of dims with strides counted in elements."""
+        library = _lib()
+        handle = library.new_handle(library.memory_desc_create_with_strides, len(dims),
+                                    _dims_of(dims), _F32, _dims_of(strides))
+        return cls(handle, tuple(dims), tuple(strides))
+
+    @classmethod
+    def of(cls, array: np.ndarray, dims=None) -> MemoryDesc:
+        """The descriptor of a float32 NumPy array (or view), by its shape and strides."""
+        if array.dtype != np.float32:
+            raise EmberError(f'oneDNN memory: dtype {array.dtype} is not supported; '
+                             f'expected float32')
+        # a dim of size 1 may carry any stride in NumPy (even 0); oneDNN wants a positive one
+        strides = tuple(s // 4 if n > 1 else max(s // 4, 1)
+                        for s, n in zip(array.strides, array.shape))
+        return cls.plain(array.shape if dims is None else dims, strides)
+
+    @classmethod
+    def any(cls, dims) -> MemoryDesc:
+        """A descriptor that lets the primitive choose its layout."""
+        library = _lib()
+        handle = library.new_handle(library.memory_desc_create_with_tag, len(dims),
+                                    _dims_of(dims), _F32, _FORMAT_ANY)
+        return cls(handle, tuple(dims), None)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a buffer of this layout needs (blocked layouts pad)."""
+        return _lib().memory_desc_get_size(self.handle)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, MemoryDesc):
+            return NotImplemented
+        return bool(_lib().memory_desc_equal(self.handle, other.handle))
+
+    __hash__ = None
+
+    def __repr__(self):
+        layout = 'any' if self.strides is None and self.owner is None else self.strides
+        return f'MemoryDesc(dims={self.dims}, strides={layout})'
+
+
+def _dims_of(values) -> _Dims:
+    dims = _Dims()
+    for i, value in enumerate(values):
+        dims[i] = value
+    return dims
+
+
+def has_plain_strides(array) -> bool:
+    """Whether oneDNN can describe the array: a non-empty float32 NumPy array (not a GPU one)
+    with positive, element-aligned strides (NumPy views may have zero or negative ones)."""
+    return (isinstance(array, np.ndarray) and array.dtype == np.float32 and array.size > 0
+            and all(s > 0 and s % 4 == 0 for s, n in zip(array.strides, array.shape) if n > 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Primitives.
+
+@dataclass(frozen=True)
+class PostOp:
+    """One post-op of a primitive: ('sum', scale) adds the destination's previous contents,
+    ('eltwise', algorithm, alpha, beta) applies an element-wise function."""
+    kind: str
+    algorithm: str = ''
+    alpha: float = 0.0
+    beta: float = 0.0
+    scale: float = 1.0
+
+    @staticmethod
+    def sum(scale: float = 1.0) -> PostOp:
+        return PostOp('sum', scale=scale)
+
+    @staticmethod
+    def activation(algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> PostOp:
+        if algorithm not in ELTWISE_ALGORITHMS:
+            raise EmberError(f'oneDNN post-op: unknown eltwise algorithm {algorithm!r}; '
+                             f'expected one of {", ".join(ELTWISE_ALGORITHMS)}')
+        return PostOp('eltwise', algorithm, alpha, beta)
+
+
+class _Attr:
+    """A primitive attribute: user-managed scratchpad (thread-safe with per-thread workspaces)
+    and the post-ops."""
+
+    def __init__(self, library: _Library, post_ops=()):
+        self.library = library
+        self.handle = library.new_handle(library.primitive_attr_create)
+        weakref.finalize(self, library.primitive_attr_destroy, self.handle)
+        library.primitive_attr_set_scratchpad_mode(self.handle, _SCRATCHPAD_USER)
+        if post_ops:
+            self._set_post_ops(post_ops)
+
+    def _set_post_ops(self, post_ops):
+        library = self.library
+        chain = library.new_handle(library.post_ops_create)
+        try:
+            for op in post_ops:
+                if op.kind == 'sum':
+                    library.post_ops_append_sum(chain, op.scale, 0, 0)
+                else:
+                    library.post_ops_append_eltwise(chain, ELTWISE_ALGORITHMS[op.algorithm],
+                                                    op.alpha, op.beta)
+            library.primitive_attr_set_post_ops(self.handle, chain)
+        finally:
+            library.post_ops_destroy(chain)
+
+
+@dataclass
+class _Binding:
+    """One execution argument: the caller's layout, the primitive's, and the reorders between
+    them (None where the layouts match)."""
+    arg: int
+    user_md: MemoryDesc
+    inner_md: MemoryDesc
+    inner_memory: int              # the memory object the primitive executes on
+    user_memory: int | None        # a second object on the caller's buffer, when reordering
+    reorder: int | None            # user -> inner (inputs) or inner -> user (outputs)
+    offset: int = 0                # where the inner buffer sits in the workspace
+    kept: np.ndarray | None = None  # a reordered constant input, kept between runs
+    kept_key: tuple | None = None  # (address, version) of the user's data it was made from
+    is_output: bool = False
+
+    def __post_init__(self):
+        # the reorder's two arguments never change: only their memory's data handles do
+        source, target = self.user_memory, self.inner_memory
+        if self.is_output:
+            source, target = target, source
+        self.reorder_args = (_ExecArg * 2)(_ExecArg(ARG_SRC, source), _ExecArg(ARG_DST, target))
+
+
+class Primitive:
+    """A built primitive that runs on the caller's arrays. ``inputs`` and ``outputs`` map
+    argument ids to the caller's descriptors; ``accumulate`` is the descriptor of the array
+    a sum post-op adds (copied into the destination before the run)."""
+
+    def __init__(self, pd: int, inputs: dict, outputs: dict, accumulate: MemoryDesc | None = None):
+        library = _lib()
+        self.library, self.pd = library, pd
+        # owns the handles; descriptors queried from pd refer to it, not to the primitive, so
+        # an evicted primitive is freed at once rather than by the cycle collector
+        self._owned = _Handles(library, pd)
+        self.handle = self._own(library.new_handle(library.primitive_create, pd), 'primitive')
+        self.lock = threading.Lock()
+        self.bindings = [self._bind(arg, md, False) for arg, md in inputs.items()]
+        self.outputs = [self._bind(arg, md, True) for arg, md in outputs.items()]
+        self.accumulate = self._accumulate(accumulate) if accumulate is not None else None
+        self.scratch = self._scratchpad()
+        self.workspace_bytes = self._place_buffers()
+        memories = [b.inner_memory for b in self.bindings + self.outputs]
+        ids = [b.arg for b in self.bindings + self.outputs]
+        if self.scratch is not None:
+            memories.append(self.scratch.inner_memory)
+            ids.append(_ARG_SCRATCHPAD)
+        self.args = (_ExecArg * len(ids))(*[_ExecArg(a, m) for a, m in zip(ids, memories)])
+
+    @property
+    def implementation(self) -> str:
+        """oneDNN's name of the chosen implementation, e.g. 'brgconv:avx2'."""
+        text = ctypes.c_char_p()
+        self.library.primitive_desc_query(self.pd, _QUERY_IMPL_INFO, 0, ctypes.byref(text))
+        return text.value.decode()
+
+    def inner_md(self, arg: int) -> MemoryDesc:
+        """The layout the primitive chose for argument `arg` (owned by the primitive)."""
+        handle = self.library.primitive_desc_query_md(self.pd, _QUERY_EXEC_ARG_MD, arg)
+        if not handle:
+            raise EmberError(f'oneDNN primitive {self.implementation}: no argument {arg}')
+        return MemoryDesc(handle, (), None, owner=self._owned)
+
+    @property
+    def reorders(self) -> dict:
+        """Argument id -> whether its data is reordered between the caller's layout and the
+        primitive's."""
+        return {b.arg: b.reorder is not None for b in self.bindings + self.outputs}
+
+    def run(self, arrays: dict, accumulate: np.ndarray | None = None,
+            versions: dict | None = None) -> None:
+        """Execute on `arrays` (argument id -> float32 array laid out as described at build
+        time); `accumulate` is what a sum post-op adds to. `versions` maps input argument ids
+        to tokens that the caller changes whenever that input's contents change: such an
+        input's reordered copy is kept and reused while its address and token stay the same
+        (weights in inference)."""
+        library = self.library
+        stream = library.stream()
+        with self.lock:
+            base = _workspace(self.workspace_bytes)
+            for binding in self.bindings:
+                address = _address(arrays[binding.arg])
+                if versions and binding.arg in versions and binding.reorder is not None:
+                    _stage_kept(library, stream, binding, address, versions[binding.arg])
+                else:
+                    _stage_in(library, stream, binding, address, base)
+            for binding in self.outputs:
+                _bind_out(library, binding, _address(arrays[binding.arg]), base)
+            if self.accumulate is not None:
+                self._stage_accumulate(stream, accumulate, arrays, base)
+            if self.scratch is not None:
+                library.memory_set_data_handle(self.scratch.inner_memory,
+                                               base + self.scratch.offset)
+            library.primitive_execute(self.handle, stream, len(self.args), self.args)
+            for binding in self.outputs:
+                if binding.reorder is not None:
+                    _execute_reorder(library, stream, binding)
+
+    # -- building ------------------------------------------------------------------------
+
+    def _own(self, handle: int, kind: str) -> int:
+        self._owned.handles.append((kind, handle))
+        return handle
+
+    def _memory(self, md: MemoryDesc) -> int:
+        library = self.library
+        return self._own(library.new_handle(library.memory_create, md.handle, library.engine,
+                                            None), 'memory')
+
+    def _bind(self, arg: int, user_md: MemoryDesc, is_output: bool) -> _Binding:
+        inner = self.inner_md(arg)
+        inner_memory = self._memory(inner)
+        if inner == user_md:
+            return _Binding(arg, user_md, inner, inner_memory, None, None)
+        source, target = (inner, user_md) if is_output else (user_md, inner)
+        return _Binding(arg, user_md, inner, inner_memory, self._memory(user_md),
+                        self._reorder(source, target), is_output=is_output)
+
+    def _accumulate(self, user_md: MemoryDesc) -> _Binding:
+        """How the sum post-op's addend reaches the destination buffer, in its layout."""
+        dst = next(b for b in self.outputs if b.arg == ARG_DST)
+        return _Binding(ARG_DST, user_md, dst.inner_md, dst.inner_memory,
+                        self._memory(user_md), self._reorder(user_md, dst.inner_md))
+
+    def _reorder(self, source: MemoryDesc, target: MemoryDesc) -> int:
+        library = self.library
+        pd = library.new_handle(library.reorder_primitive_desc_create, source.handle,
+                                library.engine, target.handle, library.engine, None)
+        try:
+            return self._own(library.new_handle(library.primitive_create, pd), 'primitive')
+        finally:
+            library.primitive_desc_destroy(pd)
+
+    def _scratchpad(self) -> _Binding | None:
+        handle = self.library.primitive_desc_query_md(self.pd, _QUERY_SCRATCHPAD_MD, 0)
+        md = MemoryDesc(handle, (), None, owner=self._owned) if handle else None
+        if md is None or md.nbytes == 0:
+            return None
+        return _Binding(_ARG_SCRATCHPAD, md, md, self._memory(md), None, None)
+
+    def _place_buffers(self) -> int:
+        """Offsets in the workspace of every reordered argument and the scratchpad."""
+        staged = [b for b in self.bindings + self.outputs if b.reorder is not None]
+        total = 0
+        for binding in staged + ([self.scratch] if self.scratch is not None else []):
+            binding.offset = total
+            total += _round_up(binding.inner_md.nbytes)
+        return total
+
+    def _stage_accumulate(self, stream, addend, arrays, base):
+        staged = self.accumulate
+        dst = next(b for b in self.outputs if b.arg == ARG_DST)
+        target = _address(arrays[ARG_DST]) if dst.reorder is None else base + dst.offset
+        source = _address(addend)
+        if dst.reorder is None and source == target and staged.user_md == dst.user_md:
+            return      # the addend already is the destination (an in-place residual add)
+        self.library.memory_set_data_handle(staged.user_memory, source)
+        _execute_reorder(self.library, stream, staged)
+
+
+class _Handles:
+    """A primitive descriptor and the primitives and memory objects made from it, destroyed
+    together when the last reference goes."""
+
+    def __init__(self, library: _Library, pd: int):
+        self.handles: list = []            # (kind, handle)
+        weakref.finalize(self, _destroy_all, library, pd, self.handles)
+
+
+def _destroy_all(library, pd, handles):
+    for kind, handle in reversed(handles):
+        getattr(library, f'{kind}_destroy')(handle)
+    library.primitive_desc_destroy(pd)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__['data'][0]
+
+
+def _stage_in(library, stream, binding, address, base):
+    if binding.reorder is None:
+        library.memory_set_data_handle(binding.inner_memory, address)
+        return
+    library.memory_set_data_handle(binding.user_memory, address)
+    library.memory_set_data_handle(binding.inner_memory, base + binding.offset)
+    _execute_reorder(library, stream, binding)
+
+
+def _stage_kept(library, stream, binding, address, version):
+    key = (address, version)
+    if binding.kept is None:
+        binding.kept = np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)
+    kept = -_address(binding.kept) % _ALIGN + _address(binding.kept)
+    library.memory_set_data_handle(binding.inner_memory, kept)
+    if binding.kept_key != key:
+        library.memory_set_data_handle(binding.user_memory, address)
+        _execute_reorder(library, stream, binding)
+        binding.kept_key = key
+
+
+def _bind_out(library, binding, address, base):
+    if binding.reorder is None:
+        library.memory_set_data_handle(binding.inner_memory, address)
+        return
+    library.memory_set_data_handle(binding.user_memory, address)
+    library.memory_set_data_handle(binding.inner_memory, base + binding.offset)
+
+
+def _execute_reorder(library, stream, binding):
+    library.primitive_execute(binding.reorder, stream, 2, binding.reorder_args)
+
+
+def _round_up(nbytes: int) -> int:
+    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+_workspaces = threading.local()
+
+
+def _workspace(nbytes: int) -> int:
+    """The address of this thread's workspace of at least `nbytes`, 64-byte aligned; it grows
+    and is reused, so reordered copies and scratchpads cost no allocation per call."""
+    buffer = getattr(_workspaces, 'buffer', None)
+    if buffer is None or buffer.nbytes < nbytes + _ALIGN:
+        buffer = np.empty(max(nbytes, 1) + _ALIGN, np.uint8)
+        _workspaces.buffer = buffer
+    address = _address(buffer)
+    return (address + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+# ----------------------------------------------------------------------------------------------
+# Builders: each returns a Primitive that runs on buffers described by the given descriptors.
+
+def _create_pd(create, *args, attr: _Attr) -> int:
+    library = _lib()
+    return library.new_handle(create, library.engine, *args, attr.handle)
+
+
+def _user_or_any(md: MemoryDesc, choose: bool) -> MemoryDesc:
+    return MemoryDesc.any(md.dims) if choose else md
+
+
+def convolution(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
+                strides, dilates, pad_before, pad_after, post_ops=(), accumulate=None,
+                choose_layouts: bool = True) -> Primitive:
+    """Forward-inference convolution. Weights are (F, C, *k) or grouped (G, F/G, C/G, *k);
+    `dilates` counts like MXNet (1 = dense). With `choose_layouts` oneDNN picks the layouts of
+    src, weights and dst (its fast kernels want blocked weights) and the data is reordered;
+    `accumulate` describes the addend of a sum post-op."""
+    library = _lib()
+    attr = _Attr(library, post_ops)
+    mds = [_user_or_any(md, choose_layouts) for md in (src, weights, dst)]
+    pd = _create_pd(library.convolution_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    _CONVOLUTION_DIRECT, mds[0].handle, mds[1].handle,
+                    bias.handle if bias is not None else None, mds[2].handle,
+                    _dims_of(strides), _dims_of([d - 1 for d in dilates]),
+                    _dims_of(pad_before), _dims_of(pad_after), attr=attr)
+    inputs = {ARG_SRC: src, ARG_WEIGHTS: weights}
+    if bias is not None:
+        inputs[ARG_BIAS] = bias
+    return Primitive(pd, inputs, {ARG_DST: dst}, accumulate)
+
+
+def inner_product(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None,
+                  dst: MemoryDesc, post_ops=(), choose_layouts: bool = False) -> Primitive:
+    """Forward-inference inner product: dst (N, H) = src (N, K) weights (H, K)^T + bias."""
+    library = _lib()
+    attr = _Attr(library, post_ops)
+    mds = [_user_or_any(md, choose_layouts) for md in (src, weights, dst)]
+    pd = _create_pd(library.inner_product_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    mds[0].handle, mds[1].handle, bias.handle if bias is not None else None,
+                    mds[2].handle, attr=attr)
+    inputs = {ARG_SRC: src, ARG_WEIGHTS: weights}
+    if bias is not None:
+        inputs[ARG_BIAS] = bias
+    return Primitive(pd, inputs, {ARG_DST: dst})
+
+
+def pooling(src: MemoryDesc, dst: MemoryDesc, algorithm: str, kernel, strides, pad_before,
+            pad_after) -> Primitive:
+    """Forward-inference pooling ('max', 'avg_include_padding', 'avg_exclude_padding')."""
+    library = _lib()
+    nd = len(kernel)
+    pd = _create_pd(library.pooling_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    POOLING_ALGORITHMS[algorithm], src.handle, dst.handle, _dims_of(strides),
+                    _dims_of(kernel), _dims_of([0] * nd), _dims_of(pad_before),
+                    _dims_of(pad_after), attr=_Attr(library))
+    return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+def batch_norm(src: MemoryDesc, dst: MemoryDesc, epsilon: float, use_scale: bool,
+               fuse_relu: bool = False) -> Primitive:
+    """Batch normalisation with given mean and variance (global statistics), a shift and,
+    with `use_scale`, a scale; `fuse_relu` applies relu to the result."""
+    library = _lib()
+    flags = _USE_GLOBAL_STATS | _USE_SHIFT | (_USE_SCALE if use_scale else 0) \
+        | (_FUSE_RELU if fuse_relu else 0)
+    pd = _create_pd(library.batch_normalization_forward_primitive_desc_create,
+                    _FORWARD_INFERENCE, src.handle, dst.handle, epsilon, flags,
+                    attr=_Attr(library))
+    channel = MemoryDesc.plain((src.dims[1],), (1,))
+    inputs = {ARG_SRC: src, ARG_MEAN: channel, ARG_VARIANCE: channel, ARG_SHIFT: channel}
+    if use_scale:
+        inputs[ARG_SCALE] = channel
+    return Primitive(pd, inputs, {ARG_DST: dst})
+
+
+def eltwise(src: MemoryDesc, dst: MemoryDesc, algorithm: str, alpha: float = 0.0,
+            beta: float = 0.0) -> Primitive:
+    """An element-wise function (see ELTWISE_ALGORITHMS; alpha and beta as oneDNN defines)."""
+    library = _lib()
+    if algorithm not in ELTWISE_ALGORITHMS:
+        raise EmberError(f'oneDNN eltwise: unknown algorithm {algorithm!r}; expected one of '
+                         f'{", ".join(ELTWISE_ALGORITHMS)}')
+    pd = _create_pd(library.eltwise_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    ELTWISE_ALGORITHMS[algorithm], src.handle, dst.handle, alpha, beta,
+                    attr=_Attr(library))
+    return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+def softmax(src: MemoryDesc, dst: MemoryDesc, axis: int, log: bool = False) -> Primitive:
+    """softmax (or log-softmax) along `axis`."""
+    library = _lib()
+    pd = _create_pd(library.softmax_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    _SOFTMAX[log], src.handle, dst.handle, axis, attr=_Attr(library))
+    return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+def lrn(src: MemoryDesc, dst: MemoryDesc, size: int, alpha: float, beta: float,
+        k: float) -> Primitive:
+    """Local response normalisation across channels:
+    dst = src * (k + alpha / size * sum of src^2 over `size` channels) ** -beta."""
+    library = _lib()
+    pd = _create_pd(library.lrn_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                    _LRN_ACROSS_CHANNELS, src.handle, dst.handle, size, alpha, beta, k,
+                    attr=_Attr(library))
+    return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+def reorder(src: MemoryDesc, dst: MemoryDesc) -> Primitive:
+    """A copy between two layouts of the same dims (run with ARG_SRC and ARG_DST)."""
+    library = _lib()
+    attr = _Attr(library)       # named: a temporary would be destroyed before the call
+    pd = library.new_handle(library.reorder_primitive_desc_create, src.handle, library.engine,
+                            dst.handle, library.engine, attr.handle)
+    return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+# ----------------------------------------------------------------------------------------------
+# The primitive cache.
+
+class _Cache:
+    """Built primitives by key, least recently used evicted beyond MXNET_MKLDNN_CACHE_NUM
+    (-1: unbounded, 0: nothing kept). A key whose build oneDNN cannot implement is cached as
+    None, so it is not retried on every call."""
+
+    def __init__(self):
+        self.entries: collections.OrderedDict = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key, build: Callable[[], Primitive]) -> Primitive | None:
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                return self.entries[key]
+        value = _build_or_none(build)
+        limit = config.get('MXNET_MKLDNN_CACHE_NUM')
+        with self.lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            while limit >= 0 and len(self.entries) > limit:
+                self.entries.popitem(last=False)
+        return value
+
+    def clear(self):
+        with self.lock:
+            self.entries.clear()
+
+
+def _build_or_none(build):
+    try:
+        return build()
+    except OneDNNError as exc:
+        if exc.status == UNIMPLEMENTED:
+            return None
+        raise
+
+
+_cache = _Cache()
+
+
+def cached(key, build: Callable[[], Primitive]) -> Primitive | None:
+    """The primitive cached under `key`, built with `build()` on a miss; None when oneDNN has
+    no implementation for it (the caller falls back)."""
+    return _cache.get(key, build)
+
+
+def cache_size() -> int:
+    """How many primitives (and remembered unimplemented cases) are cached."""
+    return len(_cache.entries)
+
+
+def clear_cache() -> None:
+    """Drop every cached primitive."""
+    _cache.clear()
