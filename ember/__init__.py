@@ -20,7 +20,7 @@ from ember import initializer as init
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute')
+         'name', 'attribute', 'mod', 'model', 'module')
 
 
 def __getattr__(name):

@@ -19,11 +19,12 @@ LAYERS = ['config', 'base',
           'metric',        # evaluation metrics over arrays (NumPy only)
           'optimizer', 'kvstore', 'gluon', 'io',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
-          'module']
+          'module',
+          'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
-           'name', 'attribute'}
+           'name', 'attribute', 'mod'}
 
 
 def is_facade(top: str) -> bool:

@@ -1,0 +1,242 @@
+"""CachedOp: a traced graph run on arrays, bound once per input signature (MXNet's CachedOp).
+
+Hybridized Gluon blocks call their graph through a CachedOp. Each call looks up an executor by
+the inputs' shapes and dtypes, the device and which inputs need gradients; the first call of a
+signature binds one. Parameters are bound as they are (no copy), so the executor reads their
+current values and updates auxiliary states (BatchNorm's moving statistics) in place; data
+inputs are copied into the executor's input arrays and outputs out of its arena (the next call
+overwrites the arena).
+
+While ``autograd`` records, a call is one node of the tape whose gradient runs the executor's
+backward; the executor is held for that node until its backward has run (or the node is freed),
+and a call meanwhile binds a second executor. With ``static_alloc`` every signature keeps its
+executors and their memory from call to call; without it only the signature in use does, and
+the others' memory goes back to the pool when another signature is called.
+
+>>> import ember as mx
+>>> from ember.executor.cached_op import CachedOp
+>>> x = mx.sym.var('data')
+>>> op = CachedOp(mx.sym.relu(x * 2))
+>>> op(mx.nd.array([-1.0, 3.0])).asnumpy().tolist()
+[0.0, 6.0]
+>>> op.signatures()
+[Signature(shapes=((2,),), dtypes=('float32',), device=cpu(0), grad_reqs=('null',))]
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from dataclasses import dataclass
+
+from ember import autograd, config
+from ember import ndarray as nd
+from ember.base import EmberError
+from ember.executor.bind import bind
+
+__all__ = ['CachedOp', 'Signature']
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What an executor is bound for: per input its shape and dtype name, the device, and per
+    input 'write' where a gradient is computed for it, else 'null'."""
+    shapes: tuple
+    dtypes: tuple
+    device: object
+    grad_reqs: tuple
+
+
+class CachedOp:
+    """Run symbol `sym` on NDArrays given in ``sym.list_inputs()`` order.
+
+    `flags` (pairs or a dict): ``static_alloc``, ``static_shape``, ``forward_bulk_size``,
+    ``backward_bulk_size`` (most operators per engine push, overriding
+    ``MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD`` / ``_BWD`` for this graph), ``data_indices``
+    and ``param_indices`` (which inputs are data and which parameters; default: all data).
+    ``static_shape`` and ``inline_limit`` are accepted for MXNet's sake: executors are bound
+    per input shape anyway, and a traced graph holds its children's operators inline.
+    """
+
+    FLAGS = ('static_alloc', 'static_shape', 'inline_limit', 'forward_bulk_size',
+             'backward_bulk_size', 'data_indices', 'param_indices')
+
+    def __init__(self, sym, flags=()):
+        flags = dict(flags)
+        unknown = sorted(set(flags) - set(self.FLAGS))
+        if unknown:
+            raise ValueError(f'CachedOp: unknown flags {unknown}; accepted: '
+                             f'{", ".join(self.FLAGS)}')
+        self._symbol = sym
+        self._input_names = tuple(sym.list_inputs())
+        self._aux_names = frozenset(sym.list_auxiliary_states())
+        self._num_outputs = len(sym.list_outputs())
+        self._static_alloc = bool(flags.get('static_alloc', False))
+        self._bulk = (flags.get('forward_bulk_size'), flags.get('backward_bulk_size'))
+        # Parameters and auxiliary states are bound as they are; BatchNorm updates the latter.
+        params = [int(i) for i in flags.get('param_indices') or ()]
+        params += [i for i, name in enumerate(self._input_names) if name in self._aux_names]
+        self._param_positions = frozenset(params)
+        self._pool = {}                # Signature -> list of _Bound
+        # Reentrant: a finalizer may release an executor during a collection inside _acquire.
+        self._lock = threading.RLock()
+        self.num_binds = 0
+
+    def signatures(self) -> list:
+        """The signatures bound so far, in the order they were first seen."""
+        return list(self._pool)
+
+    def __call__(self, *args, out=None):
+        if len(args) != len(self._input_names):
+            raise ValueError(f'CachedOp: expected {len(self._input_names)} inputs '
+                             f'({", ".join(self._input_names)}), got {len(args)}')
+        for name, value in zip(self._input_names, args):
+            if not isinstance(value, nd.NDArray):
+                raise TypeError(f'CachedOp: input {name!r} must be an NDArray, got '
+                                f'{type(value).__name__}')
+        recording = autograd.is_recording() and any(a._ag is not None for a in args)
+        signature = self._signature(args, recording)
+        bound = self._acquire(signature, args)
+        outputs = bound.forward(args, autograd.is_training())
+        if recording:
+            self._record(bound, args, outputs)
+        else:
+            self._release(bound, bound.lease)
+        if out is not None:
+            return _write_out(outputs, out)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    # -- executors per signature -----------------------------------------------------------------
+    def _signature(self, args, recording):
+        reqs = tuple('write' if recording and a._ag is not None and name not in self._aux_names
+                     else 'null' for name, a in zip(self._input_names, args))
+        return Signature(tuple(a.shape for a in args), tuple(a._view.dtype.name for a in args),
+                         args[0].context, reqs)
+
+    def _acquire(self, signature, args):
+        params = self._param_arrays(args)
+        with self._lock:
+            if not self._static_alloc:
+                self._drop_idle(signature)
+            pool = self._pool.setdefault(signature, [])
+            # Executors bound to parameter arrays that were since replaced are dropped.
+            pool[:] = [b for b in pool if b.lease is not None or b.params_match(params)]
+            for bound in pool:
+                if bound.lease is None:
+                    bound.lease = object()
+                    return bound
+        bound = self._bind(signature, args)
+        bound.lease = object()
+        with self._lock:
+            self._pool.setdefault(signature, []).append(bound)
+        return bound
+
+    def _drop_idle(self, signature):
+        """Without static_alloc only the signature in use keeps idle executors (and their
+        memory); the others go back to the pool."""
+        for other in list(self._pool):
+            if other != signature:
+                busy = [b for b in self._pool[other] if b.lease is not None]
+                if busy:
+                    self._pool[other] = busy
+                else:
+                    del self._pool[other]
+
+    def _release(self, bound, lease):
+        with self._lock:
+            if bound.lease is lease:
+                bound.lease = None
+
+    def _param_arrays(self, args):
+        return {self._input_names[i]: args[i] for i in self._param_positions}
+
+    def _bind(self, signature, args):
+        self.num_binds += 1
+        return _Bound(self._symbol, self._input_names, self._aux_names, self._param_positions,
+                      signature, args, self._bulk)
+
+    # -- autograd --------------------------------------------------------------------------------
+    def _record(self, bound, args, outputs):
+        lease, generation = bound.lease, bound.generation
+        cached_op = self
+
+        def grad_fn(out_grads):
+            if autograd.is_recording():
+                raise EmberError('gradients of gradients through a hybridized block are not '
+                                 'supported; call hybridize(active=False) for create_graph')
+            if bound.generation != generation:
+                raise EmberError('the executor of this hybridized call ran another forward '
+                                 'since this one; run backward before calling the block again')
+            grads = bound.backward(out_grads)
+            cached_op._release(bound, lease)
+            return grads
+        weakref.finalize(grad_fn, CachedOp._release, self, bound, lease)
+        autograd._attach(grad_fn, list(args), outputs, 'CachedOp')
+
+
+class _Bound:
+    """One executor of a CachedOp and the arrays it was bound with: the caller's arrays for
+    parameters and auxiliary states, its own for data inputs and gradients."""
+
+    def __init__(self, sym, input_names, aux_names, param_positions, signature, args, bulk):
+        self.lease = None
+        self.generation = 0
+        self._input_names = input_names
+        self._reqs = dict(zip(input_names, signature.grad_reqs))
+        self._params = {input_names[i]: args[i] for i in param_positions}
+        arrays = {name: self._params[name] if name in self._params else _like(value)
+                  for name, value in zip(input_names, args)}
+        arg_names = sym.list_arguments()
+        grads = {n: _like(arrays[n]) for n in arg_names if self._reqs[n] != 'null'}
+        self._bulk = _bulk_values(bulk)
+        with self._bulk_scope():
+            self.executor = bind(
+                sym, signature.device, args={n: arrays[n] for n in arg_names}, args_grad=grads,
+                grad_req={n: self._reqs[n] for n in arg_names},
+                aux_states={n: arrays[n] for n in input_names if n in aux_names})
+
+    def _bulk_scope(self):
+        # The bulk pass reads these variables when a mode's program is compiled, which may be
+        # at the first forward of that mode.
+        return config.override(**self._bulk) if self._bulk else contextlib.nullcontext()
+
+    def params_match(self, params):
+        return all(params[name] is bound for name, bound in self._params.items())
+
+    def forward(self, args, is_train):
+        self.generation += 1
+        data = {name: value for name, value in zip(self._input_names, args)
+                if name not in self._params}
+        with self._bulk_scope():
+            self.executor.forward(is_train=is_train, **data)
+        return [o.copy() for o in self.executor.outputs]
+
+    def backward(self, out_grads):
+        with self._bulk_scope():
+            self.executor.backward(out_grads=list(out_grads))
+        grad_dict = self.executor.grad_dict
+        return [grad_dict[name].copy() if self._reqs[name] != 'null' else None
+                for name in self._input_names]
+
+
+def _like(array):
+    return nd.empty(array.shape, array.context, array.dtype)
+
+
+def _bulk_values(bulk):
+    forward, backward = bulk
+    values = {}
+    if forward is not None:
+        values['MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD'] = int(forward)
+    if backward is not None:
+        values['MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD'] = int(backward)
+    return values
+
+
+def _write_out(outputs, out):
+    targets = [out] if isinstance(out, nd.NDArray) else list(out)
+    if len(targets) != len(outputs):
+        raise ValueError(f'CachedOp: out holds {len(targets)} arrays for {len(outputs)} outputs')
+    for target, value in zip(targets, outputs):
+        target[:] = value
+    return out

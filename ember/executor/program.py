@@ -1,0 +1,216 @@
+"""The execution program of a compiled graph: arrays for every entry, one engine push per segment.
+
+Operator outputs are views of one arena taken from the device's pool, placed by the memory plan;
+each buffer of the plan has its own engine variable, so the engine orders a buffer's reuse after
+the reads of its previous contents, and operators on different buffers may run at once. Variables
+(arguments, auxiliary states, head gradients) and gradients written straight into the user's
+arrays are the caller's NDArrays.
+
+A segment of the bulk pass becomes one function that calls its kernels in order with prebuilt
+:class:`~ember.op.registry.KernelContext` objects (one for training, one for inference), pushed
+with the segment's input variables as reads and its outputs', mutated inputs' and resources'
+variables as writes. Gradients that are added to (``grad_req='add'``) or copied into the user's
+arrays run as steps of the backward segments.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ember import backend, engine, resource, storage
+from ember.base import EmberError
+from ember.ndarray.ndarray import NDArray, view_of
+from ember.op.registry import KernelContext
+from ember.passes.plan_memory import ALIGNMENT, EXTERNAL
+
+__all__ = ['Program']
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One kernel call with its raw arrays, contexts per mode, and engine variables."""
+    position: int           # the node it runs (-1 for a gradient's add or copy)
+    name: str
+    kernel: object
+    attrs: dict
+    ins: tuple
+    outs: tuple
+    contexts: tuple         # (inference context, training context)
+    reads: tuple
+    writes: tuple
+
+
+@dataclass(frozen=True)
+class _Push:
+    """A segment: steps run in order as one engine operation."""
+    name: str
+    steps: tuple
+    reads: tuple
+    writes: tuple
+    functions: tuple        # (inference function, training function)
+
+
+class Program:
+    """A planned graph on one device bound to arrays.
+
+    `bound` maps the entry id of every variable, and of every gradient written straight into a
+    user's array, to its NDArray; `commits` lists ``(entry id, NDArray, 'add' or 'copy')``
+    gradients that backward adds or copies into the user's arrays.
+    """
+
+    def __init__(self, graph, device, bound, commits=()):
+        self.graph = graph
+        self.device = device
+        self._plan = graph.attrs['memory_plan']
+        self.xp = backend.for_device(device).xp
+        self.arena = storage.manager(device).alloc(max(self._plan.planned_bytes, ALIGNMENT))
+        self.entries = self._entry_arrays(bound)
+        info = graph.attrs.get('gradient')
+        self.num_forward_nodes = len(graph.nodes) if info is None else info.num_forward_nodes
+        steps = {position: self._op_step(position) for position, node in enumerate(graph.nodes)
+                 if node.op is not None}
+        segments = graph.attrs['segments']
+        self.forward = tuple(_push(s.name, [steps[p] for p in s.nodes])
+                             for s in segments if not s.backward)
+        backward = [(s.name, [steps[p] for p in s.nodes]) for s in segments if s.backward]
+        self.backward = self._with_commits(backward, commits)
+        self.reuses_forward = self._backward_reuses_forward()
+
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def outputs(self) -> list:
+        """The NDArrays of the graph's outputs (views of the arena, or bound arrays)."""
+        return [self.entries[self.graph.entry_id(e)] for e in self.graph.outputs]
+
+    def _backward_reuses_forward(self) -> bool:
+        """Whether backward writes a buffer that holds a forward result, so that backward
+        needs a forward before it runs again."""
+        ptr, storage_of = self.graph.node_row_ptr, self._plan.storage
+        forward = {storage_of[e] for e in range(ptr[self.num_forward_nodes])}
+        backward = {storage_of[e] for e in range(ptr[self.num_forward_nodes], ptr[-1])}
+        return bool((forward & backward) - {EXTERNAL})
+
+    def run(self, part, is_train, monitor=None):
+        """Push the segments of `part` ('forward' or 'backward'). With `monitor`, a function
+        of a step, every step is pushed alone and ``monitor(step)`` called after it."""
+        pushes = self.forward if part == 'forward' else self.backward
+        push = engine.get().push
+        device = self.device
+        if monitor is None:
+            for item in pushes:
+                push(item.functions[is_train], item.reads, item.writes, device, 0, item.name,
+                     True)
+            return
+        for item in pushes:
+            for step in item.steps:
+                single = _push(step.name, [step])
+                push(single.functions[is_train], single.reads, single.writes, device, 0,
+                     single.name, True)
+                monitor(step)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _entry_arrays(self, bound):
+        graph, plan = self.graph, self._plan
+        shapes, dtypes = graph.attrs['shape'], graph.attrs['dtype']
+        new_var = engine.get().new_var
+        buffer_vars = [new_var() for _ in plan.sizes]
+        arrays = []
+        for eid in range(graph.num_entries):
+            sid = plan.storage[eid]
+            if sid == EXTERNAL:
+                if eid not in bound:
+                    raise EmberError(f'program: entry {eid} lives outside the arena but no '
+                                     f'array was bound to it')
+                arrays.append(bound[eid])
+            else:
+                view = view_of(tuple(shapes[eid]), dtypes[eid], plan.offsets[sid])
+                arrays.append(NDArray(self.arena, view, buffer_vars[sid], self.device))
+        return arrays
+
+    def _op_step(self, position):
+        graph, node = self.graph, self.graph.nodes[position]
+        inputs = [self.entries[graph.entry_id(e)] for e in node.inputs]
+        outputs = [self.entries[graph.entry_id(e)] for e in graph.node_outputs(position)]
+        writes = [x._var for x in outputs]
+        writes += [inputs[i]._var for i in node.op.mutate_indices(node.attrs)]
+        temp = random = None
+        if 'temp' in node.op.resources:
+            temp = resource.temp_space(self.device)
+            writes.append(temp.var)
+        if 'random' in node.op.resources:
+            random = resource.random_stream(self.device)
+            writes.append(random.var)
+        contexts = tuple(KernelContext(self.device, mode, self.xp, temp, random)
+                         for mode in (False, True))
+        return _Step(position, f'{node.name}({node.op.name})', node.op.kernel, node.attrs,
+                     tuple(x._data() for x in inputs), tuple(x._data() for x in outputs),
+                     contexts, tuple(x._var for x in inputs), tuple(writes))
+
+    def _with_commits(self, backward, commits):
+        """Backward pushes with the add/copy steps of the gradients placed after the step
+        that computes them (first, when a forward entry or a variable is the gradient)."""
+        after, early = {}, []
+        for eid, target, kind in commits:
+            step = self._commit_step(self.entries[eid], target, kind)
+            position = _node_of(self.graph, eid)
+            if position >= self.num_forward_nodes and self.graph.nodes[position].op is not None:
+                after.setdefault(position, []).append(step)
+            else:
+                early.append(step)
+        pushes = []
+        for name, steps in backward:
+            ordered = []
+            for step in steps:
+                ordered.append(step)
+                ordered.extend(after.pop(step.position, []))
+            pushes.append([name, ordered])
+        if early and pushes:
+            pushes[0][1] = early + pushes[0][1]
+        elif early:
+            pushes.append(['_grad_copy', early])
+        return tuple(_push(name, steps) for name, steps in pushes)
+
+    def _commit_step(self, source, target, kind):
+        kernel = _add_into if kind == 'add' else _copy_into
+        name = f'_grad_{kind}'
+        contexts = (KernelContext(self.device, False, self.xp),) * 2
+        return _Step(-1, name, kernel, {}, (source._data(),), (target._data(),), contexts,
+                     (source._var,), (target._var,))
+
+
+def _node_of(graph, eid):
+    return bisect.bisect_right(graph.node_row_ptr, eid) - 1
+
+
+def _add_into(attrs, ins, outs, ctx):
+    ctx.xp.add(outs[0], ins[0], out=outs[0])
+
+
+def _copy_into(attrs, ins, outs, ctx):
+    outs[0][...] = ins[0]
+
+
+def _push(name, steps):
+    writes = tuple(dict.fromkeys(var for step in steps for var in step.writes))
+    written = set(writes)
+    reads = tuple(var for var in dict.fromkeys(v for step in steps for v in step.reads)
+                  if var not in written)
+    return _Push(name, tuple(steps), reads, writes,
+                 (_segment_function(steps, False), _segment_function(steps, True)))
+
+
+def _segment_function(steps, is_train):
+    calls = tuple((s.kernel, s.attrs, list(s.ins), list(s.outs), s.contexts[is_train])
+                  for s in steps)
+    names = tuple(s.name for s in steps)
+
+    def run():
+        index = 0
+        try:
+            for index, (kernel, attrs, ins, outs, ctx) in enumerate(calls):
+                kernel(attrs, ins, outs, ctx)
+        except Exception as exc:
+            raise EmberError(f'operator {names[index]}: {type(exc).__name__}: {exc}') from exc
+    return run

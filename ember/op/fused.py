@@ -1,0 +1,395 @@
+"""Operators that graph passes emit: a fused chain of element-wise operators, and a convolution
+or dense layer fused with its residual add and activation.
+
+``_FusedElemwise`` (from :mod:`ember.passes.fusion`) runs a chain, or small DAG, of element-wise
+operators in one pass over memory. Its ``chain`` attribute describes the steps (see
+:func:`chain_text`). The arrays are cut into blocks of about 64K elements and every step runs on a
+block before the next block starts, so intermediate values stay in the cache instead of going
+through memory. Each step calls its own operator's kernel, so results equal the unfused graph's.
+The block function is Python source generated once per chain and compiled with ``compile()``,
+cached by the chain's text; ``MXNET_FUSION_VERBOSE=1`` prints it on stderr.
+
+``_sg_conv`` and ``_sg_fc`` (from :mod:`ember.passes.subgraph`) are Convolution with an optional
+residual add (``with_sum``) and activation, and FullyConnected with an activation, applied in
+place on the output (MXNet's oneDNN subgraph operators). ``_sg_conv`` may write over its residual.
+
+None of these has a gradient: the subgraph pass runs for inference only, and the fusion pass
+runs after the gradient pass.
+
+>>> import numpy as np
+>>> from ember.op import registry
+>>> chain = chain_text(1, [('_mul_scalar', {'scalar': '2'}, ['i0']), ('relu', {}, ['s0'])], [1])
+>>> x, out = np.array([-1., 3.], np.float32), np.empty(2, np.float32)
+>>> fused = registry.get('_FusedElemwise')
+>>> fused.kernel({'chain': chain}, [x], [out], registry.KernelContext(None))
+>>> out
+array([0., 6.], dtype=float32)
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember import config, engine
+from ember.op import registry
+from ember.op.nn._common import assign_shape
+from ember.op.nn.activation import ACTIVATIONS
+from ember.op.nn.convolution import CONV_PARAMS
+from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
+from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
+
+__all__ = ['BLOCK', 'Step', 'Chain', 'chain_text', 'parse_chain', 'compiled']
+
+# Elements per block: a handful of float32 blocks (256 KB each) fit in a core's L2 cache.
+BLOCK = 1 << 16
+
+
+# ----------------------------------------------------------------------------------------------
+# The chain description.
+
+@dataclass(frozen=True)
+class Step:
+    """One operator call of a chain; `args` are ('i', k) for input k or ('s', j) for step j."""
+    op: OpDef
+    attrs: dict
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Chain:
+    num_inputs: int
+    steps: tuple
+    outputs: tuple          # the steps whose values are the operator's outputs, in order
+
+
+def chain_text(num_inputs: int, steps, outputs) -> str:
+    """The ``chain`` attribute: `steps` are ``(op name, parameter strings, args)`` with args
+    ``'i<k>'`` (input k) or ``'s<j>'`` (step j's value); `outputs` lists step indices.
+
+    >>> chain_text(1, [('exp', {}, ['i0'])], [0])
+    '{"inputs": 1, "steps": [["exp", {}, ["i0"]]], "outputs": [0]}'
+    """
+    steps = [[name, dict(params), list(args)] for name, params, args in steps]
+    return json.dumps({'inputs': num_inputs, 'steps': steps, 'outputs': list(outputs)})
+
+
+@functools.lru_cache(maxsize=None)
+def parse_chain(text: str) -> Chain:
+    """The :class:`Chain` that `text` (from :func:`chain_text`) describes; a ValueError says
+    what is wrong."""
+    try:
+        data = json.loads(text)
+        num_inputs, outputs = int(data['inputs']), tuple(int(i) for i in data['outputs'])
+        steps = tuple(_parse_step(step, num_inputs, position)
+                      for position, step in enumerate(data['steps']))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f'a chain description from ember.op.fused.chain_text ({exc})') from None
+    if not outputs or any(not 0 <= i < len(steps) for i in outputs):
+        raise ValueError(f'a chain description whose outputs {list(outputs)} name some of its '
+                         f'{len(steps)} steps')
+    return Chain(num_inputs, steps, outputs)
+
+
+def _chain_param(value):
+    """The ``chain`` attribute, checked when the node is made."""
+    text = p_str(value)
+    parse_chain(text)
+    return text
+
+
+def _parse_step(step, num_inputs, position):
+    name, params, args = step
+    op = registry.get(name)
+    refs = tuple(_parse_ref(arg, num_inputs, position) for arg in args)
+    return Step(op, op.parse_attrs(params), refs)
+
+
+def _parse_ref(arg, num_inputs, position):
+    kind, index = arg[0], int(arg[1:])
+    limit = {'i': num_inputs, 's': position}.get(kind)
+    if limit is None or not 0 <= index < limit:
+        raise ValueError(f'argument {arg!r} of step {position}: expected i0..i{num_inputs - 1} '
+                         f'or an earlier step s0..s{position - 1}')
+    return kind, index
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference by replaying the steps' own rules.
+
+def _replay(rule_name, chain, in_values):
+    """Run every step's infer_shape or infer_type; unknown inputs are filled from what the
+    steps infer about them."""
+    inputs, values = list(in_values), []
+    for step in chain.steps:
+        args = [inputs[k] if kind == 'i' else values[k] for kind, k in step.args]
+        filled, outs = getattr(step.op, rule_name)(step.attrs, args)
+        for (kind, k), value in zip(step.args, filled):
+            if kind == 'i' and inputs[k] is None:
+                inputs[k] = value
+        values.append(outs[0])
+    return inputs, values
+
+
+def _fused_shape(attrs, in_shapes):
+    chain = parse_chain(attrs['chain'])
+    inputs, values = _replay('infer_shape', chain, in_shapes)
+    return inputs, [values[i] for i in chain.outputs]
+
+
+def _fused_type(attrs, in_dtypes):
+    chain = parse_chain(attrs['chain'])
+    inputs, values = _replay('infer_type', chain, in_dtypes)
+    return inputs, [values[i] for i in chain.outputs]
+
+
+def _fused_inplace(attrs):
+    """Output k may take input i's memory when the step writing k may work in place on i and
+    no later step reads i (the block of i is overwritten once k's block is written)."""
+    chain, pairs, taken = parse_chain(attrs['chain']), [], set()
+    for out_index, step_index in enumerate(chain.outputs):
+        step = chain.steps[step_index]
+        for arg, _ in step.op.inplace_pairs(step.attrs):
+            kind, k = step.args[arg]
+            if kind == 'i' and k not in taken and not _read_after(chain, k, step_index):
+                pairs.append((k, out_index))
+                taken.add(k)
+                break
+    return tuple(pairs)
+
+
+def _read_after(chain, input_index, step_index):
+    return any(('i', input_index) in step.args for step in chain.steps[step_index + 1:])
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiling a chain: generated block function, scratch slots, the block loop.
+
+class _Program:
+    """A compiled chain: ``program(ins, outs, ctx)`` runs it block by block."""
+
+    def __init__(self, chain: Chain):
+        self.chain = chain
+        self.slots = _assign_slots(chain)
+        self.num_slots = max((s for s in self.slots if s is not None), default=-1) + 1
+        self.source = _block_source(chain, self.slots)
+        namespace = {}
+        for index, step in enumerate(chain.steps):
+            namespace[f'k{index}'], namespace[f'a{index}'] = step.op.kernel, step.attrs
+        # the one sanctioned use of compile(): the fused kernel body, once per chain
+        exec(compile(self.source, '<fused elemwise>', 'exec'), namespace)  # noqa: S102
+        self.block = namespace['fused_block']
+        self._dtypes = {}
+
+    def step_dtypes(self, in_dtypes):
+        found = self._dtypes.get(in_dtypes)
+        if found is None:
+            found = self._dtypes[in_dtypes] = _replay('infer_type', self.chain, in_dtypes)[1]
+        return found
+
+    def __call__(self, ins, outs, ctx):
+        out, xp = outs[0], ctx.xp
+        dtypes = self.step_dtypes(tuple(np.dtype(x.dtype) for x in ins))
+        if type(out) is not np.ndarray or out.size <= BLOCK or out.ndim == 0:
+            buffers = self._buffers(xp, out.size, dtypes)
+            self.block(ins, outs, self._views(buffers, dtypes, out.shape), ctx)
+        elif all(x.shape == out.shape for x in ins) and all(o.flags.c_contiguous for o in outs):
+            self._run_flat(ins, outs, ctx, dtypes)
+        else:
+            self._run_rows(ins, outs, ctx, dtypes)
+
+    def _buffers(self, xp, size, dtypes):
+        # raw bytes per slot; steps sharing a slot view it with their own dtype
+        width = max(d.itemsize for d in dtypes)
+        return [xp.empty(max(size, 1) * width, np.uint8) for _ in range(self.num_slots)]
+
+    def _views(self, buffers, dtypes, shape):
+        size = int(np.prod(shape, dtype=np.int64))
+        views = []
+        for slot, dtype in zip(self.slots, dtypes):
+            if slot is None:
+                views.append(None)
+            else:
+                raw = buffers[slot][:size * dtype.itemsize]
+                views.append(raw.view(dtype).reshape(shape))
+        return views
+
+    def _run_flat(self, ins, outs, ctx, dtypes):
+        flat_ins = [x.reshape(-1) for x in ins]
+        flat_outs = [o.reshape(-1) for o in outs]
+
+        def chunk(start, stop):
+            buffers = self._buffers(np, min(BLOCK, stop - start), dtypes)
+            views, views_size = None, None
+            for begin in range(start, stop, BLOCK):
+                end = min(begin + BLOCK, stop)
+                if end - begin != views_size:
+                    views_size = end - begin
+                    views = self._views(buffers, dtypes, (views_size,))
+                self.block([x[begin:end] for x in flat_ins], [o[begin:end] for o in flat_outs],
+                           views, ctx)
+        engine.parallel_for(outs[0].size, chunk)
+
+    def _run_rows(self, ins, outs, ctx, dtypes):
+        # broadcast inputs cannot be flattened: blocks are runs of rows of the first axis
+        shape = outs[0].shape
+        row_size = outs[0].size // shape[0]
+        rows_per_block = max(1, BLOCK // row_size)
+        full_ins = [np.broadcast_to(x, shape) for x in ins]
+
+        def chunk(start, stop):
+            first, last = -(-start // row_size), -(-stop // row_size)
+            block_rows = min(rows_per_block, max(last - first, 1))
+            buffers = self._buffers(np, block_rows * row_size, dtypes)
+            for row in range(first, last, rows_per_block):
+                end = min(row + rows_per_block, last)
+                views = self._views(buffers, dtypes, (end - row,) + shape[1:])
+                self.block([x[row:end] for x in full_ins], [o[row:end] for o in outs], views,
+                           ctx)
+        engine.parallel_for(outs[0].size, chunk)
+
+
+def _assign_slots(chain):
+    """Per step, the scratch slot holding its value within a block, or None for an output.
+    A slot is reused once every reader of its value has run (never by one of those readers)."""
+    last_use = {}
+    for index, step in enumerate(chain.steps):
+        for kind, k in step.args:
+            if kind == 's':
+                last_use[k] = index
+    exported, free, slots, count = set(chain.outputs), [], [], 0
+    for index in range(len(chain.steps)):
+        if index in exported:
+            slots.append(None)
+        elif free:
+            slots.append(free.pop())
+        else:
+            slots.append(count)
+            count += 1
+        free.extend(slots[j] for j, last in last_use.items()
+                    if last == index and slots[j] is not None)
+    return slots
+
+
+def _block_source(chain, slots):
+    output_of = {step: k for k, step in enumerate(chain.outputs)}
+
+    def where(kind, k):
+        if kind == 'i':
+            return f'ins[{k}]'
+        return f'outs[{output_of[k]}]' if slots[k] is None else f'tmp[{k}]'
+    lines = ['def fused_block(ins, outs, tmp, ctx):']
+    for index, step in enumerate(chain.steps):
+        args = ', '.join(where(kind, k) for kind, k in step.args)
+        target = where('s', index)
+        lines.append(f'    k{index}(a{index}, [{args}], [{target}], ctx)'
+                     f'  # s{index} = {step.op.name}{_attr_note(step)}')
+    return '\n'.join(lines) + '\n'
+
+
+def _attr_note(step):
+    given = {k: v for k, v in step.attrs.items() if v is not None}
+    return f' {given}' if given else ''
+
+
+_PROGRAMS: dict = {}
+
+
+def compiled(text: str) -> _Program:
+    """The compiled program of chain `text` (compiled on first use, printed on stderr then
+    when ``MXNET_FUSION_VERBOSE`` is set)."""
+    program = _PROGRAMS.get(text)
+    if program is None:
+        program = _PROGRAMS.setdefault(text, _Program(parse_chain(text)))
+        if config.get('MXNET_FUSION_VERBOSE'):
+            print(f'[ember fusion] chain {text}\n{program.source}', file=sys.stderr)
+    return program
+
+
+def _fused_kernel(attrs, ins, outs, ctx):
+    compiled(attrs['chain'])(ins, outs, ctx)
+
+
+register('_FusedElemwise', _fused_kernel, infer_shape=_fused_shape, infer_type=_fused_type,
+         params=(Param('chain', _chain_param, REQUIRED, 'The steps (ember.op.fused.chain_text).'),),
+         inputs=lambda attrs: [f'in{i}' for i in range(parse_chain(attrs['chain']).num_inputs)],
+         outputs=lambda attrs: ['output'] + [f'output{i}' for i in
+                                             range(1, len(parse_chain(attrs['chain']).outputs))],
+         inplace=_fused_inplace,
+         doc='A chain of element-wise operators run block by block in one pass over memory '
+             '(emitted by the fusion pass).')
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution and FullyConnected with their residual add and activation.
+
+_ACT = Param('act_type', p_optional(p_enum(*ACTIVATIONS)), None,
+             'Activation applied to the output in place; None for none.')
+
+
+def _activate(xp, out, act_type):
+    if act_type == 'relu':
+        xp.maximum(out, 0, out=out)
+    elif act_type is not None:
+        out[...] = ACTIVATIONS[act_type][0](xp, out)
+
+
+def _conv_inputs(attrs):
+    names = ['data', 'weight'] + ([] if attrs['no_bias'] else ['bias'])
+    return names + (['sum'] if attrs['with_sum'] else [])
+
+
+def _sg_conv_infer(attrs, in_shapes):
+    count = len(_conv_inputs(attrs)) - attrs['with_sum']
+    ins, outs = registry.get('Convolution').infer_shape(attrs, list(in_shapes[:count]))
+    if not attrs['with_sum']:
+        return ins, outs
+    ins = list(ins) + [in_shapes[count]]
+    if outs[0] is None:
+        return ins, [ins[count]]
+    assign_shape('_sg_conv', ins, count, 'sum (the residual)', outs[0])
+    return ins, outs
+
+
+def _sg_conv_kernel(attrs, ins, outs, ctx):
+    xp, out = ctx.xp, outs[0]
+    conv = registry.get('Convolution').kernel
+    if not attrs['with_sum']:
+        conv(attrs, ins, outs, ctx)
+    elif _overlaps(xp, out, ins[-1]):
+        # the output took the residual's memory: convolve aside, then accumulate
+        result = xp.empty_like(out)
+        conv(attrs, ins[:-1], [result], ctx)
+        xp.add(out, result, out=out)
+    else:
+        conv(attrs, ins[:-1], outs, ctx)
+        xp.add(out, ins[-1], out=out)
+    _activate(xp, out, attrs['act_type'])
+
+
+def _overlaps(xp, a, b):
+    return a is b or bool(xp.may_share_memory(a, b))
+
+
+register('_sg_conv', _sg_conv_kernel, infer_shape=_sg_conv_infer, inputs=_conv_inputs,
+         params=CONV_PARAMS + (Param('with_sum', p_bool, False, 'Add the last input (a '
+                                     'residual shaped like the output).'), _ACT),
+         inplace=lambda attrs: ((len(_conv_inputs(attrs)) - 1, 0),) if attrs['with_sum'] else (),
+         resources=('temp',),
+         doc='Convolution, plus a residual input when with_sum, then an activation, in one '
+             'operator (emitted by the subgraph pass for inference).')
+
+
+def _sg_fc_kernel(attrs, ins, outs, ctx):
+    registry.get('FullyConnected').kernel(attrs, ins, outs, ctx)
+    _activate(ctx.xp, outs[0], attrs['act_type'])
+
+
+register('_sg_fc', _sg_fc_kernel, infer_shape=registry.get('FullyConnected').infer_shape,
+         inputs=lambda attrs: ['data', 'weight'] + ([] if attrs['no_bias'] else ['bias']),
+         params=FC_PARAMS + (_ACT,),
+         doc='FullyConnected then an activation in place (emitted by the subgraph pass for '
+             'inference).')

@@ -1,0 +1,165 @@
+"""The memory planner: in-place reuse, sharing within a size ratio, colours, and what is never
+shared; each variable's effect on the planned bytes. Planning is pure: it runs nothing."""
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config, engine
+from ember.base import EmberError
+from ember.passes import gradient, infer_shape, infer_type, plan_memory
+from ember.passes.plan_memory import ALIGNMENT, EXTERNAL
+
+
+def typed(symbol, **shapes):
+    graph = infer_shape.run(symbol.to_graph(), shapes)
+    return infer_type.run(graph, {name: np.float32 for name in shapes})
+
+
+def plan_of(graph, **overrides):
+    with config.override(**overrides):
+        return plan_memory.run(graph).attrs['memory_plan']
+
+
+def chain():
+    """Three element-wise operators in a row, each able to work in place."""
+    return mx.sym.relu(mx.sym.exp(mx.sym.var('x') * 2), name='out')
+
+
+def twice(symbol, name):
+    """An operator that reads its input twice, so it can never take that input's buffer."""
+    return mx.sym.broadcast_add(symbol, symbol, name=name)
+
+
+def two_branches():
+    x = mx.sym.var('x')
+    a = twice(twice(mx.sym.exp(x, name='a1'), 'a2'), 'a3')
+    b = twice(twice(mx.sym.exp(x, name='b1'), 'b2'), 'b3')
+    return mx.sym.broadcast_add(a, b, name='join')
+
+
+def entries_named(graph, prefix):
+    return [graph.node_row_ptr[i] for i, node in enumerate(graph.nodes)
+            if node.op is not None and node.name.startswith(prefix)]
+
+
+def test_in_place_keeps_a_chain_in_one_buffer_and_its_switch_raises_bytes():
+    graph = typed(chain(), x=(1024,))
+    on = plan_of(graph)
+    off = plan_of(graph, MXNET_EXEC_ENABLE_INPLACE=False)
+    assert on.planned_bytes == 4096 and on.entry_bytes == 3 * 4096
+    assert [slot for slot in on.inplace if slot >= 0] == [0, 0]
+    assert off.planned_bytes == 2 * 4096 > on.planned_bytes
+    assert all(slot < 0 for slot in off.inplace)
+
+
+def test_match_range_zero_turns_all_sharing_off():
+    graph = typed(chain(), x=(1024,))
+    shared = plan_of(graph)
+    unshared = plan_of(graph, NNVM_EXEC_MATCH_RANGE=0)
+    assert unshared.planned_bytes == unshared.entry_bytes == 3 * 4096 > shared.planned_bytes
+    assert len(set(unshared.storage) - {EXTERNAL}) == 3
+
+
+def test_match_range_bounds_the_size_ratio_of_reuse():
+    # `big` (4 KiB) is dead once `half` (2 KiB) is computed; `out` (2 KiB, not in place since
+    # it reads `half` twice) may take big's buffer only if a ratio of 2 is allowed.
+    big = mx.sym.exp(mx.sym.var('x'), name='big')
+    half = mx.sym.slice_axis(big, axis=0, begin=0, end=512, name='half')
+    graph = typed(twice(half, 'out'), x=(1024,))
+    exact = plan_of(graph, NNVM_EXEC_MATCH_RANGE=1)
+    swept = plan_of(graph)
+    assert exact.planned_bytes == 4096 + 2048 + 2048 and exact.match_range == 1
+    assert swept.planned_bytes == 4096 + 2048 and swept.match_range == 2
+    eid_big, eid_out = entries_named(graph, 'big')[0], entries_named(graph, 'out')[0]
+    assert swept.storage[eid_out] == swept.storage[eid_big]
+    assert swept.sizes[swept.storage[eid_big]] == 4096
+
+
+def test_more_colours_keep_parallel_branches_apart():
+    graph = typed(two_branches(), x=(256,))
+    one = plan_of(graph)
+    two = plan_of(graph, MXNET_EXEC_NUM_TEMP=2)
+    many = plan_of(graph, MXNET_EXEC_NUM_TEMP=4)
+
+    def buffers(plan, prefix):
+        return {plan.storage[eid] for eid in entries_named(graph, prefix)}
+    assert buffers(one, 'a') & buffers(one, 'b')
+    assert not buffers(two, 'a') & buffers(two, 'b')
+    assert one.planned_bytes < two.planned_bytes <= many.planned_bytes
+    assert (one.colours, two.colours) == (1, 2)
+
+
+def test_graph_outputs_are_never_released_and_variables_live_outside():
+    x = mx.sym.var('x')
+    first = twice(mx.sym.exp(x, name='e'), 'first')
+    later = twice(twice(first, 'mid'), 'last')
+    graph = typed(mx.sym.Group([first, later]), x=(64,))
+    plan = plan_of(graph)
+    out = graph.entry_id(graph.outputs[0])
+    after = range(out + 1, graph.num_entries)
+    assert plan.storage[out] not in {plan.storage[e] for e in after}
+    assert plan.storage[graph.node_row_ptr[graph.input_nodes[0]]] == EXTERNAL
+
+
+def test_external_entries_are_left_out():
+    graph = typed(chain(), x=(16,))
+    last = graph.entry_id(graph.outputs[0])
+    plan = plan_memory.run(graph, external=[last]).attrs['memory_plan']
+    assert plan.storage[last] == EXTERNAL and plan.offset_of(last) is None
+    assert plan.entry_bytes == 2 * 64
+
+
+def _live_ranges(graph):
+    """Per operator output: (first node that has it, last node that reads it)."""
+    last = {}
+    for position, node in enumerate(graph.nodes):
+        for entry in node.inputs:
+            last[graph.entry_id(entry)] = position
+    for entry in graph.outputs:
+        last[graph.entry_id(entry)] = len(graph.nodes)
+    return {eid: (position, last.get(eid, position))
+            for position, node in enumerate(graph.nodes) if node.op is not None
+            for eid in range(graph.node_row_ptr[position], graph.node_row_ptr[position + 1])}
+
+
+@pytest.mark.parametrize('overrides', [{}, {'MXNET_EXEC_NUM_TEMP': 3},
+                                       {'MXNET_EXEC_ENABLE_INPLACE': False}])
+def test_entries_sharing_a_buffer_are_never_alive_together(overrides):
+    data = mx.sym.var('data')
+    net = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, pad=(1, 1), name='conv')
+    net = mx.sym.relu(mx.sym.BatchNorm(net, name='bn'), name='relu')
+    net = mx.sym.FullyConnected(net + mx.sym.sigmoid(net), num_hidden=3, name='fc')
+    graph = gradient.run(typed(mx.sym.SoftmaxOutput(net, name='sm'), data=(2, 3, 5, 5)))
+    graph = infer_type.run(infer_shape.run(graph, {'data': (2, 3, 5, 5)}), {'data': 'float32'})
+    plan = plan_of(graph, **overrides)
+    ranges = _live_ranges(graph)
+    by_buffer = {}
+    for eid, (start, end) in ranges.items():
+        by_buffer.setdefault(plan.storage[eid], []).append((start, end, eid))
+    for spans in by_buffer.values():
+        spans.sort()
+        for (_, end, eid), (start, _, next_eid) in zip(spans, spans[1:]):
+            # an in-place output starts where its input's last reader is: itself
+            touching = end == start and plan.inplace[next_eid] >= 0
+            assert end < start or touching, (eid, next_eid)
+    for sid, (offset, size) in enumerate(zip(plan.offsets, plan.sizes)):
+        assert offset % ALIGNMENT == 0
+        assert sid + 1 == len(plan.offsets) or offset + size <= plan.offsets[sid + 1]
+    assert plan.planned_bytes * 2 <= plan.entry_bytes
+
+
+def test_planning_runs_nothing():
+    graph = typed(two_branches(), x=(4096,))
+    eng = engine.get()
+    eng.wait_all()
+    before = eng.stats()['pushes']
+    plan_memory.run(graph)
+    assert eng.stats()['pushes'] == before
+
+
+def test_unknown_shapes_are_reported():
+    with pytest.raises(EmberError, match='run the infer_shape'):
+        plan_memory.run(chain().to_graph())
+    graph = infer_type.run(infer_shape.run(chain().to_graph()), {'x': 'float32'})
+    with pytest.raises(EmberError, match="entry '_mulscalar"):
+        plan_memory.run(graph)
