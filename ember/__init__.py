@@ -20,7 +20,7 @@ from ember import initializer as init
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor')
 
 
 def __getattr__(name):
@@ -32,6 +32,8 @@ def __getattr__(name):
         from ember.attribute import AttrScope
         return AttrScope
     if name in _LAZY:
+        if name in ('sym', 'symbol'):
+            _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
         module = _importlib.import_module(f'ember.{name}')
         globals()[name] = module
         return module

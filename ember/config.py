@@ -313,14 +313,13 @@ int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, 'Image-decoding threads in each data-l
 
 # Memory
 bool_var('MXNET_EXEC_ENABLE_INPLACE', True, 'Let a graph operator write its output over an input '
-         'it is the last reader of.', _MEMORY, 'executor', cache_key=True, status=GRAPH)
+         'it is the last reader of.', _MEMORY, 'executor', cache_key=True)
 int_var('NNVM_EXEC_MATCH_RANGE', 16, 'Memory planner: reuse a freed buffer up to this size '
         'ratio, trying powers of two up to it and keeping the smallest plan; 0 turns sharing '
-        'off.', _MEMORY, 'executor', low=0, cache_key=True, status=GRAPH,
+        'off.', _MEMORY, 'executor', low=0, cache_key=True,
         aliases=('MXNET_EXEC_MATCH_RANGE',))
 int_var('MXNET_EXEC_NUM_TEMP', 1, 'Colours of the memory plan: more allow more branches to run '
-        'in parallel at the cost of memory.', _MEMORY, 'executor', low=1, cache_key=True,
-        status=GRAPH)
+        'in parallel at the cost of memory.', _MEMORY, 'executor', low=1, cache_key=True)
 int_var('MXNET_GPU_MEM_POOL_RESERVE', 5, 'Percent of GPU memory the pool never takes; the cache '
         'is released before an allocation would cut into it.', _MEMORY, 'storage', low=0,
         high=100, read='startup', status=GPU)
@@ -357,19 +356,19 @@ int_var('MXNET_ENGINE_MAX_INFLIGHT', 1024, 'Operators pushed but not finished be
 
 # Execution
 bool_var('MXNET_EXEC_BULK_EXEC_INFERENCE', True, 'Run a whole inference graph as one engine '
-         'operation.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+         'operation.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_EXEC_BULK_EXEC_TRAIN', True, 'Run a training graph as segments of several '
          'operators, each one engine operation.', _EXEC, 'executor', cache_key=True,
-         status=GRAPH)
+         )
 int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN', 15, 'Most operators in one training bulk '
-        'segment.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH)
+        'segment.', _EXEC, 'executor', low=0, cache_key=True)
 int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD', _default_from(
         'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')[0], 'Most operators in one forward bulk segment '
-        'when training.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH,
+        'when training.', _EXEC, 'executor', low=0, cache_key=True,
         default_doc='value of MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')
 int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD', _default_from(
         'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')[0], 'Most operators in one backward bulk segment '
-        'when training.', _EXEC, 'executor', low=0, cache_key=True, status=GRAPH,
+        'when training.', _EXEC, 'executor', low=0, cache_key=True,
         default_doc='value of MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')
 
 # KVStore
@@ -398,7 +397,7 @@ float_var('BUCKET_CAP_MB', 50.0, 'Megabytes of gradients gathered into one all-r
 # Memonger
 bool_var('MXNET_BACKWARD_DO_MIRROR', False, 'Drop cheap forward results during training and '
          'recompute them in backward to save memory.', _MIRROR, 'executor', cache_key=True,
-         status=GRAPH)
+         )
 
 # Profiler
 bool_var('MXNET_PROFILER_AUTOSTART', False, 'Start the profiler at import and write profile.json '
@@ -458,15 +457,15 @@ int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU.', _OPS
         low=1, read='startup', status=GPU)
 enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Inference graph fusion: '
          'MKLDNN folds BatchNorm and fuses convolution with add and activation; NONE turns it '
-         'off.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+         'off.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
          'float32 (float64).', _OPS, 'op', cache_key=True)
 bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',
-         _EXEC, 'executor', cache_key=True, status=GRAPH)
+         _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_FUSION_VERBOSE', False, 'Print the code generated for fused operators.', _EXEC,
-         'executor', status=GRAPH)
+         'executor')
 bool_var('MXNET_ELIMINATE_COMMON_EXPR', True, 'Merge graph nodes that compute the same operator '
-         'on the same inputs.', _EXEC, 'executor', cache_key=True, status=GRAPH)
+         'on the same inputs.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_USE_MKLDNN_RNN', True, 'Run the fused RNN operator with oneDNN on the CPU.',
          _OPS, 'op', cache_key=True, status=KERNELS)
 

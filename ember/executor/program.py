@@ -11,6 +11,17 @@ A segment of the bulk pass becomes one function that calls its kernels in order 
 with the segment's input variables as reads and its outputs', mutated inputs' and resources'
 variables as writes. Gradients that are added to (``grad_req='add'``) or copied into the user's
 arrays run as steps of the backward segments.
+
+>>> import numpy as np
+>>> from ember import device, symbol as sym
+>>> from ember.executor import pipeline
+>>> from ember.ndarray.creation import array
+>>> graph = pipeline.compile_graph(sym.exp(sym.var('x') * 2, name='e').to_graph(),
+...                                {'x': (2,)}, {'x': np.float32})
+>>> program = Program(graph, device.cpu(), {0: array([0, 0.5])})
+>>> program.run('forward', is_train=False)
+>>> program.outputs[0].asnumpy().round(3), len(program.forward)
+(array([1.   , 2.718], dtype=float32), 1)
 """
 from __future__ import annotations
 
