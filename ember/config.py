@@ -267,7 +267,6 @@ def _default_from(other):
 
 NOT_YET = 'not yet effective: '
 OPS = NOT_YET + 'honoured by the neural-network operators (operators issue)'
-GRAPH = NOT_YET + 'honoured by the graph executor (graph issue)'
 KERNELS = NOT_YET + 'honoured by the fast CPU kernel providers (performance issue)'
 GPU = NOT_YET + 'needs the GPU backend (CuPy), which is not built yet'
 KV = NOT_YET + 'honoured by the KVStore (distributed issue)'

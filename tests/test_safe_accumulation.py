@@ -177,9 +177,6 @@ if HOLD_OP not in registry.all_ops():       # the module may be imported twice (
 
 @pytest.mark.skipif(config.get('MXNET_ENGINE_TYPE') == 'NaiveEngine',
                     reason='the naive engine runs each kernel at its call')
-@pytest.mark.xfail(strict=True, reason='kernels read MXNET_SAFE_ACCUMULATION when they run on '
-                   'the worker, after the override of the call has ended; invoke should '
-                   'capture the value at the call (e.g. in KernelContext)')
 def test_the_value_at_the_call_applies_when_the_kernel_runs_later():
     HOLD['release'] = threading.Event()
     try:

@@ -16,10 +16,11 @@ all of them. With ``DMLC_LOG_STACK_TRACE_DEPTH=N`` the error names the N innermo
 pushed the failing operation.
 
 At most ``MXNET_ENGINE_MAX_INFLIGHT`` operations are pushed but unfinished; a push beyond that
-waits (pushes from inside an operation never wait). ``bulk(n)`` groups a thread's consecutive
-pushes into engine operations of up to ``n`` functions; ``eng.stats()`` counts engine
-operations ('pushes') and pushed functions ('operations'). Each operation is reported to the
-profiler when ``profiler.operator_enabled`` says so.
+waits until half of them have finished (pushes from inside an operation never wait).
+``bulk(n)`` groups a thread's consecutive pushes into engine operations of up to ``n``
+functions; ``eng.stats()`` counts engine operations ('pushes') and pushed functions
+('operations'). Each operation is reported to the profiler when ``profiler.operator_enabled``
+says so.
 
 >>> from ember import engine
 >>> eng = engine.get()
@@ -60,6 +61,7 @@ __all__ = ['get', 'reset', 'state_token', 'bulk', 'set_bulk_size', 'parallel_for
 def in_worker() -> bool:
     """Whether this thread is running an engine operation (where waiting would deadlock)."""
     return _core.role.worker
+
 
 KINDS = {'NaiveEngine': NaiveEngine, 'ThreadedEngine': ThreadedEngine,
          'ThreadedEnginePerDevice': ThreadedEnginePerDevice}

@@ -1,7 +1,9 @@
 """What every engine shares (push, waits, failures, statistics) and the NaiveEngine."""
 from __future__ import annotations
 
+import os
 import threading
+import time
 from dataclasses import dataclass
 
 from ember import config, profiler as _profiler
@@ -16,6 +18,27 @@ __all__ = ['Engine', 'NaiveEngine', 'Settings']
 _CPU0 = cpu(0)
 # Failures kept before handled ones are dropped from the list wait_all scans.
 _FAILURES_KEPT = 64
+
+
+def take_lock(lock) -> None:
+    """Acquire `lock` (one the caller failed to take at once) while holding the GIL.
+
+    A thread woken from a blocking acquire holds the lock but not yet the GIL. If the other
+    thread, now running, needs the lock, it blocks in turn, and on two free cores the threads
+    settle into passing lock and GIL back and forth at every operation: a convoy costing two
+    context switches per operator. Yielding the GIL between attempts keeps whoever holds the
+    lock also able to run; after many attempts (the holder was descheduled) this blocks.
+    """
+    for _ in range(_LOCK_SPINS):
+        _yield_gil()
+        if lock.acquire(False):
+            return
+    lock.acquire()
+
+
+_LOCK_SPINS = 200
+# Both release the GIL; sched_yield (Unix) returns sooner.
+_yield_gil = getattr(os, 'sched_yield', None) or (lambda: time.sleep(0))
 
 
 class _ThreadRole(threading.local):
@@ -181,26 +204,35 @@ class Engine:
 
     def run(self, op):
         """Run a granted op: skip it when a var carries a failure; return the failure or None."""
-        failure = first_failure(op.reads) or first_failure(op.writes)
-        if failure is not None:
-            return failure
+        if Failure.pending:
+            failure = first_failure(op.reads) or first_failure(op.writes)
+            if failure is not None:
+                return failure
         profiler = _profiler     # a module global, so tests can swap in a recorder
-        timed = profiler.operator_enabled(op.symbolic)
-        if timed:
-            begin = profiler.now_us()
+        if profiler.operator_enabled(op.symbolic):
+            return self._run_timed(op, profiler)
+        try:
+            op.fn()
+        except BaseException as error:  # noqa: BLE001 - attached to the written vars
+            return Failure(error, op)
+        return None
+
+    def _run_timed(self, op, profiler):
+        failure = None
+        begin = profiler.now_us()
         try:
             op.fn()
         except BaseException as error:  # noqa: BLE001 - attached to the written vars
             failure = Failure(error, op)
-        if timed:
-            profiler.record_operator(op.label(), op.device or _CPU0, begin, profiler.now_us(),
-                                     op.symbolic)
+        profiler.record_operator(op.label(), op.device or _CPU0, begin, profiler.now_us(),
+                                 op.symbolic)
         return failure
 
     def _register(self, failure, op):
         """Keep a failure `op` raised (not one it inherited) for wait_all; lock held."""
         if failure.seq != op.seq:
             return
+        Failure.pending += 1
         failures = self._failures
         if len(failures) >= _FAILURES_KEPT:
             failures[:] = [f for f in failures if f.error is not None]
@@ -230,9 +262,9 @@ class NaiveEngine(Engine):
             op.seq = self._pushes
         failure = self.run(op)
         with self._lock:
+            if failure is not None:
+                self._register(failure, op)
             for var in writes:
                 var.version += 1
                 if failure is not None:
                     var.failure = failure
-            if failure is not None:
-                self._register(failure, op)

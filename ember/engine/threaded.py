@@ -2,24 +2,49 @@
 
 Each var keeps a FIFO queue like MXNet's ThreadedVar: a read is granted while no write is
 granted or queued before it, a write once the reads and write before it have finished. An
-operation runs when all its vars are granted. One engine lock guards every var's fields; it is
-held for a few list operations per push and per completion only.
+operation runs when all its vars are granted. One engine lock guards every var's fields; a push
+takes it once and so does a completion, for a few list operations each.
+
+On tiny operators the cost is the Python around the kernel, and the GIL lets one thread run
+it at a time, so the pushing thread and the workers share as little as possible:
+
+- ready operations go through a ``SimpleQueue`` whose C methods are called directly;
+- the engine lock is taken once per push and once per completion; a thread that finds it
+  taken yields the GIL and tries again rather than blocking (``core.take_lock``), since a
+  blocked thread wakes holding the lock but not the GIL and starts a lock convoy;
+- a var makes its queue (a short list) only when an operation has to wait on it, and an
+  operation checks its vars for errors only while some error is pending;
+- a completion wakes a waiting thread only when what it waits for has happened (nothing left
+  in flight; half the back-pressure bound drained), not at every completion;
+- a thread that keeps pushing lets the workers catch up every ``_YIELD_EVERY`` operations, so
+  what is in flight stays small enough to run from the cache.
 """
 from __future__ import annotations
 
 import heapq
 import threading
+import time
 from queue import SimpleQueue
 
-from ember.engine.core import Engine, normalise, role
+from ember.engine.core import Engine, normalise, role, take_lock
 from ember.engine.threads import pin_current_thread
 from ember.engine.var import READ, WAIT_READ, WAIT_WRITE, WRITE, Op
 
 __all__ = ['ThreadedEngine', 'ThreadedEnginePerDevice']
 
+# A thread that keeps pushing holds the GIL for its whole switch interval (5 ms), so hundreds
+# of tiny operations pile up before a worker may run them, and their closures, arrays and
+# records no longer fit in the cache the worker runs in (a third slower per operator). Every
+# this many pushes, with at least as many in flight, the pushing thread lets a worker catch up.
+_YIELD_EVERY = 64
+
 
 class Pool:
-    """Worker threads taking ready operations in FIFO order; threads start at the first op."""
+    """Worker threads taking ready operations in FIFO order; threads start at the first op.
+
+    ``put(op)`` (called with the engine lock held) and ``take()`` are attributes: after the
+    first put they are the queue's own methods, with no Python frame around them.
+    """
 
     def __init__(self, engine, name, nthreads, pinned):
         self.engine = engine
@@ -28,15 +53,16 @@ class Pool:
         self.pinned = pinned        # whether KMP_AFFINITY applies (CPU workers)
         self.threads = []
         self._queue = SimpleQueue()
+        self.take = self._queue.get
+        self.put = self._first_put
 
-    def put(self, op):
-        """Hand a ready op to the workers (called with the engine lock held)."""
-        if not self.threads:
-            self._start()
-        self._queue.put(op)
+    def _first_put(self, op):
+        self._start()
+        self.put = self._started_put()
+        self.put(op)
 
-    def take(self):
-        return self._queue.get()
+    def _started_put(self):
+        return self._queue.put
 
     def _start(self):
         for index in range(self.nthreads):
@@ -52,6 +78,7 @@ class Pool:
         for thread in self.threads:
             thread.join()
         self.threads = []
+        self.put = self._first_put
 
 
 class PriorityPool(Pool):
@@ -61,15 +88,17 @@ class PriorityPool(Pool):
         super().__init__(engine, name, nthreads, pinned)
         self._heap = []
         self._heap_lock = threading.Lock()
+        self.take = self._take_highest
 
-    def put(self, op):
-        if not self.threads:
-            self._start()
+    def _started_put(self):
+        return self._put_in_order
+
+    def _put_in_order(self, op):
         with self._heap_lock:
             heapq.heappush(self._heap, (-op.priority, op.seq, op))
         self._queue.put(True)
 
-    def take(self):
+    def _take_highest(self):
         if self._queue.get() is None:
             return None
         with self._heap_lock:
@@ -81,10 +110,15 @@ class ThreadedEngine(Engine):
 
     def __init__(self, settings):
         super().__init__(settings)
-        self._changed = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)    # back-pressure: in-flight drained
+        self._idle = threading.Condition(self._lock)    # wait_idle: nothing in flight
+        self._room_waiters = 0
+        self._idle_waiters = 0
         self._inflight = 0
-        self._waiters = 0           # threads waiting on _changed (wait_all, back-pressure)
         self._max_inflight = settings.max_inflight
+        # A push that finds the bound reached waits until half of it has drained: the pushing
+        # thread then wakes once per max_inflight / 2 completions instead of at each of them.
+        self._resume_at = settings.max_inflight // 2
         self._cpu_threads = 0       # CPU workers started, for pinning
         self._pools = []
         self._build_pools()
@@ -111,7 +145,10 @@ class ThreadedEngine(Engine):
         reads, writes = normalise(reads, writes)
         op = Op(fn, reads, writes, self.pool_for(device, priority, name, copy), device,
                 priority, name, symbolic, stack)
-        with self._lock:
+        lock = self._lock
+        if not lock.acquire(False):
+            take_lock(lock)
+        try:
             if self._inflight >= self._max_inflight and not role.worker:
                 self._wait_for_room()
             self._inflight += 1
@@ -121,27 +158,29 @@ class ThreadedEngine(Engine):
             wait = 0
             for var in reads:
                 if var.writing or var.queue:
-                    var.queue.append((op, READ))
+                    _enqueue(var, op, READ)
                     wait += 1
                 else:
                     var.readers += 1
             for var in writes:
                 if var.writing or var.readers or var.queue:
-                    var.queue.append((op, WRITE))
+                    _enqueue(var, op, WRITE)
                     wait += 1
                 else:
                     var.writing = True
             op.wait = wait
             if not wait:
                 op.pool.put(op)
+            pushes, inflight = self._pushes, self._inflight
+        finally:
+            lock.release()
+        if not pushes % _YIELD_EVERY and inflight >= _YIELD_EVERY and not role.worker:
+            time.sleep(0)       # releases the GIL long enough for a worker to take it
 
     def _wait_for_room(self):
-        self._waiters += 1
-        try:
-            while self._inflight >= self._max_inflight:
-                self._changed.wait()
-        finally:
-            self._waiters -= 1
+        while self._inflight > self._resume_at:
+            self._room_waiters += 1
+            self._room.wait()
 
     def work(self, pool, core):
         """A worker thread's loop: run ready ops until the pool stops."""
@@ -158,7 +197,12 @@ class ThreadedEngine(Engine):
 
     def _complete(self, op, failure):
         op.fn = None        # free what the function captured before waiters see it finish
-        with self._lock:
+        lock = self._lock
+        if not lock.acquire(False):
+            take_lock(lock)
+        try:
+            if failure is not None:
+                self._attach(failure, op)
             for var in op.reads:
                 var.readers -= 1
                 if not var.readers and var.queue:
@@ -166,15 +210,24 @@ class ThreadedEngine(Engine):
             for var in op.writes:
                 var.writing = False
                 var.version += 1
-                if failure is not None and var.carries_errors:
-                    var.failure = failure
                 if var.queue:
                     self._grant(var)
-            self._inflight -= 1
-            if failure is not None:
-                self._register(failure, op)
-            if self._waiters:
-                self._changed.notify_all()
+            inflight = self._inflight = self._inflight - 1
+            if self._room_waiters and inflight <= self._resume_at:
+                self._room_waiters = 0
+                self._room.notify_all()
+            if self._idle_waiters and not inflight:
+                self._idle_waiters = 0
+                self._idle.notify_all()
+        finally:
+            lock.release()
+
+    def _attach(self, failure, op):
+        """Record `failure` before any later op is granted, so that those ops see it."""
+        self._register(failure, op)
+        for var in op.writes:
+            if var.carries_errors:
+                var.failure = failure
 
     def _grant(self, var):
         """Grant `var` to the ops at the head of its queue that may now run (lock held)."""
@@ -183,7 +236,7 @@ class ThreadedEngine(Engine):
             waiter, mode = queue[0]
             if var.writing or (mode & 1 and var.readers):     # WRITE and WAIT_WRITE need it alone
                 return
-            queue.popleft()
+            del queue[0]
             if mode == READ:
                 var.readers += 1
             elif mode == WRITE:
@@ -202,7 +255,7 @@ class ThreadedEngine(Engine):
                 self._check_not_worker('wait_for_var')
                 gate = threading.Lock()
                 gate.acquire()
-                var.queue.append((gate, WAIT_WRITE if write else WAIT_READ))
+                _enqueue(var, gate, WAIT_WRITE if write else WAIT_READ)
         if busy:
             gate.acquire()
 
@@ -211,12 +264,9 @@ class ThreadedEngine(Engine):
             if not self._inflight:
                 return
             self._check_not_worker('wait_all')
-            self._waiters += 1
-            try:
-                while self._inflight:
-                    self._changed.wait()
-            finally:
-                self._waiters -= 1
+            while self._inflight:
+                self._idle_waiters += 1
+                self._idle.wait()
 
     def _inflight_count(self):
         return self._inflight
@@ -225,6 +275,17 @@ class ThreadedEngine(Engine):
         super().shutdown()
         for pool in self._pools:
             pool.stop()
+
+
+def _enqueue(var, waiter, mode):
+    """Queue `waiter` (an op, or a waiting thread's gate) on `var` (lock held)."""
+    queue = var.queue
+    if queue is None:
+        # A list, not a deque: queues hold an entry or two (at most the in-flight bound), and
+        # a deque's 760 bytes per var of every pending operation crowd the cache.
+        var.queue = [(waiter, mode)]
+    else:
+        queue.append((waiter, mode))
 
 
 class ThreadedEnginePerDevice(ThreadedEngine):
@@ -243,17 +304,26 @@ class ThreadedEnginePerDevice(ThreadedEngine):
         self._priority = self._new_pool('cpu-priority', settings.cpu_priority_workers, True,
                                         PriorityPool)
         self._by_device = {('cpu', 0): self._cpu0}
+        # The CPU device of the last lookup and its pool, one tuple so that threads replace it
+        # whole: comparing identities is cheaper than hashing a Device.
+        self._recent_cpu = (None, None)
 
     def pool_for(self, device, priority, name, copy):
         if device is None:
             return self._priority if priority > 0 else self._cpu0
+        if priority > 0 and device.device_type != 'gpu':
+            return self._priority
+        recent_device, pool = self._recent_cpu
+        if device is recent_device:
+            return pool
         if device.device_type != 'gpu':
-            if priority > 0:
-                return self._priority
-            key = ('cpu', device.device_id)
-        else:
-            copy = copy or (name is not None and name.startswith('_copyto'))
-            key = ('gpu-copy' if copy else 'gpu', device.device_id)
+            pool = self._pool_of(('cpu', device.device_id))
+            self._recent_cpu = (device, pool)
+            return pool
+        copy = copy or (name is not None and name.startswith('_copyto'))
+        return self._pool_of(('gpu-copy' if copy else 'gpu', device.device_id))
+
+    def _pool_of(self, key):
         pool = self._by_device.get(key)
         return pool if pool is not None else self._add_pool(key)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections import deque
 
 from ember.base import EmberError
 
@@ -38,7 +37,9 @@ class Var:
                  '__weakref__')
 
     def __init__(self, carries_errors=True):
-        self.queue = deque()    # (op, mode) entries waiting for access, in push order
+        # (op, mode) entries waiting for access, in push order; made at the first wait, since
+        # most vars are written once and read after that write finished
+        self.queue = None
         self.readers = 0        # granted reads not yet finished
         self.writing = False    # a write has been granted and has not finished
         self.version = 0        # number of finished writes
@@ -89,6 +90,11 @@ class Failure:
 
     __slots__ = ('error', 'seq', 'name', 'stack')
 
+    # Failures registered and not yet handled, in the whole process. While it is zero no var
+    # can carry a pending error, so an operation skips checking its vars. Changed only with an
+    # engine lock held (registration, take).
+    pending = 0
+
     def __init__(self, error, op):
         self.error = error
         self.seq = op.seq
@@ -102,6 +108,8 @@ class Failure:
     def take(self):
         """Mark handled and return the error (the caller holds the engine lock)."""
         error, self.error = self.error, None
+        if error is not None:
+            Failure.pending -= 1
         return error
 
     def message(self, error):

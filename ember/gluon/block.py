@@ -8,14 +8,21 @@
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+import warnings
+import weakref
 from collections import OrderedDict
 
 from ember import autograd, initializer
 from ember import ndarray as nd
+from ember import symbol
 from ember.base import EmberError
+from ember.device import cpu
 from ember.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
+from ember.op.registry import ShapeError
+from ember.symbol.name import Prefix
 
 __all__ = ['Block', 'HybridBlock', 'HookHandle']
 
@@ -62,14 +69,18 @@ class _BlockScope:
     def __enter__(self):
         if self._block._empty_prefix:
             return self
-        self._saved.append(getattr(_BlockScope._current, 'value', None))
+        # Symbols made inside (hybrid_forward traced with mx.sym) are named under the prefix.
+        names = Prefix(self._block.prefix)
+        names.__enter__()
+        self._saved.append((getattr(_BlockScope._current, 'value', None), names))
         _BlockScope._current.value = self
         return self
 
     def __exit__(self, *exc):
         if self._block._empty_prefix:
             return False
-        _BlockScope._current.value = self._saved.pop()
+        _BlockScope._current.value, names = self._saved.pop()
+        names.__exit__(*exc)
         return False
 
 
@@ -288,36 +299,85 @@ def _indent(text):
 class HybridBlock(Block):
     """A Block whose computation is written as ``hybrid_forward(F, x, ...)``.
 
-    ``F`` is ``mx.nd`` when called on arrays; hybridized graphs trace it with ``mx.sym``.
+    ``F`` is ``mx.nd`` when called on arrays. After ``hybridize()`` the first call traces
+    ``hybrid_forward`` with ``F = mx.sym`` into one graph (inputs are the variables ``data``, or
+    ``data0``, ``data1``, ... for several); later calls run that graph through a CachedOp
+    bound once per input signature (shapes, dtypes, device).
+
+    >>> import ember as mx
+    >>> net = mx.gluon.nn.Dense(2, in_units=3, prefix='fc_')
+    >>> net.initialize(mx.init.One())
+    >>> net.hybridize()
+    >>> net(mx.nd.ones((1, 3))).asnumpy().tolist()
+    [[3.0, 3.0]]
+    >>> inputs, graph = net._cached_graph
+    >>> [s.name for s in inputs], graph.list_inputs()
+    (['data'], ['data', 'fc_weight', 'fc_bias'])
     """
 
     def __init__(self, prefix=None, params=None):
         super().__init__(prefix, params)
         self._active = False
         self._flags = {}
+        self._cached_graph = ()          # (input variables, output symbol) of the last trace
+        self._cached_op = None
+        self._cached_op_args = ()        # per graph input: (True, data position) or (False, param)
+        self._in_format = None
+        self._out_format = None
 
     def hybridize(self, active=True, static_alloc=False, static_shape=False,
                   forward_bulk_size=None, backward_bulk_size=None, **kwargs):
+        """Run this block (and its children) as a traced graph from the next call on, or
+        imperatively again with ``active=False``.
+
+        `static_alloc` keeps the executor and its memory of every input signature across
+        calls (without it only the signature in use keeps its executor); `static_shape` is
+        accepted for MXNet's sake (executors are bound per input shape anyway); the bulk sizes
+        set the most operators per engine push in forward and backward for this graph.
+        """
+        accepted = _cached_op_class().FLAGS[:-2]
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise TypeError(f'hybridize: unknown flags {unknown}; accepted: active, '
+                            f'{", ".join(accepted)}')
         self._active = active
         self._flags = dict(static_alloc=static_alloc, static_shape=static_shape,
                            forward_bulk_size=forward_bulk_size,
                            backward_bulk_size=backward_bulk_size, **kwargs)
+        self._clear_cached_op()
+        if active and (self._forward_hooks or self._forward_pre_hooks):
+            warnings.warn(f'"{self.name}" is being hybridized while still having forward '
+                          f'hook/pre-hook. If "{self.name}" is a child of HybridBlock, the '
+                          f'hooks will not take effect.', stacklevel=2)
         super().hybridize(active, static_alloc=static_alloc, static_shape=static_shape,
                           forward_bulk_size=forward_bulk_size,
                           backward_bulk_size=backward_bulk_size, **kwargs)
 
-    def infer_shape(self, *args):
-        """Fill in unknown parameter shapes from the inputs (layers override this)."""
-        unknown = [p.name for p in self._reg_params.values() if not p._shape_known()]
-        raise DeferredInitializationError(
-            f'{type(self).__name__} cannot infer the shapes of {", ".join(unknown)} from its '
-            f'inputs: give full shapes or define infer_shape()')
+    def _clear_cached_op(self):
+        self._cached_graph = ()
+        self._cached_op = None
 
-    def _param_values(self, device):
-        return {key: p.data(device) for key, p in self._reg_params.items()}
+    def cast(self, dtype):
+        self._clear_cached_op()
+        super().cast(dtype)
 
+    # -- calling ---------------------------------------------------------------------------------
     def forward(self, x, *args):
-        device = x.context if isinstance(x, nd.NDArray) else None
+        """Symbols in: a symbol out (traced with ``F = mx.sym``); arrays in: arrays out, through
+        the cached graph when hybridized, else ``hybrid_forward(mx.nd, ...)``."""
+        if _has_symbol(x, args):
+            return self._symbolic_forward(x, *args)
+        if self._active and not _imperative_only.active:
+            return self._call_cached_op(x, *args)
+        return self._imperative_forward(x, *args)
+
+    def _symbolic_forward(self, x, *args):
+        params = {key: _param_var(p) for key, p in self._reg_params.items()}
+        with self.name_scope():
+            return self.hybrid_forward(symbol, x, *args, **params)
+
+    def _imperative_forward(self, x, *args):
+        device = x.context if isinstance(x, nd.NDArray) else _first_device(args)
         try:
             params = self._param_values(device)
         except DeferredInitializationError:
@@ -328,5 +388,269 @@ class HybridBlock(Block):
             params = self._param_values(device)
         return self.hybrid_forward(nd, x, *args, **params)
 
+    def _param_values(self, device):
+        return {key: p.data(device) for key, p in self._reg_params.items()}
+
     def hybrid_forward(self, F, x, *args, **kwargs):
         raise NotImplementedError(f'{type(self).__name__} must define hybrid_forward()')
+
+    # -- the traced graph ------------------------------------------------------------------------
+    def _get_graph(self, *args):
+        """(input variables, output symbol): traced once per input structure."""
+        flat, in_format = _flatten(args, 'input')
+        if self._cached_graph and in_format == self._in_format:
+            return self._cached_graph
+        variables = _input_variables(flat)
+        grouped, _ = _regroup(variables, in_format)
+        out = self._symbolic_forward(*grouped)
+        outputs, self._out_format = _flatten(out, 'output')
+        if any(not isinstance(o, symbol.Symbol) for o in outputs):
+            raise ValueError(f'{self.name}: hybrid_forward must return (nested lists of) '
+                             f'Symbols when traced, got {out!r}')
+        self._in_format = in_format
+        self._cached_graph = ([v for v in variables if v is not None], symbol.Group(outputs))
+        self._cached_op = None
+        return self._cached_graph
+
+    def _build_cache(self, *args):
+        inputs, out = self._get_graph(*args)
+        data_names = {var.name: i for i, var in enumerate(inputs)}
+        params = self.collect_params()
+        input_names = out.list_inputs()
+        unknown = [n for n in input_names if n not in params and n not in data_names]
+        if unknown:
+            raise EmberError(f'{self.name}: the traced graph reads {unknown}, which are neither '
+                             f'inputs {list(data_names)} nor parameters of this block')
+        _warn_unused(data_names, params, set(input_names))
+        self._cached_op_args = tuple((True, data_names[n]) if n in data_names
+                                     else (False, params[n]) for n in input_names)
+        flags = dict(self._flags)
+        flags['data_indices'] = [i for i, (is_arg, _) in enumerate(self._cached_op_args)
+                                 if is_arg]
+        flags['param_indices'] = [i for i, (is_arg, _) in enumerate(self._cached_op_args)
+                                  if not is_arg]
+        self._cached_op = _cached_op_class()(out, flags)
+
+    def _call_cached_op(self, *args):
+        flat, in_format = _flatten(args, 'input')
+        if self._cached_op is None or in_format != self._in_format:
+            self._build_cache(*args)
+        data = [a for a in flat if a is not None]
+        device = data[0].context
+        try:
+            cargs = self._cached_op_inputs(data, device)
+        except DeferredInitializationError:
+            self._deferred_infer_shape(*args)
+            for is_arg, param in self._cached_op_args:
+                if not is_arg:
+                    param._finish_deferred_init()
+            cargs = self._cached_op_inputs(data, device)
+        out = self._cached_op(*cargs)
+        if isinstance(out, nd.NDArray):
+            out = [out]
+        return _regroup(list(out), self._out_format)[0]
+
+    def _cached_op_inputs(self, data, device):
+        return [data[i] if is_arg else i.data(device) for is_arg, i in self._cached_op_args]
+
+    def _deferred_infer_shape(self, *args):
+        with autograd.pause():
+            try:
+                self.infer_shape(*args)
+            except (DeferredInitializationError, ShapeError):
+                pass        # the imperative pass below finds the shapes or names the error
+            if any(not p._shape_known() for is_arg, p in self._cached_op_args if not is_arg):
+                # Shapes the graph cannot reach (through reshape and concat, as in fused RNN
+                # layers) come from the layers' own infer_shape, run by one imperative pass.
+                with _imperative_only():
+                    self._imperative_forward(*args)
+
+    # -- shapes and types from the graph ---------------------------------------------------------
+    def infer_shape(self, *args):
+        """Fill in unknown parameter shapes from the inputs' shapes, through the traced graph
+        (layers may override this with a direct rule)."""
+        self._infer_attrs('shape', *args)
+        unknown = [p.name for p in self._reg_params.values() if not p._shape_known()]
+        if unknown:
+            shapes = [a.shape for a in _flatten(args, 'input')[0] if a is not None]
+            raise DeferredInitializationError(
+                f'{type(self).__name__} cannot infer the shapes of {", ".join(unknown)} from '
+                f'inputs of shapes {shapes}: give full shapes or define infer_shape()')
+
+    def infer_type(self, *args):
+        """Set the parameters' dtypes from the inputs' dtypes, through the traced graph."""
+        self._infer_attrs('dtype', *args)
+
+    def _infer_attrs(self, attr, *args):
+        inputs, out = self._get_graph(*args)
+        arrays = [a for a in _flatten(args, 'input')[0] if a is not None]
+        known = {var.name: getattr(a, attr) for var, a in zip(inputs, arrays)}
+        infer = out.infer_shape_partial if attr == 'shape' else out.infer_type_partial
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            arg_attrs, _, aux_attrs = infer(**known)
+        found = dict(zip(out.list_arguments(), arg_attrs))
+        found.update(zip(out.list_auxiliary_states(), aux_attrs))
+        for param in self.collect_params().values():
+            value = found.get(param.name)
+            if value is None:
+                continue
+            if attr == 'shape':
+                param.shape = value
+            elif param.dtype != value:
+                param.cast(value)
+
+    # -- files -----------------------------------------------------------------------------------
+    def export(self, path, epoch=0, remove_amp_cast=True):
+        """Write the traced graph to ``path-symbol.json`` and the parameters to
+        ``path-%04d.params`` (keys ``arg:<name>``, ``aux:<name>``), as MXNet 1.x does; returns
+        the two file names. Call after a forward pass of the hybridized block.
+
+        >>> import os, tempfile
+        >>> import ember as mx
+        >>> net = mx.gluon.nn.Dense(2, in_units=3, prefix='fc_')
+        >>> net.initialize()
+        >>> net.hybridize()
+        >>> _ = net(mx.nd.ones((1, 3)))
+        >>> files = net.export(os.path.join(tempfile.mkdtemp(), 'fc'), epoch=1)
+        >>> [os.path.basename(f) for f in files]
+        ['fc-symbol.json', 'fc-0001.params']
+        >>> sorted(mx.nd.load(files[1]))
+        ['arg:fc_bias', 'arg:fc_weight']
+        """
+        if not self._cached_graph:
+            raise RuntimeError('Please first call block.hybridize() and then run forward with '
+                               'this block at least once before calling export.')
+        graph = self._cached_graph[1]
+        symbol_file = f'{path}-symbol.json'
+        graph.save(symbol_file, remove_amp_cast=remove_amp_cast)
+        arg_names = set(graph.list_arguments())
+        aux_names = set(graph.list_auxiliary_states())
+        arrays = OrderedDict()
+        for name, param in self.collect_params().items():
+            if name in arg_names:
+                arrays[f'arg:{name}'] = _reduced_value(param)
+            elif name in aux_names:
+                arrays[f'aux:{name}'] = _reduced_value(param)
+        params_file = f'{path}-{epoch:04d}.params'
+        nd.save(params_file, arrays)
+        return symbol_file, params_file
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs and outputs of traced graphs: nested lists flattened and regrouped as MXNet does.
+
+def _flatten(args, what):
+    """(flat list, format): format 0 for one array or symbol, n for a symbol of n outputs,
+    -1 for None, a list of formats for a list or tuple."""
+    if isinstance(args, nd.NDArray):
+        return [args], 0
+    if isinstance(args, symbol.Symbol):
+        count = len(args.list_outputs())
+        return [args], count if count > 1 else 0
+    if args is None:
+        return [None], -1
+    if not isinstance(args, (list, tuple)):
+        raise ValueError(f'HybridBlock {what} must be (nested) list of Symbol or NDArray, but '
+                         f'got {args!r} of type {type(args).__name__}')
+    flat, formats = [], []
+    for item in args:
+        items, fmt = _flatten(item, what)
+        flat.extend(items)
+        formats.append(fmt)
+    return flat, formats
+
+
+def _regroup(items, fmt):
+    """Undo ``_flatten``: (nested value, the items left over)."""
+    if isinstance(fmt, int):
+        if fmt == 0:
+            return items[0], items[1:]
+        if fmt == -1:
+            if items[0] is not None:
+                raise ValueError(f'a hybridized block traced with None in this position was '
+                                 f'called with {items[0]!r}; call it with None there')
+            return None, items[1:]
+        return list(items[:fmt]), items[fmt:]
+    grouped = []
+    for item_fmt in fmt:
+        value, items = _regroup(items, item_fmt)
+        grouped.append(value)
+    return grouped, items
+
+
+def _has_symbol(x, args):
+    if isinstance(x, nd.NDArray) and all(isinstance(a, nd.NDArray) or a is None for a in args):
+        return False
+    return any(isinstance(a, symbol.Symbol) for a in _flatten((x,) + args, 'input')[0])
+
+
+def _first_device(args):
+    for item in _flatten(args, 'input')[0]:
+        if isinstance(item, nd.NDArray):
+            return item.context
+    return None
+
+
+def _input_variables(flat):
+    """MXNet's names: ``data`` for one input, ``data0``, ``data1``, ... for several."""
+    count = sum(item is not None for item in flat)
+    if count == 0:
+        raise ValueError('a hybridized block needs at least one input that is not None')
+    names = iter(['data'] if count == 1 else [f'data{i}' for i in range(count)])
+    return [None if item is None else symbol.var(next(names)) for item in flat]
+
+
+# One variable per parameter, so a parameter used twice in a graph is one input of it.
+_VARIABLES = weakref.WeakKeyDictionary()
+
+
+def _param_var(param):
+    key = (param.shape, param.dtype)
+    cached = _VARIABLES.get(param)
+    if cached is None or cached[0] != key:
+        cached = _VARIABLES[param] = (key, param.var())
+    return cached[1]
+
+
+def _warn_unused(data_names, params, used):
+    unused_inputs = [f'{i}-th' for name, i in data_names.items() if name not in used]
+    if unused_inputs:
+        warnings.warn(f'The {", ".join(unused_inputs)} input to HybridBlock is not used by any '
+                      f'computation. Is this intended?', stacklevel=5)
+    unused_params = [name for name in params.keys() if name not in used]
+    if unused_params:
+        warnings.warn(f'Parameter {", ".join(unused_params)} is not used by any computation. '
+                      f'Is this intended?', stacklevel=5)
+
+
+def _cached_op_class():
+    # Imported on first use: the executor and its passes are not needed for imperative Gluon.
+    from ember.executor.cached_op import CachedOp
+    return CachedOp
+
+
+def _reduced_value(param):
+    """A parameter's value on the CPU (the mean over its devices)."""
+    arrays = param.list_data()
+    with autograd.pause():
+        total = arrays[0].copyto(cpu())
+        for other in arrays[1:]:
+            total += other.copyto(cpu())
+        return total / len(arrays) if len(arrays) > 1 else total
+
+
+class _ImperativeOnly(threading.local):
+    """Inside ``with _imperative_only():`` hybridized blocks run hybrid_forward(mx.nd, ...)."""
+    active = False
+
+    @contextlib.contextmanager
+    def __call__(self):
+        previous, self.active = self.active, True
+        try:
+            yield
+        finally:
+            self.active = previous
+
+
+_imperative_only = _ImperativeOnly()

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import collections
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ember import backend, engine, resource, storage
+from ember import backend, config, engine, resource, storage
 from ember import device as _device
 from ember.base import EmberError, dtype_of, prod
 from ember.op import registry
@@ -53,10 +53,10 @@ class View:
     dtype: np.dtype
     offset: int
     size: int
+    nbytes: int = field(init=False, compare=False)    # read on every allocation
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+    def __post_init__(self):
+        object.__setattr__(self, 'nbytes', self.size * self.dtype.itemsize)
 
 
 _VIEWS: dict = {}
@@ -453,15 +453,14 @@ def parse_device(value):
     raise ValueError(f"device {value!r}: expected a device such as mx.cpu(0) or 'gpu(1)'")
 
 
-
 # ----------------------------------------------------------------------------------------------
 # The imperative path
 
 # What each finished operator used, handed back to the pushing thread, which drops it on its
-# next call. Dropping the last reference to an array returns its buffer to the pool under the
-# pool's lock; on a worker thread, while the pushing thread allocates under that lock, the GIL
-# and the lock can form a convoy (each thread holds what the other waits for) that doubles the
-# cost of small operators. The deque's append and clear need no lock.
+# next call: the buffers return to the pool just before that thread allocates again, and the
+# worker spends its turn on the GIL running kernels rather than freeing arrays (measured: the
+# same CPU time either way, a lower wall time this way). The deque's append and clear need no
+# lock.
 _finished = collections.deque()
 
 
@@ -501,16 +500,22 @@ def _xp(device):
 
 
 def _kernel_context(device, resources):
-    """The KernelContext of a call; shared between calls when no resource is requested."""
+    """The KernelContext of a call, with the settings at the call; shared between calls when
+    no resource is requested."""
     state = _ag_state
     train = state is not None and state.training
+    safe = config.get('MXNET_SAFE_ACCUMULATION')
+    deterministic = config.get('MXNET_ENFORCE_DETERMINISM')
     if not resources:
-        key = (device, train)
+        key = (device, train, safe, deterministic)
         found = _CONTEXTS.get(key)
         if found is None:
-            found = _CONTEXTS[key] = KernelContext(device, train, _xp(device))
+            found = _CONTEXTS[key] = KernelContext(device, train, _xp(device),
+                                                   safe_accumulation=safe,
+                                                   deterministic=deterministic)
         return found, ()
-    ctx = KernelContext(device, train, _xp(device))
+    ctx = KernelContext(device, train, _xp(device), safe_accumulation=safe,
+                        deterministic=deterministic)
     extra_writes = []
     for kind in resources:
         if kind == 'temp':
@@ -544,15 +549,19 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
     out_shapes, out_dtypes = _infer(op, attrs, inputs)
     if device is None:
         device = _device_of(op, attrs, inputs, out)
-    if out is None:
-        outputs = [_empty(shape, dtype, device) for shape, dtype in zip(out_shapes, out_dtypes)]
-    else:
+    if out is not None:
         outputs = _check_out(op, out, out_shapes, out_dtypes)
+    elif len(out_shapes) == 1:
+        outputs = [_empty(out_shapes[0], out_dtypes[0], device)]
+    else:
+        outputs = [_empty(shape, dtype, device) for shape, dtype in zip(out_shapes, out_dtypes)]
     ctx, extra_writes = _kernel_context(device, info.resources)
     writes = [o._var for o in outputs]
     mutate = info.mutate(attrs) if callable(info.mutate) else info.mutate
-    writes.extend(inputs[i]._var for i in mutate)
-    writes.extend(extra_writes)
+    if mutate:
+        writes.extend(inputs[i]._var for i in mutate)
+    if extra_writes:
+        writes.extend(extra_writes)
     kernel = info.kernel
 
     def run():
@@ -561,7 +570,9 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
         finally:
             _finished.append((inputs, outputs))
     engine.get().push(run, [x._var for x in inputs], writes, device, 0, info.name)
-    _maybe_record(op, attrs, inputs, outputs)
+    state = _ag_state
+    if _record_hook is not None and (state is None or state.recording):
+        _record_hook(op, attrs, inputs, outputs)
     return outputs
 
 
@@ -574,10 +585,18 @@ def _infer(op, attrs, inputs):
     except (ShapeError, ValueError) as exc:
         raise ShapeError(f'{op.name}: {exc} (input shapes {in_shapes}, dtypes '
                          f'{[d.name for d in in_dtypes]})') from None
-    if any(s is None for s in out_shapes) or any(d is None for d in out_dtypes):
+    # `in` would compare dtypes with ==, and np.dtype('float64') == None holds
+    if None in out_shapes or _holds_none(out_dtypes):
         raise ShapeError(f'{op.name}: cannot infer the output shapes and dtypes from input '
                          f'shapes {in_shapes}')
     return out_shapes, out_dtypes
+
+
+def _holds_none(values):
+    for value in values:
+        if value is None:
+            return True
+    return False
 
 
 def _device_of(op, attrs, inputs, out):
@@ -611,8 +630,8 @@ def _check_out(op, out, out_shapes, out_dtypes):
 
 def _empty(shape, dtype, device) -> NDArray:
     view = view_of(tuple(shape), dtype)
-    handle = storage.manager(device).alloc(view.size * dtype.itemsize)
-    return NDArray(handle, view, engine.get().new_var(), device)
+    handle = storage.manager(device).alloc(view.nbytes)
+    return NDArray(handle, view, _new_var(), device)
 
 
 def empty(shape, device=None, dtype=None) -> NDArray:
@@ -692,20 +711,30 @@ class _Fast:
         self.same_shape = same_shape    # output shape and dtype are the first input's
 
 
-_last_context = (None, False, None)
+# The last shared context: (device, training, safe accumulation, determinism, context).
+_last_context = (None, False, False, False, None)
 
 
 def _plain_context(device):
-    """The shared KernelContext of `device` for operators without resources."""
+    """The shared KernelContext of `device` for operators without resources, with the
+    training mode and the settings at the call."""
     global _last_context
     state = _ag_state
     train = state is not None and state.training
-    device_seen, train_seen, ctx = _last_context
-    if device_seen is device and train_seen is train:
+    safe = config.get('MXNET_SAFE_ACCUMULATION')
+    deterministic = config.get('MXNET_ENFORCE_DETERMINISM')
+    seen_device, seen_train, seen_safe, seen_deterministic, ctx = _last_context
+    if (seen_device is device and seen_train is train and seen_safe is safe
+            and seen_deterministic is deterministic):
         return ctx
     ctx = _kernel_context(device, ())[0]
-    _last_context = (device, train, ctx)
+    _last_context = (device, train, safe, deterministic, ctx)
     return ctx
+
+
+# Engine variables of new arrays are made directly (what eng.new_var() does), saving a call on
+# every operator.
+_new_var = engine.Var
 
 
 def _fast_output(first):
@@ -716,8 +745,8 @@ def _fast_output(first):
     if view.offset:
         view = view_of(view.shape, view.dtype)
     device = first._device
-    handle = storage.manager(device).alloc(view.size * view.dtype.itemsize)
-    return NDArray(handle, view, engine.get().new_var(), device)
+    handle = storage.manager(device).alloc(view.nbytes)
+    return NDArray(handle, view, _new_var(), device)
 
 
 def _fast_unary(info, x, attrs) -> NDArray:
@@ -726,12 +755,14 @@ def _fast_unary(info, x, attrs) -> NDArray:
 
     def run():
         try:
-            kernel(attrs, [x._data()], [out._data()], ctx)
+            raw = x._raw
+            kernel(attrs, [x._data() if raw is None else raw], [out._data()], ctx)
         finally:
             _finished.append((x, out))
     engine.get().push(run, (x._var,), (out._var,), x._device, 0, info.name)
-    if _record_hook is not None:
-        _maybe_record(info.op, attrs, [x], [out])
+    state = _ag_state
+    if _record_hook is not None and (state is None or state.recording):
+        _record_hook(info.op, attrs, [x], [out])
     return out
 
 
@@ -745,8 +776,9 @@ def _fast_binary(info, x, y) -> NDArray:
         finally:
             _finished.append((x, y, out))
     engine.get().push(run, (x._var, y._var), (out._var,), x._device, 0, info.name)
-    if _record_hook is not None:
-        _maybe_record(info.op, _NO_ATTRS, [x, y], [out])
+    state = _ag_state
+    if _record_hook is not None and (state is None or state.recording):
+        _record_hook(info.op, _NO_ATTRS, [x, y], [out])
     return out
 
 

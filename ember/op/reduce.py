@@ -16,8 +16,8 @@ import contextlib
 
 import numpy as np
 
-from ember import config
 from ember.base import prod
+from ember.op.accumulate import accumulation_dtype
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_enum, p_int, p_optional,
                                p_dtype, register)
 
@@ -84,13 +84,11 @@ def _reduce_infer(attrs, in_shapes):
     return list(in_shapes), [reduced_shape(shape, axes, attrs['keepdims'])]
 
 
-def _accumulator(dtype):
-    """The dtype to accumulate a sum of `dtype` in (wider under MXNET_SAFE_ACCUMULATION)."""
+def _accumulator(dtype, ctx):
+    """The dtype to accumulate a sum of float `dtype` in; None (NumPy's choice) otherwise."""
     if dtype.kind != 'f':
         return None
-    if config.get('MXNET_SAFE_ACCUMULATION'):
-        return {2: np.float32, 4: np.float64}.get(dtype.itemsize, dtype)
-    return dtype
+    return accumulation_dtype(dtype, ctx.safe_accumulation)
 
 
 _UFUNCS = {'sum': np.add, 'mean': np.add, 'prod': np.multiply, 'max': np.maximum,
@@ -107,7 +105,7 @@ def _reduce_kernel(name, accumulates):
         if ctx.xp is not np:
             target[...] = getattr(ctx.xp, name)(x, axis=axes, keepdims=True)
             return
-        acc = _accumulator(x.dtype) if accumulates else None
+        acc = _accumulator(x.dtype, ctx) if accumulates else None
         with _quiet_if_half(x.dtype):       # an overflowing float16 sum is inf, as in MXNet
             if name != 'mean' and (acc is None or acc == x.dtype):
                 ufunc.reduce(x, axis=axes, keepdims=True, out=target)
@@ -167,7 +165,7 @@ def _norm_kernel(attrs, ins, outs, ctx):
     xp, x = ctx.xp, ins[0]
     axes = _axes_of(attrs, x.ndim)
     target = outs[0].reshape(keepdims_shape(x.shape, axes))
-    acc = _accumulator(x.dtype)
+    acc = _accumulator(x.dtype, ctx)
     if attrs['ord'] == 1:
         target[...] = xp.sum(xp.abs(x), axis=axes, keepdims=True, dtype=acc)
     else:

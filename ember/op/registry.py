@@ -18,6 +18,22 @@ gradient(F, attrs, inputs, outputs, out_grads) -> list
     Written with the operators of ``F`` (``mx.nd`` or ``mx.sym``), so the same rule serves
     autograd, higher-order gradients and the graph's gradient pass. One entry per input,
     ``None`` where an input gets no gradient.
+
+Settings captured at the call
+-----------------------------
+A kernel may run later on an engine worker, after the configuration of its call has changed
+(a ``config.override`` block that ended), so it reads no configuration itself. Whoever builds
+the :class:`KernelContext` fills these fields from the configuration at the call: the
+imperative path per operator call, the graph executor per run of a program.
+
+``ctx.safe_accumulation``
+    ``MXNET_SAFE_ACCUMULATION``: sums accumulate wider; pass it to
+    :func:`ember.op.accumulate.accumulation_dtype`.
+``ctx.deterministic``
+    ``MXNET_ENFORCE_DETERMINISM``: use only bit-reproducible algorithms.
+
+A context built without them (a test calling a kernel directly) takes the configuration at
+construction.
 """
 from __future__ import annotations
 
@@ -27,6 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ember import config
 from ember.base import EmberError, dtype_of
 
 __all__ = ['Param', 'OpDef', 'KernelContext', 'register', 'get', 'all_ops', 'ShapeError',
@@ -179,15 +196,31 @@ def elemwise_shape(fn):
 
 # ----------------------------------------------------------------------------------------------
 
+def _config_at_construction(name):
+    return lambda: config.get(name)
+
+
 @dataclass
 class KernelContext:
-    """What a kernel may use beyond its arrays: device, mode and requested resources."""
+    """What a kernel may use beyond its arrays: device, mode, requested resources and the
+    settings of its call (see the module docstring).
+
+    >>> from ember import config
+    >>> with config.override(MXNET_SAFE_ACCUMULATION=True):
+    ...     ctx = KernelContext(None)
+    >>> ctx.safe_accumulation, KernelContext(None, safe_accumulation=False).safe_accumulation
+    (True, False)
+    """
     device: Any
     is_train: bool = False
     xp: Any = np                      # the array module of the device (numpy or cupy)
     temp: Any = None                  # resource.TempSpace when the operator asks for 'temp'
     random: Any = None                # resource.RandomStream when it asks for 'random'
     extra: dict = field(default_factory=dict)
+    safe_accumulation: bool = field(
+        default_factory=_config_at_construction('MXNET_SAFE_ACCUMULATION'))
+    deterministic: bool = field(
+        default_factory=_config_at_construction('MXNET_ENFORCE_DETERMINISM'))
 
 
 @dataclass(frozen=True)

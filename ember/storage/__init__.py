@@ -26,13 +26,23 @@ __all__ = ['manager', 'reset', 'strategy_for', 'Pool', 'Handle', 'Naive', 'Round
 
 _managers: dict = {}
 _lock = threading.Lock()
+# The device and pool of the last lookup: nearly every call asks for the same device, and
+# comparing identities is cheaper than hashing a Device.
+_last = (None, None)
 
 
 def manager(dev) -> Pool:
     """The pool of device `dev`."""
+    global _last
+    last_device, pool = _last
+    if last_device is dev:
+        return pool
     pool = _managers.get(dev)
     if pool is None:
         pool = _create(dev)
+    with _lock:
+        if _managers.get(dev) is pool:      # not dropped by a reset meanwhile
+            _last = (dev, pool)
     return pool
 
 
@@ -71,9 +81,11 @@ def strategy_for(dev):
 
 def reset() -> None:
     """Drop every pool; buffers still on loan are freed when their handles release them."""
+    global _last
     with _lock:
         pools = list(_managers.values())
         _managers.clear()
+        _last = (None, None)
     for pool in pools:
         pool.close()
 

@@ -1,8 +1,10 @@
 """A pool of one device's buffers: a rounding strategy, a cache of freed buffers, the reserve.
 
 Freed buffers are cached in a dict of lists keyed by their (rounded) size and reused for a
-request of the same rounded size. This sits on the path of every imperative operator, so alloc
-and release take one lock and touch a dict; the system allocator is called outside the lock.
+request of the same rounded size. This sits on the path of every imperative operator, often
+with the allocating and the releasing thread running at once, so a release takes no lock: it
+appends the buffer to a queue of returns, which the next allocation (or ``stats``) moves into
+the cache under the pool's lock. The system allocator is called outside the lock.
 
 >>> from ember import backend, device
 >>> pool = Pool(device.cpu(), backend.for_device(device.cpu()), Round(cutoff=24), reserve=5)
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -99,13 +102,26 @@ class Handle:
     def release(self) -> None:
         """Return the buffer to its pool; later calls do nothing."""
         pool = self._pool
-        if pool is not None:
-            pool._give_back(self)
+        if pool is None:
+            return
+        with pool._lock:        # two threads may release one handle: only one returns it
+            if self._pool is None:
+                return
+            self._pool = None
+        pool._take_back(self.size, self.buffer)
+        self.buffer = None
 
     def __del__(self):
-        # runs on whichever thread drops the last reference; _give_back is thread-safe
-        if self._pool is not None:
-            self._pool._give_back(self)
+        # The last reference is gone, so no other thread can release this handle: no lock.
+        # This runs for nearly every operator: Pool._take_back, inlined.
+        pool = self._pool
+        if pool is not None:
+            self._pool = None
+            pool._returned.append((self.size, self.buffer if pool._caching else None))
+            self.buffer = None
+            profiler = pool._profiler
+            if profiler is not None and profiler.memory_enabled():
+                pool._record()
 
     @property
     def released(self) -> bool:
@@ -131,34 +147,53 @@ class Pool:
         self.reserve = reserve
         self._backend = backend
         self._round = strategy.round
-        self._pooled = strategy.pooled
+        self._caching = strategy.pooled  # False for Unpooled, and once closed
         self._oom_errors = tuple(backend.oom_errors)
         self._profiler = profiler
         self._counter = f'Memory: {device}'
         self._total = None              # read on first need: it does not change
-        self._lock = threading.RLock()  # re-entrant: a handle may be collected while it is held
+        # Re-entrant: user code run by the garbage collector inside a locked region may
+        # release a handle explicitly.
+        self._lock = threading.RLock()
+        self._returned = deque()        # (size, buffer or None) released, not yet accounted
+        self._sizes: dict[int, int] = {}   # request -> pooled size
         self._free: dict[int, list] = {}
-        self._closed = False
         self._in_use = self._cached = self._peak = 0
         self._allocations = self._cache_hits = self._system_allocs = self._releases = 0
 
     def alloc(self, nbytes: int) -> Handle:
         """A handle on a buffer of at least `nbytes` bytes."""
-        size = self._round(nbytes)
-        buffer = None
+        size = self._sizes.get(nbytes)
+        if size is None:
+            size = self._size_of(nbytes)
         with self._lock:
+            if self._returned:
+                self._account_returns()
             self._allocations += 1
             cached = self._free.get(size)
             if cached:
                 buffer = cached.pop()
                 self._cached -= size
                 self._cache_hits += 1
-                self._add_in_use(size)
+                in_use = self._in_use = self._in_use + size
+                if in_use > self._peak:
+                    self._peak = in_use
+            else:
+                buffer = None
         if buffer is None:
             buffer = self._system_alloc(nbytes, size)
-        if self._profiler is not None:
+        profiler = self._profiler
+        if profiler is not None and profiler.memory_enabled():
             self._record()
         return Handle(buffer, nbytes, size, self)
+
+    def _size_of(self, nbytes):
+        """The pooled size of a request, remembered for alloc's dict lookup (cheaper than
+        calling the strategy)."""
+        if len(self._sizes) >= 1024:
+            self._sizes.clear()
+        size = self._sizes[nbytes] = self._round(nbytes)
+        return size
 
     def _add_in_use(self, size):
         self._in_use += size
@@ -194,29 +229,40 @@ class Pool:
                 f'even after releasing the pool cache; {self._in_use} bytes are held by live '
                 f'arrays. Free arrays, use smaller batches, or raise the device memory') from exc
 
-    def _give_back(self, handle):
-        # an unpooled buffer is freed when `buffer` goes out of scope, after the lock is released
-        with self._lock:
-            if handle._pool is None:
-                return
-            handle._pool = None
-            buffer, handle.buffer = handle.buffer, None
-            size = handle.size
-            self._in_use -= size
-            self._releases += 1
-            if self._pooled and not self._closed:
-                self._free.setdefault(size, []).append(buffer)
-                self._cached += size
-        if self._profiler is not None:
+    def _take_back(self, size, buffer):
+        """Queue a released buffer; one the pool will not cache is freed by the caller
+        dropping it."""
+        self._returned.append((size, buffer if self._caching else None))
+        profiler = self._profiler
+        if profiler is not None and profiler.memory_enabled():
             self._record()
 
+    def _account_returns(self):
+        """Move released buffers into the cache and out of the bytes in use (lock held)."""
+        returned, free = self._returned, self._free
+        keep = self._caching
+        while returned:
+            size, buffer = returned.popleft()
+            self._in_use -= size
+            self._releases += 1
+            if buffer is not None and keep:
+                cached = free.get(size)
+                if cached is None:
+                    free[size] = [buffer]
+                else:
+                    cached.append(buffer)
+                self._cached += size
+
     def _record(self):
-        if self._profiler.memory_enabled():
-            self._profiler.record_counter(self._counter, self._in_use)
+        with self._lock:
+            self._account_returns()
+            in_use = self._in_use
+        self._profiler.record_counter(self._counter, in_use)
 
     def empty_cache(self) -> None:
         """Free every cached buffer (live handles keep theirs)."""
         with self._lock:
+            self._account_returns()
             dropped = self._free
             self._free = {}
             self._cached = 0
@@ -225,12 +271,13 @@ class Pool:
     def close(self) -> None:
         """Free the cache and stop caching: buffers released from now on are freed."""
         with self._lock:
-            self._closed = True
+            self._caching = False
         self.empty_cache()
 
     def stats(self) -> dict:
         """Bytes in use (pooled sizes), cached and at peak, and counts of what happened."""
         with self._lock:
+            self._account_returns()
             return {'in_use': self._in_use, 'cached': self._cached, 'peak': self._peak,
                     'allocations': self._allocations, 'cache_hits': self._cache_hits,
                     'system_allocs': self._system_allocs, 'releases': self._releases}

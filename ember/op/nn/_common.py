@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember import config
 from ember.base import prod
+from ember.op.accumulate import accumulation_dtype as _accumulation_dtype
 from ember.op.registry import Param, ShapeError, p_enum, p_optional, p_shape
 
 CHANNEL_FIRST = ('NCW', 'NCHW', 'NCDHW')
@@ -58,20 +58,13 @@ def typed_like_first(free=(), out_dtypes=None):
     return infer
 
 
-def accumulation_dtype(dtype):
-    """The dtype reductions run in: wider under MXNET_SAFE_ACCUMULATION, float32 for 16-bit."""
-    dtype = np.dtype(dtype)
-    if config.get('MXNET_SAFE_ACCUMULATION'):
-        return np.dtype(np.float64) if dtype == np.float32 else _at_least_float32(dtype)
-    return _at_least_float32(dtype)
+def accumulation_dtype(dtype, safe=None):
+    """The dtype the neural-network kernels reduce in: the one rule of
+    :func:`ember.op.accumulate.accumulation_dtype`, with 16-bit floats always in float32.
 
-
-def _at_least_float32(dtype):
-    if dtype.kind == 'f' and dtype.itemsize >= 4:
-        return dtype
-    if dtype.kind in 'iub':
-        return dtype
-    return np.dtype(np.float32)  # float16, bfloat16
+    Kernels pass ``ctx.safe_accumulation`` as `safe`, the flag of their call.
+    """
+    return _accumulation_dtype(dtype, safe, half_in_float32=True)
 
 
 # ----------------------------------------------------------------------------------------------
