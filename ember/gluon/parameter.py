@@ -426,7 +426,8 @@ def _assign_loaded(params, loaded, filename, ctx, allow_missing, ignore_extra):
             param.shape = value.shape
             devices = _devices(ctx) if ctx is not None else (
                 param._deferred[1] if param._deferred else [current_device()])
-            param.initialize(ctx=devices, default_init=initializer.Zero(), force_reinit=True)
+            # values come from the file: any placeholder works, whatever the name
+            param.initialize(init=initializer.Zero(), ctx=devices, force_reinit=True)
         if value.dtype != param.dtype:
             value = value.astype(param.dtype)
         param.set_data(value)

@@ -103,7 +103,10 @@ def _split_steps(F, inputs, length, axis):
             raise ValueError(f'unroll: length={length} but the inputs have '
                              f'{inputs.shape[axis]} steps on axis {axis}')
         length = inputs.shape[axis]
-    return _as_list(F.split(inputs, axis=axis, num_outputs=length, squeeze_axis=True))
+    steps = F.split(inputs, axis=axis, num_outputs=length, squeeze_axis=True)
+    if F is not nd and length > 1:
+        return list(steps)      # a Symbol group: one symbol per step
+    return _as_list(steps)
 
 
 def _mask_sequence_variable_length(F, data, length, valid_length, time_axis, merge):
