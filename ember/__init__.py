@@ -32,7 +32,7 @@ def __getattr__(name):
         from ember.attribute import AttrScope
         return AttrScope
     if name in _LAZY:
-        if name in ('sym', 'symbol'):
+        if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
         module = _importlib.import_module(f'ember.{name}')
         globals()[name] = module
