@@ -20,7 +20,7 @@ the others' memory goes back to the pool when another signature is called.
 >>> op(mx.nd.array([-1.0, 3.0])).asnumpy().tolist()
 [0.0, 6.0]
 >>> op.signatures()
-[Signature(shapes=((2,),), dtypes=('float32',), device=cpu(0), grad_reqs=('null',))]
+[Signature(shapes=((2,),), dtypes=(dtype('float32'),), device=cpu(0), grad_reqs=('null',))]
 """
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ class CachedOp:
                              f'{", ".join(self.FLAGS)}')
         self._symbol = sym
         self._input_names = tuple(sym.list_inputs())
+        self._null_reqs = ('null',) * len(self._input_names)
         self._aux_names = frozenset(sym.list_auxiliary_states())
         self._num_outputs = len(sym.list_outputs())
         self._static_alloc = bool(flags.get('static_alloc', False))
@@ -108,9 +109,13 @@ class CachedOp:
 
     # -- executors per signature -----------------------------------------------------------------
     def _signature(self, args, recording):
-        reqs = tuple('write' if recording and a._ag is not None and name not in self._aux_names
-                     else 'null' for name, a in zip(self._input_names, args))
-        return Signature(tuple(a.shape for a in args), tuple(a._view.dtype.name for a in args),
+        if recording:
+            reqs = tuple('write' if a._ag is not None and name not in self._aux_names
+                         else 'null' for name, a in zip(self._input_names, args))
+        else:
+            reqs = self._null_reqs
+        # np.dtype objects hash and compare by value; their .name costs microseconds each
+        return Signature(tuple([a.shape for a in args]), tuple([a._view.dtype for a in args]),
                          args[0].context, reqs)
 
     def _acquire(self, signature, args):
