@@ -11,7 +11,7 @@ import ember.executor  # noqa: F401  (attaches Symbol.bind)
 from ember import autograd, config, engine, profiler
 from ember.base import EmberError
 
-FIXTURES = Path('/work/shared/fixtures/mxnet-1.9.1')
+FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 # The optimisation passes off: operators run as written (for counting pushes and events).
 PLAIN = {'MXNET_SUBGRAPH_BACKEND': 'NONE', 'MXNET_USE_FUSION': False,
          'MXNET_ELIMINATE_COMMON_EXPR': False}

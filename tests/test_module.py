@@ -13,7 +13,7 @@ import ember as mx
 from ember import config
 from ember.module.executor_group import split_input_slice
 
-FIXTURES = Path('/work/shared/fixtures/mxnet-1.9.1')
+FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 ROOT = Path(__file__).resolve().parents[1]
 
 

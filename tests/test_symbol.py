@@ -18,7 +18,8 @@ from ember.passes import infer_type as infer_type_pass
 from ember.symbol import AttrScope, NameManager, Prefix, graph as ir
 from ember.symbol.infer import infer_shapes
 
-FIXTURE = Path('/work/shared/fixtures/mxnet-1.9.1/mlp-symbol.json')
+FIXTURE = (Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
+           / 'mlp-symbol.json')
 MLP_ARGS = ['data', 'mlp_dense0_weight', 'mlp_dense0_bias', 'mlp_dense1_weight',
             'mlp_dense1_bias', 'mlp_dense2_weight', 'mlp_dense2_bias']
 

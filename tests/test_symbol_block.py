@@ -11,7 +11,7 @@ from ember import symbol as sym
 from ember.base import EmberError
 from ember.gluon import nn
 
-FIXTURES = Path('/work/shared/fixtures/mxnet-1.9.1')
+FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 if not FIXTURES.exists():
     FIXTURES = Path(__file__).resolve().parents[2] / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 
