@@ -158,19 +158,21 @@ def test_priority_pool_runs_the_highest_priority_first():
 @config.override(MXNET_GPU_WORKER_NTHREADS=1)     # a fresh engine
 def test_pools_start_lazily_and_copies_run_on_copy_workers():
     eng = engine.get()
-    names = []
+    names = {}
 
-    def thread_name():
-        names.append(threading.current_thread().name)
+    def thread_name(tag):
+        # the pools run concurrently: key by push, not by completion order
+        return lambda: names.__setitem__(tag, threading.current_thread().name)
 
     assert not any(t.name.startswith('ember-gpu7') for t in threading.enumerate())
-    eng.push(thread_name, writes=[eng.new_var()], device=device.gpu(7))
-    eng.push(thread_name, writes=[eng.new_var()], device=device.gpu(7), name='_copyto_gpu')
-    eng.push(thread_name, writes=[eng.new_var()], device=device.cpu_pinned(0))
+    eng.push(thread_name('gpu'), writes=[eng.new_var()], device=device.gpu(7))
+    eng.push(thread_name('copy'), writes=[eng.new_var()], device=device.gpu(7),
+             name='_copyto_gpu')
+    eng.push(thread_name('pinned'), writes=[eng.new_var()], device=device.cpu_pinned(0))
     eng.wait_all()
-    assert names[0].startswith('ember-gpu7-')
-    assert names[1].startswith('ember-gpu-copy7-')
-    assert names[2].startswith('ember-cpu0-')
+    assert names['gpu'].startswith('ember-gpu7-')
+    assert names['copy'].startswith('ember-gpu-copy7-')
+    assert names['pinned'].startswith('ember-cpu0-')
 
 
 @config.override(MXNET_ENGINE_TYPE='ThreadedEngine', MXNET_CPU_WORKER_NTHREADS=3)
