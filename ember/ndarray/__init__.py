@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util as _importlib_util
 import types as _types
 
+from ember.op import frontend as _frontend
 from ember.op import registry as _registry
 from ember.ndarray.ndarray import NDArray, View, invoke, waitall
 from ember.ndarray import creation as _creation
@@ -29,33 +30,17 @@ if _importlib_util.find_spec('ember.ndarray.io') is not None:
 
 _internal = _types.ModuleType('ember.ndarray._internal',
                               'Operators whose names start with an underscore.')
-_HAND_WRITTEN = frozenset(globals())
-
-
-def _generate(name):
-    fn = _make_function(_registry.get(name), name)
-    globals()[name] = fn
-    if name.startswith('_'):
-        setattr(_internal, name, fn)
-    return fn
-
-
-def _populate():
-    for name in _registry.all_ops():
-        if name not in _HAND_WRITTEN:
-            _generate(name)
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
 
 
 def __getattr__(name):
-    if name.startswith('__') or name not in _registry.all_ops():
-        raise AttributeError(f'module ember.ndarray has no attribute {name!r}')
-    return _generate(name)
+    return _generator.getattr(name)
 
 
-_populate()
+_generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing']
                  + list(_creation.__all__)
                  + (['save', 'load', 'load_frombuffer'] if 'save' in globals() else [])
                  + [n for n in _registry.all_ops() if not n.startswith('_')
-                    and n not in _HAND_WRITTEN])
+                    and n not in _generator.hand_written])

@@ -17,26 +17,14 @@ from __future__ import annotations
 import inspect
 
 from ember.ndarray.ndarray import NDArray, invoke
+from ember.op import frontend
 from ember.op.registry import REQUIRED
 
 __all__ = ['make_function', 'signature_of']
 
-_P = inspect.Parameter
-
-
 def signature_of(op) -> inspect.Signature:
     """The Python signature of the function generated for `op`."""
-    params = []
-    fixed = not callable(op.inputs)
-    if fixed:
-        params += [_P(name, _P.POSITIONAL_OR_KEYWORD, default=None) for name in op.inputs]
-    else:
-        params.append(_P('data', _P.VAR_POSITIONAL))
-    kind = _P.POSITIONAL_OR_KEYWORD if fixed else _P.KEYWORD_ONLY
-    params += [_P(p.name, kind, default=None) for p in op.params if p.name != op.variadic]
-    params += [_P('out', _P.KEYWORD_ONLY, default=None),
-               _P('name', _P.KEYWORD_ONLY, default=None), _P('kwargs', _P.VAR_KEYWORD)]
-    return inspect.Signature(params)
+    return frontend.signature_of(op, ('out', 'name'))
 
 
 def _doc(op, public_name) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import types as _types
 
+from ember.op import frontend as _frontend
 from ember.op import registry as _registry
 from ember.symbol import graph, infer, json_io  # noqa: F401
 from ember.symbol.attribute import AttrScope  # noqa: F401
@@ -32,33 +33,17 @@ from ember.symbol.register import make_function as _make_function
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
-_HAND_WRITTEN = frozenset(globals())
-
-
-def _generate(name):
-    fn = _make_function(_registry.get(name), name)
-    globals()[name] = fn
-    if name.startswith('_'):
-        setattr(_internal, name, fn)
-    return fn
-
-
-def _populate():
-    for name in _registry.all_ops():
-        if name not in _HAND_WRITTEN:
-            _generate(name)
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.symbol')
 
 
 def __getattr__(name):
-    if name.startswith('__') or name not in _registry.all_ops():
-        raise AttributeError(f'module ember.symbol has no attribute {name!r}')
-    return _generate(name)
+    return _generator.getattr(name)
 
 
-_populate()
+_generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
                   'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph']
                  + list(_creation.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
-                    and n not in _HAND_WRITTEN])
+                    and n not in _generator.hand_written])
