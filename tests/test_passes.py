@@ -4,6 +4,8 @@ with its variable off."""
 import numpy as np
 import pytest
 
+import ember as mx
+import ember.executor  # noqa: F401  (attaches Symbol.simple_bind)
 from ember import config, sym
 from ember.base import EmberError
 from ember.op import registry
@@ -437,6 +439,120 @@ def test_force_mirroring_works_with_the_variable_off_but_never_for_random_nodes(
     mirrored = mirror.run(graph)
     recomputed = [n.name for n in mirrored.nodes if n.name.endswith('_mirror')]
     assert sorted(recomputed) == ['fc_mirror', 't_mirror']
+
+
+def batchnorm_outputs(x, fix_gamma, axis, seed=0):
+    """BatchNorm's three outputs in training mode, and its five inputs, for data `x`."""
+    op = registry.get('BatchNorm')
+    attrs = op.parse_attrs({'fix_gamma': fix_gamma, 'axis': axis})
+    channels = x.shape[axis]
+    rng = np.random.default_rng(seed)
+    param = np.float32 if x.dtype == np.float16 else x.dtype
+    gamma, beta = (rng.standard_normal(channels).astype(param) for _ in range(2))
+    ins = [x, gamma, beta, np.zeros(channels, param), np.ones(channels, param)]
+    outs = [np.empty_like(x), np.empty(channels, param), np.empty(channels, param)]
+    op.kernel(attrs, ins, outs, registry.KernelContext(None, is_train=True))
+    return attrs, ins, outs
+
+
+@pytest.mark.parametrize('dtype', [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize('fix_gamma, axis', [(True, 1), (False, 1), (False, -1)])
+def test_bn_apply_reproduces_batchnorm_bit_for_bit(dtype, fix_gamma, axis):
+    x = (np.random.default_rng(1).standard_normal((4, 3, 5, 2)) * 3 + 1).astype(dtype)
+    attrs, ins, outs = batchnorm_outputs(x, fix_gamma, axis)
+    again = [np.empty_like(x)]
+    registry.get('_bn_apply').kernel(attrs, ins[:3] + outs[1:], again,
+                                     registry.KernelContext(None, is_train=True))
+    np.testing.assert_array_equal(again[0], outs[0])
+
+
+@pytest.mark.parametrize('fix_gamma', [False, True])
+def test_bn_apply_gradient_matches_finite_differences(fix_gamma):
+    graph = training_graph(sym.sum(sym._bn_apply(
+        sym.var('x'), sym.var('g'), sym.var('b'), sym.var('m'), sym.var('s'),
+        fix_gamma=fix_gamma, axis=1) * sym.var('w'), name='loss'))
+    shapes = {'x': (3, 2, 4), 'g': (2,), 'b': (2,), 'm': (2,), 's': (2,), 'w': (3, 2, 4)}
+    values = {k: v.astype(np.float64) for k, v in training_inputs(graph, shapes).items()}
+    outputs = interpret.run(graph, values, is_train=True)
+    names = [graph.nodes[i].name for i in graph.arg_nodes]
+    grads = dict(zip(names, outputs[1:]))
+    for name in ('x', 'g', 'b', 'm', 's'):
+        numeric = np.zeros_like(values[name])
+        for index in np.ndindex(numeric.shape):
+            step = np.zeros_like(numeric)
+            step[index] = 1e-6
+            up = interpret.run(graph, {**values, name: values[name] + step}, True)[0]
+            down = interpret.run(graph, {**values, name: values[name] - step}, True)[0]
+            numeric[index] = (up - down).sum() / 2e-6
+        np.testing.assert_allclose(grads[name], numeric, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def batchnorm_net():
+    net = sym.Convolution(sym.var('data'), kernel=(3, 3), num_filter=4, pad=(1, 1),
+                          name='conv')
+    net = sym.relu(sym.BatchNorm(net, fix_gamma=False, name='bn'), name='r')
+    net = sym.tanh(sym.BatchNorm(net, name='bn2', axis=1), name='t')
+    return sym.FullyConnected(sym.Flatten(net), num_hidden=3, name='fc')
+
+
+def test_mirror_applies_batchnorm_statistics_instead_of_rerunning_it():
+    graph = training_graph(sym.sum(sym.square(batchnorm_net()), name='loss'))
+    with config.override(MXNET_BACKWARD_DO_MIRROR=True):
+        mirrored = mirror.run(graph)
+    by_name = {n.name: n for n in mirrored.nodes}
+    forward = mirrored.attrs['gradient'].num_forward_nodes
+    assert op_names(mirrored)[:forward].count('BatchNorm') == 2
+    assert 'BatchNorm' not in [n.op.name for n in mirrored.nodes[forward:] if n.op]
+    for name in ('bn', 'bn2'):
+        applied = by_name[f'{name}_mirror']
+        assert applied.op.name == '_bn_apply'
+        stats = [(mirrored.nodes[e.node].name, e.index) for e in applied.inputs[3:]]
+        assert stats == [(name, 1), (name, 2)]
+    # the backward nodes read the statistics from the forward node, not from a mirror
+    for node in mirrored.nodes[forward:]:
+        for e in node.inputs:
+            if mirrored.nodes[e.node].op is not None and e.index > 0:
+                assert '__mirror_of__' not in mirrored.nodes[e.node].attr_text
+    assert_same_results(graph, mirrored, training_inputs(graph, {'data': (2, 1, 4, 4)}),
+                        is_train=True)
+
+
+def test_mirror_keeps_batchnorm_under_safe_accumulation():
+    graph = training_graph(sym.sum(sym.square(batchnorm_net()), name='loss'))
+    with config.override(MXNET_BACKWARD_DO_MIRROR=True, MXNET_SAFE_ACCUMULATION=True):
+        mirrored = mirror.run(graph)
+    assert '_bn_apply' not in op_names(mirrored)
+    assert {'r_mirror', 't_mirror'} <= {n.name for n in mirrored.nodes}
+
+
+def executor_step(net, mirroring, values):
+    """Gradients, moving statistics and the compiled graph of one training step."""
+    with config.override(MXNET_BACKWARD_DO_MIRROR=mirroring):
+        exe = net.simple_bind(mx.cpu(), grad_req='write', data=values['data'].shape)
+        for name, array in exe.arg_dict.items():
+            array[:] = values[name]
+        exe.forward(is_train=True)
+        exe.backward()
+    grads = {k: v.asnumpy() for k, v in exe.grad_dict.items()}
+    return grads, {k: v.asnumpy() for k, v in exe.aux_dict.items()}, exe._last.graph
+
+
+def test_mirroring_batchnorm_through_the_executor_keeps_gradients_and_statistics():
+    net = sym.SoftmaxOutput(batchnorm_net(), name='sm')
+    arg_shapes, _, _ = net.infer_shape(data=(2, 1, 4, 4))
+    rng = np.random.default_rng(2)
+    values = {name: rng.uniform(-1, 1, shape).astype(np.float32)
+              for name, shape in zip(net.list_arguments(), arg_shapes)}
+    values['sm_label'] = np.array([0, 2], np.float32)
+    grads, stats, plain = executor_step(net, False, values)
+    mirrored_grads, mirrored_stats, mirrored = executor_step(net, True, values)
+    assert '_bn_apply' not in op_names(plain)
+    assert op_names(mirrored).count('_bn_apply') == 2
+    assert grads.keys() == mirrored_grads.keys()
+    for name in grads:
+        np.testing.assert_array_equal(mirrored_grads[name], grads[name], err_msg=name)
+    for name in stats:      # the moving statistics moved once
+        np.testing.assert_array_equal(mirrored_stats[name], stats[name], err_msg=name)
 
 
 def test_mirror_is_a_no_op_when_off_or_without_backward():

@@ -11,10 +11,15 @@ forward part is done with it. A mirror's inputs are mirrors too where their oper
 cheap, up to chains of :data:`MAX_DEPTH` recomputed nodes; beyond that it reads the kept
 forward values.
 
-Cheap means anything but Convolution, FullyConnected, Concat, SoftmaxOutput and Dropout, random
-operators and operators that update an input (BatchNorm's moving statistics would move twice).
+Cheap means anything but Convolution, FullyConnected, Concat, SoftmaxOutput and Dropout, as in
+MXNet, less random operators and operators that update an input. BatchNorm updates its moving
+statistics, so it is not run again: its mirror is a ``_bn_apply`` node that applies the batch
+mean and inverse std the forward node output (hidden outputs 1 and 2, per-channel vectors kept
+instead of the big output) with BatchNorm's formula. Only output 0 is recomputed; backward
+nodes read the statistics from the forward node.
 A node with the user attribute ``__force_mirroring__='True'`` is mirrored whatever its
-operator, even when the variable is off, as in MXNet (unless it is random or updates an input).
+operator, even when the variable is off, as in MXNet (unless it is random or updates an input
+other than BatchNorm's moving statistics).
 The copies compute exactly what the originals did, so gradients stay identical. A mirror
 carries the user attribute ``__mirror_of__`` (its original's name), which also keeps
 :mod:`~ember.passes.cse` from merging it back.
@@ -37,6 +42,7 @@ import logging
 
 from ember import config
 from ember.base import EmberError
+from ember.op import registry
 from ember.passes._rewrite import Rewriter, forward_count
 from ember.symbol.graph import Entry
 
@@ -79,9 +85,24 @@ def _forced(node) -> bool:
 
 def _mirrorable(node, enabled, forced) -> bool:
     op = node.op
-    if op is None or op.random or 'random' in op.resources or op.mutate_indices(node.attrs):
-        return False    # a second run would draw other numbers or update the state again
+    if op is None or op.random or 'random' in op.resources:
+        return False    # a second run would draw other numbers
+    if op.mutate_indices(node.attrs) and not _applies_batch_stats(node):
+        return False    # a second run would update the state again
     return forced or (enabled and op.name not in EXPENSIVE)
+
+
+def _applies_batch_stats(node) -> bool:
+    """Whether the mirror of `node` is a ``_bn_apply`` of its statistics, not a copy.
+
+    Under MXNET_SAFE_ACCUMULATION float32 statistics are computed in float64 and rounded when
+    stored, so applying the stored ones would not reproduce the output bit for bit."""
+    return node.op.name == 'BatchNorm' and not config.get('MXNET_SAFE_ACCUMULATION')
+
+
+def _recomputed(node, index) -> bool:
+    """Whether the mirror of `node` recomputes its output `index` (else it is read as kept)."""
+    return index == 0 or not _applies_batch_stats(node)
 
 
 def _forward_nodes(graph, num_forward_outputs):
@@ -108,13 +129,15 @@ def _depths(graph, candidates) -> list:
     for position, node in enumerate(graph.nodes):
         if candidates[position]:
             depth[position] = 1 + max((depth[e.node] for e in node.inputs
-                                       if _chained(candidates, depth, e.node)), default=0)
+                                       if _chained(graph, candidates, depth, e)), default=0)
     return depth
 
 
-def _chained(candidates, depth, position) -> bool:
-    """Whether a mirror reads the mirror of node `position` (else its forward value)."""
-    return candidates[position] and depth[position] < MAX_DEPTH
+def _chained(graph, candidates, depth, entry) -> bool:
+    """Whether a mirror reads the mirror of `entry` (else its forward value)."""
+    position = entry.node
+    return (candidates[position] and depth[position] < MAX_DEPTH
+            and _recomputed(graph.nodes[position], entry.index))
 
 
 class _Mirrorer:
@@ -136,7 +159,8 @@ class _Mirrorer:
         return self.rewriter.finish() if self.mirror_of else None
 
     def _backward_input(self, entry):
-        if entry.node in self.forward and self.candidates[entry.node]:
+        if (entry.node in self.forward and self.candidates[entry.node]
+                and _recomputed(self.graph.nodes[entry.node], entry.index)):
             return Entry(self._mirror(entry.node), entry.index)
         return self.rewriter.new(entry)
 
@@ -146,10 +170,19 @@ class _Mirrorer:
             return found
         node = self.graph.nodes[position]
         inputs = tuple(Entry(self._mirror(e.node), e.index)
-                       if _chained(self.candidates, self.depth, e.node)
+                       if _chained(self.graph, self.candidates, self.depth, e)
                        else self.rewriter.new(e) for e in node.inputs)
         attr_text = {**node.attr_text, '__mirror_of__': node.name}
         copy = dataclasses.replace(node, name=f'{node.name}_mirror', inputs=inputs,
                                    attr_text=attr_text)
+        if _applies_batch_stats(node):
+            copy = self._batch_stats_applied(position, copy)
         self.mirror_of[position] = self.rewriter.add(copy)
         return self.mirror_of[position]
+
+    def _batch_stats_applied(self, position, copy):
+        """BatchNorm's mirror: data, gamma and beta as `copy` reads them, then the forward
+        node's batch mean and inverse std instead of the moving statistics."""
+        stats = tuple(self.rewriter.new(Entry(position, index)) for index in (1, 2))
+        return dataclasses.replace(copy, op=registry.get('_bn_apply'),
+                                   inputs=copy.inputs[:3] + stats)
