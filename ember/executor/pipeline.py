@@ -65,10 +65,33 @@ class Options:
 @dataclass(frozen=True)
 class Folded:
     """Variables a pass introduced with values: `values` (name -> NumPy array) computed from
-    the variables `sources`; ``refold(params)`` computes them again from new values."""
-    values: dict
+    the variables `sources`; ``refold(params)`` computes them again from new values.
+
+    The values the pass computed are handed out by the first read of `values` and then
+    dropped: the executor copies them into its own arrays, and keeping them here would hold
+    a second copy of every folded parameter (100 MB for resnet50) for the executor's life.
+    A later read folds the variables' current values again.
+
+    >>> folded = Folded({'w': 1}, ('v',), lambda params: {'w': params['v'] + 1}, {'v': 4})
+    >>> folded.values, folded.values
+    ({'w': 1}, {'w': 5})
+    """
+    first_values: dict
     sources: tuple
     refold: Callable
+    params: dict                          # the variables' values the pass was given
+    _pending: list = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, '_pending', [self.first_values])
+        object.__setattr__(self, 'first_values', None)
+
+    @property
+    def values(self) -> dict:
+        """Name -> value of every folded variable."""
+        if self._pending:
+            return self._pending.pop()
+        return self.refold(self.params)
 
 
 def compile_graph(graph, shapes, dtypes, grad_req=None, is_train=None, device=None,
@@ -169,11 +192,12 @@ def _with_folded(module, before, kwargs, options, graph, params):
         return graph
     names = {graph.nodes[i].name for i in graph.input_nodes}
     sources = tuple(k for k in given if k not in names)
+    folded_names = frozenset(new)         # not `new` itself: the closure would hold its values
 
     def refold(values):
         return {k: v for k, v in module.run(before, **{**kwargs, 'params': values})[1].items()
-                if k in new}
-    return graph.replace(attrs={**graph.attrs, 'folded': Folded(new, sources, refold)})
+                if k in folded_names}
+    return graph.replace(attrs={**graph.attrs, 'folded': Folded(new, sources, refold, given)})
 
 
 def _typed(graph, options):

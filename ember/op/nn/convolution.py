@@ -25,7 +25,7 @@ CONV_PARAMS = (
     shape_param('pad', doc='Zero padding on both sides; () means 0.'),
     Param('num_filter', p_int, REQUIRED, 'Output channels.'),
     Param('num_group', p_int, 1, 'Groups of channels convolved independently.'),
-    Param('workspace', p_int, 1024, 'MB of scratch one call may use (Ember caps it at 64).'),
+    Param('workspace', p_int, 1024, 'MB of scratch one call may use (Ember caps it at 16).'),
     Param('no_bias', p_bool, False),
     Param('cudnn_tune', _TUNE, None, 'Accepted for compatibility.'),
     Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
@@ -142,7 +142,7 @@ def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None, workspace=None
 # The patch matrix of a whole batch can take gigabytes (VGG-16 at batch 8: 5.8 GB), and each
 # temp-space copy keeps the largest buffer it served. Like MXNet's CPU kernels, Ember lowers a
 # batch a few samples at a time: at most `workspace` MB of scratch, and never above this cap.
-WORKSPACE_CAP_MB = 64
+WORKSPACE_CAP_MB = 16
 
 
 def workspace_bytes(attrs):
