@@ -60,7 +60,8 @@ class TempSpace:
 
     def _grow(self, nbytes):
         if self._handle is not None:
-            self._handle.release()
+            # a workspace only grows, so no later request fits the outgrown size: free it
+            self._handle.release(cache=False)
         self._handle = storage.manager(self.device).alloc(nbytes)
 
     @property

@@ -99,8 +99,9 @@ class Handle:
         self.device = pool.device
         self._pool = pool
 
-    def release(self) -> None:
-        """Return the buffer to its pool; later calls do nothing."""
+    def release(self, cache: bool = True) -> None:
+        """Return the buffer to its pool (to be freed rather than cached when `cache` is
+        False); later calls do nothing."""
         pool = self._pool
         if pool is None:
             return
@@ -108,7 +109,7 @@ class Handle:
             if self._pool is None:
                 return
             self._pool = None
-        pool._take_back(self.size, self.buffer)
+        pool._take_back(self.size, self.buffer if cache else None)
         self.buffer = None
 
     def __del__(self):
