@@ -18,23 +18,12 @@ import inspect
 
 from ember.ndarray.ndarray import NDArray, invoke
 from ember.op import frontend
-from ember.op.registry import REQUIRED
 
 __all__ = ['make_function', 'signature_of']
 
 def signature_of(op) -> inspect.Signature:
     """The Python signature of the function generated for `op`."""
     return frontend.signature_of(op, ('out', 'name'))
-
-
-def _doc(op, public_name) -> str:
-    lines = [op.doc or f'The {op.name} operator.', '']
-    if public_name != op.name:
-        lines.append(f'Registered as ``{op.name}``.')
-    if op.params:
-        lines.append('Parameters: ' + ', '.join(
-            p.name + ('' if p.default is REQUIRED else f'={p.default!r}') for p in op.params))
-    return '\n'.join(lines)
 
 
 class _AttrCache:
@@ -87,11 +76,7 @@ def make_function(op, public_name=None):
         fn = _dynamic_inputs(op, attrs_of)
     else:
         fn = _fixed_inputs(op, attrs_of)
-    fn.__name__ = fn.__qualname__ = public_name
-    fn.__doc__ = _doc(op, public_name)
-    fn.__signature__ = signature_of(op)
-    fn.__module__ = 'ember.ndarray'
-    return fn
+    return frontend.name_function(fn, op, public_name, 'ember.ndarray', ('out', 'name'))
 
 
 def _fixed_inputs(op, attrs_of):

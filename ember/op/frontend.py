@@ -5,7 +5,7 @@ import inspect
 
 from ember.op import registry
 
-__all__ = ['signature_of', 'Generator']
+__all__ = ['signature_of', 'name_function', 'Generator']
 
 _P = inspect.Parameter
 
@@ -22,6 +22,26 @@ def signature_of(op, keywords) -> inspect.Signature:
     params += [_P(p.name, kind, default=None) for p in op.params if p.name != op.variadic]
     params += [_P(name, _P.KEYWORD_ONLY, default=None) for name in keywords]
     return inspect.Signature(params + [_P('kwargs', _P.VAR_KEYWORD)])
+
+
+def name_function(fn, op, public_name, module, keywords):
+    """Give a generated function its name, docstring, signature and module."""
+    fn.__name__ = fn.__qualname__ = public_name
+    fn.__doc__ = _doc(op, public_name)
+    fn.__signature__ = signature_of(op, keywords)
+    fn.__module__ = module
+    return fn
+
+
+def _doc(op, public_name) -> str:
+    lines = [op.doc or f'The {op.name} operator.', '']
+    if public_name != op.name:
+        lines.append(f'Registered as ``{op.name}``.')
+    if op.params:
+        lines.append('Parameters: ' + ', '.join(
+            p.name + ('' if p.default is registry.REQUIRED else f'={p.default!r}')
+            for p in op.params))
+    return '\n'.join(lines)
 
 
 class Generator:

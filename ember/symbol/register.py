@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 
 from ember.op import frontend
-from ember.op.registry import REQUIRED
 from ember.symbol.symbol import Symbol, create
 
 __all__ = ['make_function', 'signature_of']
@@ -28,26 +27,12 @@ def signature_of(op) -> inspect.Signature:
     return frontend.signature_of(op, ('name', 'attr', 'out'))
 
 
-def _doc(op, public_name) -> str:
-    lines = [op.doc or f'The {op.name} operator.', '']
-    if public_name != op.name:
-        lines.append(f'Registered as ``{op.name}``.')
-    if op.params:
-        lines.append('Parameters: ' + ', '.join(
-            p.name + ('' if p.default is REQUIRED else f'={p.default!r}') for p in op.params))
-    return '\n'.join(lines)
-
-
 def make_function(op, public_name=None):
     """The ``mx.sym`` function of operator `op`."""
     public_name = public_name or op.name
     hint = public_name.lower()
     fn = _dynamic_inputs(op, hint) if callable(op.inputs) else _fixed_inputs(op, hint)
-    fn.__name__ = fn.__qualname__ = public_name
-    fn.__doc__ = _doc(op, public_name)
-    fn.__signature__ = signature_of(op)
-    fn.__module__ = 'ember.symbol'
-    return fn
+    return frontend.name_function(fn, op, public_name, 'ember.symbol', ('name', 'attr', 'out'))
 
 
 def _fixed_inputs(op, hint):
