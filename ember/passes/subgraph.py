@@ -17,6 +17,15 @@ For inference only (``is_train=False``), in this order:
    node (either of the add and the activation may be missing), and FullyConnected with an
    activation one ``_sg_fc`` node (operators in :mod:`ember.op.fused`). ``_sg_conv`` may write
    its output over the residual (an in-place pair), like oneDNN's sum post-op.
+4. Where channel-last is the faster layout (:func:`channel_last_pays`: oneDNN runs the
+   convolutions, and its kernels read and write plain NHWC without reordering), 2-D float32
+   convolutions whose weights are known switch to ``layout='NHWC'`` with their weights stored
+   OHWI (new variables ``<weight>_ohwi``, or the folded weight itself), and the operators around
+   them follow while they can: Pooling (``layout='NHWC'``), BatchNorm (``axis=3``), Concat on
+   channels (``dim=3``) and same-shape element-wise operators. A ``transpose`` enters the
+   channel-last region and another leaves it before any other reader (a ``Reshape`` when the
+   spatial size is 1x1, as after global pooling), so activations stay NHWC from the stem to the
+   classifier instead of being reordered around every convolution.
 
 A node that replaces a pattern takes the name of the pattern's last node, so the graph's output
 names stay. Shapes in ``attrs`` are dropped when nodes change (entry ids change).
@@ -34,6 +43,7 @@ names stay. Shapes in ``attrs`` are dropped when nodes change (entry ids change)
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -65,6 +75,8 @@ def run(graph, params=None, is_train=False):
     graph = _remove_identities(graph)
     graph, params = _fold_batch_norms(graph, params)
     graph = _fuse_layers(_shapes_again(original, graph))
+    if channel_last_pays():
+        graph, params = _channel_last(_shapes_again(original, graph), params)
     _log.debug('subgraph: %d -> %d nodes', len(original.nodes), len(graph.nodes))
     return graph, params
 
@@ -296,3 +308,157 @@ def _fused_node(graph, layer, last, residual, act_type):
                          inputs, layer.user_attrs)
     params = {**layer.attrs, 'with_sum': residual is not None, 'act_type': act_type}
     return make_node(registry.get('_sg_conv'), last.name, params, inputs, layer.user_attrs)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Channel-last regions.
+
+def channel_last_pays() -> bool:
+    """Whether convolutions run faster on channel-last activations: oneDNN's kernels read and
+    write plain NHWC at full speed (and are slowed by plain NCHW), so this is whether oneDNN
+    runs the convolutions (``MXNET_MKLDNN_ENABLED`` and the library loads)."""
+    from ember.op.nn import onednn_provider      # loads no library until asked
+    return onednn_provider.enabled()
+
+
+_TO_LAST, _TO_FIRST = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+class _ChannelLast:
+    """Builds the new graph: `last` maps an old entry to its new channel-last entry when its
+    producer switched layout; entries without one keep their meaning (channel-first)."""
+
+    def __init__(self, graph, params):
+        self.graph, self.params = graph, dict(params or {})
+        self.shapes = graph.attrs['shape']
+        self.rewriter = Rewriter(graph)
+        self.taken = {n.name for n in graph.nodes}
+        self.last, self.first_of, self.last_of, self.weights = {}, {}, {}, {}
+        self.switched = 0
+
+    def shape(self, entry):
+        return self.shapes[self.graph.entry_id(entry)]
+
+    def to_last(self, entry):
+        """A new entry holding old `entry` channel-last."""
+        if entry in self.last:
+            return self.last[entry]
+        if entry not in self.last_of:
+            node = self.graph.nodes[entry.node]
+            self.last_of[entry] = self._transpose(self.rewriter.new(entry), _TO_LAST,
+                                                  f'{node.name}_to_nhwc')
+        return self.last_of[entry]
+
+    def to_first(self, entry):
+        """A new entry holding old `entry` in its original (channel-first) layout."""
+        if entry not in self.last:
+            return self.rewriter.new(entry)
+        if entry not in self.first_of:
+            name = f'{self.graph.nodes[entry.node].name}_to_nchw'
+            shape = self.shape(entry)
+            if shape[2:] == (1, 1):          # the same bytes either way: no copy needed
+                node = make_node(registry.get('Reshape'), unique_name(name, self.taken),
+                                 {'shape': shape}, [self.last[entry]])
+                self.first_of[entry] = Entry(self.rewriter.add(node), 0)
+            else:
+                self.first_of[entry] = self._transpose(self.last[entry], _TO_FIRST, name)
+        return self.first_of[entry]
+
+    def _transpose(self, new_entry, axes, name):
+        node = make_node(registry.get('transpose'), unique_name(name, self.taken),
+                         {'axes': axes}, [new_entry])
+        return Entry(self.rewriter.add(node), 0)
+
+    def keep(self, position):
+        node = self.graph.nodes[position]
+        inputs = tuple(self.to_first(e) for e in node.inputs)
+        self.rewriter.place(position, dataclasses.replace(node, inputs=inputs))
+
+    def switch(self, position, attrs, inputs):
+        """Put old node `position` channel-last: new `attrs`, `inputs` already new entries;
+        its first output is channel-last, the others (statistics) keep their meaning."""
+        node = self.graph.nodes[position]
+        new = make_node(node.op, node.name, attrs, inputs, node.user_attrs)
+        at = self.rewriter.add(new)
+        self.last[Entry(position, 0)] = Entry(at, 0)
+        for index in range(1, new.num_outputs):
+            self.rewriter.alias(Entry(position, index), Entry(at, index))
+        self.switched += 1
+
+    def weight_ohwi(self, entry):
+        """A new entry for the OHWI copy of weight variable `entry` (OIHW)."""
+        name = self.graph.nodes[entry.node].name
+        if name not in self.weights:
+            value = np.ascontiguousarray(_host(self.params[name]).transpose(_TO_LAST))
+            new_name = unique_name(f'{name}_ohwi', self.taken)
+            self.params[new_name] = value
+            self.weights[name] = Entry(self.rewriter.add(_variable(new_name, value)), 0)
+        return self.weights[name]
+
+    def finish(self):
+        for entry in self.graph.outputs:
+            self.rewriter.alias(entry, self.to_first(entry))
+        graph = self.rewriter.finish()
+        names = {node.name for node in graph.nodes if node.op is None}
+        return graph, {k: v for k, v in self.params.items() if k in names}
+
+
+def _channel_last(graph, params):
+    if 'shape' not in graph.attrs or not params:
+        return graph, params
+    build = _ChannelLast(graph, params)
+    for position, node in enumerate(graph.nodes):
+        if node.op is None:
+            build.rewriter.copy(position)
+            continue
+        switched = _switched_node(build, position, node)
+        if switched is None:
+            build.keep(position)
+        else:
+            build.switch(position, *switched)
+    if not build.switched:
+        return graph, params
+    result, kept = build.finish()
+    _log.debug('subgraph: %d operators run channel-last', build.switched)
+    return result, kept
+
+
+def _switched_node(build, position, node):
+    """(attrs, new inputs) of `node` channel-last, or None when it stays as it is."""
+    name = node.op.name
+    if name in ('Convolution', '_sg_conv'):
+        return _switched_conv(build, node)
+    if not any(e in build.last for e in node.inputs) or len(build.shape(Entry(position, 0))) != 4:
+        return None                      # only operators fed by the channel-last region follow
+    if name == 'Pooling' and node.attrs['layout'] in (None, 'NCHW'):
+        return {**node.attrs, 'layout': 'NHWC'}, [build.to_last(node.inputs[0])]
+    if name == 'BatchNorm' and node.attrs['axis'] % 4 == 1:
+        return ({**node.attrs, 'axis': 3},
+                [build.to_last(node.inputs[0])] + [build.rewriter.new(e) for e in node.inputs[1:]])
+    if name == 'Concat' and node.attrs['dim'] % 4 == 1:
+        return {**node.attrs, 'dim': 3}, [build.to_last(e) for e in node.inputs]
+    if _same_shape_elemwise(build, position, node):
+        return dict(node.attrs), [build.to_last(e) for e in node.inputs]
+    return None
+
+
+def _switched_conv(build, node):
+    weight = node.inputs[1]
+    variable = build.graph.nodes[weight.node]
+    if (len(node.attrs['kernel']) != 2 or node.attrs['layout'] not in (None, 'NCHW')
+            or variable.op is not None or variable.name not in build.params
+            or _host(build.params[variable.name]).dtype != np.float32):
+        return None
+    inputs = [build.to_last(node.inputs[0]), build.weight_ohwi(weight)]
+    inputs += [build.rewriter.new(e) for e in node.inputs[2:2 + (not node.attrs['no_bias'])]]
+    if node.op.name == '_sg_conv' and node.attrs['with_sum']:
+        inputs.append(build.to_last(node.inputs[-1]))
+    return {**node.attrs, 'layout': 'NHWC'}, inputs
+
+
+def _same_shape_elemwise(build, position, node):
+    op = node.op
+    if not op.elemwise or op.num_outputs(node.attrs) != 1 or op.mutate_indices(node.attrs):
+        return False
+    out = build.shape(Entry(position, 0))
+    return all(build.shape(e) == out for e in node.inputs)
