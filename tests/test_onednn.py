@@ -206,10 +206,10 @@ def test_pooling_declines_what_onednn_computes_differently(kwargs):
 
 @needs_onednn
 @pytest.mark.parametrize('shape, kwargs', [
-    ((2, 4, 5, 5), dict(fix_gamma=False)),
-    ((2, 4, 5, 5), dict(fix_gamma=True, eps=1e-5)),
+    ((2, 5, 5, 4), dict(fix_gamma=True, eps=1e-5, axis=-1)),
     ((2, 5, 5, 4), dict(fix_gamma=False, axis=-1)),
     ((3, 6), dict(fix_gamma=False)),
+    ((2, 4, 1, 1), dict(fix_gamma=False)),
 ])
 def test_batch_norm_inference_matches_numpy(shape, kwargs):
     axis = kwargs.get('axis', 1) % len(shape)
@@ -226,13 +226,26 @@ def test_batch_norm_inference_matches_numpy(shape, kwargs):
 
 @needs_onednn
 def test_batch_norm_fused_relu():
-    x, channels = rand(2, 3, 4, 4), 3
+    x, channels = rand(2, 4, 4, 3), 3
     params = [rand(channels, seed=1), rand(channels, seed=2), rand(channels, seed=3),
               np.abs(rand(channels, seed=4)) + 0.5]
-    attrs, expected = numpy_outputs('BatchNorm', [x] + params, fix_gamma=False)
+    attrs, expected = numpy_outputs('BatchNorm', [x] + params, fix_gamma=False, axis=3)
     out = empty_like(expected[0])
     assert provider.batch_norm_forward(attrs, x, *params, out, fuse_relu=True)
     np.testing.assert_allclose(out, np.maximum(expected[0], 0), rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
+def test_batch_norm_forward_declines_nchw():
+    x, channels = rand(2, 3, 4, 4), 3
+    params = [rand(channels, seed=s) for s in (1, 2, 3)] + [np.ones(channels, np.float32)]
+    attrs = registry.get('BatchNorm').parse_attrs({'fix_gamma': False})
+    out = empty_like(x)
+    assert not provider.batch_norm_forward(attrs, x, *params, out)
+    assert not provider.batch_norm_training_forward(attrs, x, params[0], params[1], out,
+                                                    empty_like(params[0]),
+                                                    empty_like(params[0]))
+    assert np.isnan(out).all()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -535,26 +548,29 @@ def test_weight_version_keeps_the_reordered_weights_until_it_changes():
 
 @needs_onednn
 def test_batch_norm_declines_strided_channel_vectors():
-    x, channels = rand(2, 3, 4, 4), 3
+    x, channels = rand(2, 4, 4, 3), 3
     gamma = rand(2 * channels)[::2]
     others = [rand(channels, seed=s) for s in (2, 3)] + [np.ones(channels, np.float32)]
-    attrs = registry.get('BatchNorm').parse_attrs({'fix_gamma': False})
+    attrs = registry.get('BatchNorm').parse_attrs({'fix_gamma': False, 'axis': 3})
     assert not provider.batch_norm_forward(attrs, x, gamma, *others, empty_like(x))
     assert provider.batch_norm_forward(attrs, x, gamma.copy(), *others, empty_like(x))
 
 
 @needs_onednn
 def test_safe_accumulation_keeps_sums_in_numpy():
+    # the flag of the call comes as an argument: the configuration at run time does not count
     x = rand(2, 3, 8, 8)
     out = empty_like(x)
     softmax = registry.get('softmax').parse_attrs({})
     avg = registry.get('Pooling').parse_attrs({'kernel': (2, 2), 'pool_type': 'avg'})
     big = registry.get('Pooling').parse_attrs({'kernel': (2, 2), 'pool_type': 'max'})
     pooled = np.empty((2, 3, 7, 7), np.float32)
+    assert not provider.softmax_forward(softmax, x, out, safe=True)
+    assert not provider.pooling_forward(avg, x, pooled, safe=True)
+    assert provider.pooling_forward(big, x, pooled, safe=True)       # a maximum sums nothing
     with config.override(MXNET_SAFE_ACCUMULATION=True):
-        assert not provider.softmax_forward(softmax, x, out)
-        assert not provider.pooling_forward(avg, x, pooled)
-        assert provider.pooling_forward(big, x, pooled)       # a maximum sums nothing
+        assert provider.softmax_forward(softmax, x, out, safe=False)
+        assert provider.pooling_forward(avg, x, pooled, safe=False)
 
 
 @needs_onednn

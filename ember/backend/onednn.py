@@ -39,15 +39,22 @@ __all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError
            'PostOp', 'Primitive', 'has_plain_strides', 'convolution', 'inner_product', 'pooling',
            'batch_norm', 'eltwise', 'softmax', 'lrn', 'reorder', 'cached', 'cache_size',
            'clear_cache', 'reset', 'ARG_SRC', 'ARG_DST', 'ARG_WEIGHTS', 'ARG_BIAS', 'ARG_MEAN',
-           'ARG_VARIANCE', 'ARG_SCALE', 'ARG_SHIFT', 'ELTWISE_ALGORITHMS', 'POOLING_ALGORITHMS',
-           'UNIMPLEMENTED']
+           'ARG_VARIANCE', 'ARG_SCALE', 'ARG_SHIFT', 'ARG_WORKSPACE', 'ARG_DIFF_SRC',
+           'ARG_DIFF_DST', 'ARG_DIFF_WEIGHTS', 'ARG_DIFF_BIAS', 'ARG_DIFF_SCALE', 'ARG_DIFF_SHIFT',
+           'ELTWISE_ALGORITHMS', 'POOLING_ALGORITHMS', 'UNIMPLEMENTED',
+           'convolution_backward_data', 'convolution_backward_weights',
+           'inner_product_backward_data', 'inner_product_backward_weights', 'pooling_training',
+           'pooling_backward', 'batch_norm_training', 'batch_norm_backward', 'eltwise_backward',
+           'softmax_backward', 'rnn_forward', 'RNN_CELLS', 'ARG_SRC_ITER', 'ARG_SRC_ITER_C',
+           'ARG_WEIGHTS_ITER', 'ARG_DST_ITER', 'ARG_DST_ITER_C']
 
 # Values from dnnl_types.h / dnnl_common_types.h of oneDNN 3.2.
 _F32 = 3                       # dnnl_f32
 _FORMAT_ANY = 1                # dnnl_format_tag_any
 _CPU = 1                       # dnnl_cpu
 _IN_ORDER = 1                  # dnnl_stream_in_order
-_FORWARD_INFERENCE = 96
+_FORWARD_TRAINING, _FORWARD_INFERENCE = 64, 96
+_BACKWARD, _BACKWARD_DATA = 128, 160
 _CONVOLUTION_DIRECT = 1
 _SCRATCHPAD_USER = 1           # dnnl_scratchpad_mode_user
 _QUERY_IMPL_INFO = 8           # dnnl_query_impl_info_str
@@ -57,17 +64,27 @@ _MAX_DIMS = 12                 # DNNL_MAX_NDIMS
 
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
+ARG_WORKSPACE = 64
+ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS = 129, 145, 161, 169
+ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 255, 256
+# recurrent layers: SRC/DST/WEIGHTS above are their LAYER arguments
+ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_DST_ITER, ARG_DST_ITER_C, ARG_WEIGHTS_ITER = 2, 3, 18, 19, 34
 _ARG_SCRATCHPAD = 80
 
 ELTWISE_ALGORITHMS = {'relu': 0x20, 'tanh': 0x21, 'elu': 0x22, 'square': 0x23, 'abs': 0x24,
                       'sqrt': 0x25, 'linear': 0x26, 'soft_relu': 0x27, 'logistic': 0x29,
                       'exp': 0x2a, 'gelu_tanh': 0x2b, 'swish': 0x2c, 'log': 0x2d,
-                      'gelu_erf': 0x31}
+                      'gelu_erf': 0x31, 'relu_use_dst_for_bwd': 0x100,
+                      'tanh_use_dst_for_bwd': 0x101, 'elu_use_dst_for_bwd': 0x102,
+                      'logistic_use_dst_for_bwd': 0x104}
 POOLING_ALGORITHMS = {'max': 0x1ff, 'avg_include_padding': 0x2ff,
                       'avg_exclude_padding': 0x3ff}
 _LRN_ACROSS_CHANNELS = 0xaff
 _SOFTMAX = {False: 0x30000, True: 0x30001}         # accurate, log
 _USE_GLOBAL_STATS, _USE_SCALE, _USE_SHIFT, _FUSE_RELU = 0x1, 0x2, 0x4, 0x8
+_RNN_DIRECTIONS = {1: 1, 2: 3}      # directions -> left2right, bidirectional_concat
+# recurrent cells -> gates; 'lbr_gru' is the GRU of cuDNN and MXNet (reset after the product)
+RNN_CELLS = {'rnn_relu': 1, 'rnn_tanh': 1, 'lstm': 4, 'lbr_gru': 3}
 
 _STATUS = {1: 'out_of_memory', 2: 'invalid_arguments', 3: 'unimplemented',
            4: 'last_impl_reached', 5: 'runtime_error', 6: 'not_required'}
@@ -138,6 +155,23 @@ _STATUS_FUNCTIONS = {
     'dnnl_softmax_forward_primitive_desc_create': (_p, _h, _i, _i, _h, _h, _i, _h),
     'dnnl_lrn_forward_primitive_desc_create': (
         _p, _h, _i, _i, _h, _h, ctypes.c_int64, _f, _f, _f, _h),
+    'dnnl_convolution_backward_data_primitive_desc_create': (
+        _p, _h, _i, _h, _h, _h, _dims, _dims, _dims, _dims, _h, _h),
+    'dnnl_convolution_backward_weights_primitive_desc_create': (
+        _p, _h, _i, _h, _h, _h, _h, _dims, _dims, _dims, _dims, _h, _h),
+    'dnnl_inner_product_backward_data_primitive_desc_create': (_p, _h, _h, _h, _h, _h, _h),
+    'dnnl_inner_product_backward_weights_primitive_desc_create': (
+        _p, _h, _h, _h, _h, _h, _h, _h),
+    'dnnl_pooling_backward_primitive_desc_create': (
+        _p, _h, _i, _h, _h, _dims, _dims, _dims, _dims, _dims, _h, _h),
+    'dnnl_batch_normalization_backward_primitive_desc_create': (
+        _p, _h, _i, _h, _h, _h, _f, _u, _h, _h),
+    'dnnl_eltwise_backward_primitive_desc_create': (_p, _h, _i, _h, _h, _h, _f, _f, _h, _h),
+    'dnnl_softmax_backward_primitive_desc_create': (_p, _h, _i, _h, _h, _h, _i, _h, _h),
+    'dnnl_vanilla_rnn_forward_primitive_desc_create': (
+        _p, _h, _i, _i, _i) + (_h,) * 7 + (_u, _f, _f, _h),
+    'dnnl_lstm_forward_primitive_desc_create': (_p, _h, _i, _i) + (_h,) * 11 + (_u, _h),
+    'dnnl_lbr_gru_forward_primitive_desc_create': (_p, _h, _i, _i) + (_h,) * 7 + (_u, _h),
 }
 
 # name -> (result type, argument types)
@@ -308,10 +342,16 @@ class MemoryDesc:
         if array.dtype != np.float32:
             raise EmberError(f'oneDNN memory: dtype {array.dtype} is not supported; '
                              f'expected float32')
-        # a dim of size 1 may carry any stride in NumPy (even 0); oneDNN wants a positive one
-        strides = tuple(s // 4 if n > 1 else max(s // 4, 1)
-                        for s, n in zip(array.strides, array.shape))
-        return cls.plain(array.shape if dims is None else dims, strides)
+        return cls.plain(array.shape if dims is None else dims, _element_strides(array))
+
+    @classmethod
+    def channel_last(cls, dims) -> MemoryDesc:
+        """A dense descriptor of dims (N, C, *spatial) with the channels innermost."""
+        strides, step = [0] * len(dims), 1
+        for axis in [1] + list(range(len(dims) - 1, 1, -1)) + [0]:
+            strides[axis] = step
+            step *= dims[axis]
+        return cls.plain(dims, strides)
 
     @classmethod
     def any(cls, dims) -> MemoryDesc:
@@ -336,6 +376,19 @@ class MemoryDesc:
     def __repr__(self):
         layout = 'any' if self.strides is None and self.owner is None else self.strides
         return f'MemoryDesc(dims={self.dims}, strides={layout})'
+
+
+def _element_strides(array) -> tuple:
+    """The strides of a float32 array in elements. A dim of size 1 may carry any stride in
+    NumPy (even 0): it gets the one a dense layout would give it, so that the descriptor
+    matches oneDNN's own dense layouts (RNN weights must be exactly 'ldigo', and a batch of
+    one would otherwise be reordered into the very layout it has)."""
+    strides = [s // 4 for s in array.strides]
+    for axis in range(array.ndim - 1, -1, -1):       # inner dims first
+        if array.shape[axis] == 1:
+            inner = [strides[j] * array.shape[j] for j in range(axis + 1, array.ndim)]
+            strides[axis] = max(inner, default=1)
+    return tuple(strides)
 
 
 def _dims_of(values) -> _Dims:
@@ -429,15 +482,18 @@ class _Binding:
 
 class Primitive:
     """A built primitive that runs on the caller's arrays. ``inputs`` and ``outputs`` map
-    argument ids to the caller's descriptors; ``accumulate`` is the descriptor of the array
-    a sum post-op adds (copied into the destination before the run)."""
+    argument ids to the caller's descriptors (None: the primitive's own layout, e.g. a
+    workspace); ``accumulate`` is the descriptor of the array a sum post-op adds (copied into
+    the destination before the run). ``hints`` are forward primitive descriptors a backward
+    one was made from, kept until it goes."""
 
-    def __init__(self, pd: int, inputs: dict, outputs: dict, accumulate: MemoryDesc | None = None):
+    def __init__(self, pd: int, inputs: dict, outputs: dict, accumulate: MemoryDesc | None = None,
+                 hints: tuple = ()):
         library = _lib()
         self.library, self.pd = library, pd
         # owns the handles; descriptors queried from pd refer to it, not to the primitive, so
         # an evicted primitive is freed at once rather than by the cycle collector
-        self._owned = _Handles(library, pd)
+        self._owned = _Handles(library, pd, hints)
         self.handle = self._own(library.new_handle(library.primitive_create, pd), 'primitive')
         self.lock = threading.Lock()
         self.bindings = [self._bind(arg, md, False) for arg, md in inputs.items()]
@@ -512,11 +568,12 @@ class Primitive:
         return self._own(library.new_handle(library.memory_create, md.handle, library.engine,
                                             None), 'memory')
 
-    def _bind(self, arg: int, user_md: MemoryDesc, is_output: bool) -> _Binding:
+    def _bind(self, arg: int, user_md: MemoryDesc | None, is_output: bool) -> _Binding:
         inner = self.inner_md(arg)
         inner_memory = self._memory(inner)
-        if inner == user_md:
-            return _Binding(arg, user_md, inner, inner_memory, None, None)
+        if user_md is None or inner == user_md:
+            return _Binding(arg, inner if user_md is None else user_md, inner, inner_memory,
+                            None, None)
         source, target = (inner, user_md) if is_output else (user_md, inner)
         return _Binding(arg, user_md, inner, inner_memory, self._memory(user_md),
                         self._reorder(source, target), is_output=is_output)
@@ -567,15 +624,17 @@ class _Handles:
     """A primitive descriptor and the primitives and memory objects made from it, destroyed
     together when the last reference goes."""
 
-    def __init__(self, library: _Library, pd: int):
+    def __init__(self, library: _Library, pd: int, hints: tuple = ()):
         self.handles: list = []            # (kind, handle)
-        weakref.finalize(self, _destroy_all, library, pd, self.handles)
+        weakref.finalize(self, _destroy_all, library, pd, self.handles, tuple(hints))
 
 
-def _destroy_all(library, pd, handles):
+def _destroy_all(library, pd, handles, hints=()):
     for kind, handle in reversed(handles):
         getattr(library, f'{kind}_destroy')(handle)
     library.primitive_desc_destroy(pd)
+    for hint in hints:          # after the descriptor that was made from them
+        library.primitive_desc_destroy(hint)
 
 
 def _address(array: np.ndarray) -> int:
@@ -682,15 +741,28 @@ def inner_product(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None,
 
 
 def pooling(src: MemoryDesc, dst: MemoryDesc, algorithm: str, kernel, strides, pad_before,
-            pad_after) -> Primitive:
-    """Forward-inference pooling ('max', 'avg_include_padding', 'avg_exclude_padding')."""
-    library = _lib()
-    nd = len(kernel)
-    pd = _create_pd(library.pooling_forward_primitive_desc_create, _FORWARD_INFERENCE,
-                    POOLING_ALGORITHMS[algorithm], src.handle, dst.handle, _dims_of(strides),
-                    _dims_of(kernel), _dims_of([0] * nd), _dims_of(pad_before),
-                    _dims_of(pad_after), attr=_Attr(library))
+            pad_after, channel_last: bool = False) -> Primitive:
+    """Forward-inference pooling ('max', 'avg_include_padding', 'avg_exclude_padding').
+    With `channel_last` it runs on channel-last copies of src and dst (oneDNN's kernels for
+    plain channel-first data are several times slower than the reorders)."""
+    inner_src, inner_dst = _pooling_layouts(src, dst, channel_last)
+    pd = _pooling_pd(_FORWARD_INFERENCE, inner_src, inner_dst, algorithm, kernel, strides,
+                     pad_before, pad_after)
     return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+def _pooling_layouts(src, dst, channel_last) -> tuple:
+    if not channel_last:
+        return src, dst
+    return MemoryDesc.channel_last(src.dims), MemoryDesc.channel_last(dst.dims)
+
+
+def _pooling_pd(prop_kind, src, dst, algorithm, kernel, strides, pad_before, pad_after) -> int:
+    library = _lib()
+    return _create_pd(library.pooling_forward_primitive_desc_create, prop_kind,
+                      POOLING_ALGORITHMS[algorithm], src.handle, dst.handle, _dims_of(strides),
+                      _dims_of(kernel), _dims_of([0] * len(kernel)), _dims_of(pad_before),
+                      _dims_of(pad_after), attr=_Attr(library))
 
 
 def batch_norm(src: MemoryDesc, dst: MemoryDesc, epsilon: float, use_scale: bool,
@@ -749,6 +821,258 @@ def reorder(src: MemoryDesc, dst: MemoryDesc) -> Primitive:
     pd = library.new_handle(library.reorder_primitive_desc_create, src.handle, library.engine,
                             dst.handle, library.engine, attr.handle)
     return Primitive(pd, {ARG_SRC: src}, {ARG_DST: dst})
+
+
+# ----------------------------------------------------------------------------------------------
+# Training builders: the forward pass that keeps what the backward one reads, and backward
+# primitives, each made with a forward-training descriptor as its hint (kept alive with it).
+
+def _with_hint(make_hint: Callable[[], int], make: Callable[[int], int]) -> tuple:
+    """(backward pd, hint pd); the hint is destroyed when the backward pd cannot be made."""
+    hint = make_hint()
+    try:
+        return make(hint), hint
+    except BaseException:
+        _lib().primitive_desc_destroy(hint)
+        raise
+
+
+def _conv_geometry(strides, dilates, pad_before, pad_after) -> tuple:
+    return (_dims_of(strides), _dims_of([d - 1 for d in dilates]), _dims_of(pad_before),
+            _dims_of(pad_after))
+
+
+def _conv_hint(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
+               geometry) -> int:
+    library = _lib()
+    return _create_pd(library.convolution_forward_primitive_desc_create, _FORWARD_TRAINING,
+                      _CONVOLUTION_DIRECT, src.handle, weights.handle,
+                      bias.handle if bias is not None else None, dst.handle, *geometry,
+                      attr=_Attr(library))
+
+
+def convolution_backward_data(diff_src: MemoryDesc, weights: MemoryDesc, diff_dst: MemoryDesc,
+                              strides, dilates, pad_before, pad_after,
+                              choose_layouts: bool = True) -> Primitive:
+    """The data gradient of a convolution (geometry as :func:`convolution`): run with
+    ARG_WEIGHTS and ARG_DIFF_DST, writes ARG_DIFF_SRC."""
+    library = _lib()
+    src, w, dst = [_user_or_any(md, choose_layouts) for md in (diff_src, weights, diff_dst)]
+    geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
+    pd, hint = _with_hint(
+        lambda: _conv_hint(src, w, None, dst, geometry),
+        lambda hint: _create_pd(library.convolution_backward_data_primitive_desc_create,
+                                _CONVOLUTION_DIRECT, src.handle, w.handle, dst.handle,
+                                *geometry, hint, attr=_Attr(library)))
+    return Primitive(pd, {ARG_WEIGHTS: weights, ARG_DIFF_DST: diff_dst},
+                     {ARG_DIFF_SRC: diff_src}, hints=(hint,))
+
+
+def convolution_backward_weights(src: MemoryDesc, diff_weights: MemoryDesc,
+                                 diff_bias: MemoryDesc | None, diff_dst: MemoryDesc, strides,
+                                 dilates, pad_before, pad_after,
+                                 choose_layouts: bool = True) -> Primitive:
+    """The weight (and bias) gradient of a convolution: run with ARG_SRC and ARG_DIFF_DST,
+    writes ARG_DIFF_WEIGHTS (and ARG_DIFF_BIAS)."""
+    library = _lib()
+    x, dw, dy = [_user_or_any(md, choose_layouts) for md in (src, diff_weights, diff_dst)]
+    db = diff_bias.handle if diff_bias is not None else None
+    geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
+    pd, hint = _with_hint(
+        lambda: _conv_hint(x, dw, diff_bias, dy, geometry),
+        lambda hint: _create_pd(library.convolution_backward_weights_primitive_desc_create,
+                                _CONVOLUTION_DIRECT, x.handle, dw.handle, db, dy.handle,
+                                *geometry, hint, attr=_Attr(library)))
+    outputs = {ARG_DIFF_WEIGHTS: diff_weights}
+    if diff_bias is not None:
+        outputs[ARG_DIFF_BIAS] = diff_bias
+    return Primitive(pd, {ARG_SRC: src, ARG_DIFF_DST: diff_dst}, outputs, hints=(hint,))
+
+
+def _inner_product_hint(src, weights, bias, dst) -> int:
+    library = _lib()
+    return _create_pd(library.inner_product_forward_primitive_desc_create, _FORWARD_TRAINING,
+                      src.handle, weights.handle, bias.handle if bias is not None else None,
+                      dst.handle, attr=_Attr(library))
+
+
+def inner_product_backward_data(diff_src: MemoryDesc, weights: MemoryDesc,
+                                diff_dst: MemoryDesc) -> Primitive:
+    """diff_src (N, K) = diff_dst (N, H) weights (H, K)."""
+    library = _lib()
+    pd, hint = _with_hint(
+        lambda: _inner_product_hint(diff_src, weights, None, diff_dst),
+        lambda hint: _create_pd(library.inner_product_backward_data_primitive_desc_create,
+                                diff_src.handle, weights.handle, diff_dst.handle, hint,
+                                attr=_Attr(library)))
+    return Primitive(pd, {ARG_WEIGHTS: weights, ARG_DIFF_DST: diff_dst},
+                     {ARG_DIFF_SRC: diff_src}, hints=(hint,))
+
+
+def inner_product_backward_weights(src: MemoryDesc, diff_weights: MemoryDesc,
+                                   diff_bias: MemoryDesc | None,
+                                   diff_dst: MemoryDesc) -> Primitive:
+    """diff_weights (H, K) = diff_dst^T src, diff_bias (H,) = diff_dst summed over rows."""
+    library = _lib()
+    db = diff_bias.handle if diff_bias is not None else None
+    pd, hint = _with_hint(
+        lambda: _inner_product_hint(src, diff_weights, diff_bias, diff_dst),
+        lambda hint: _create_pd(library.inner_product_backward_weights_primitive_desc_create,
+                                src.handle, diff_weights.handle, db, diff_dst.handle, hint,
+                                attr=_Attr(library)))
+    outputs = {ARG_DIFF_WEIGHTS: diff_weights}
+    if diff_bias is not None:
+        outputs[ARG_DIFF_BIAS] = diff_bias
+    return Primitive(pd, {ARG_SRC: src, ARG_DIFF_DST: diff_dst}, outputs, hints=(hint,))
+
+
+def pooling_training(src: MemoryDesc, dst: MemoryDesc, algorithm: str, kernel, strides,
+                     pad_before, pad_after, channel_last: bool = False) -> Primitive:
+    """Forward-training pooling: max pooling also writes ARG_WORKSPACE (where each maximum
+    came from, in a layout of oneDNN's: pass a buffer of ``inner_md(ARG_WORKSPACE).nbytes``).
+    `channel_last` as in :func:`pooling`."""
+    inner_src, inner_dst = _pooling_layouts(src, dst, channel_last)
+    pd = _pooling_pd(_FORWARD_TRAINING, inner_src, inner_dst, algorithm, kernel, strides,
+                     pad_before, pad_after)
+    outputs = {ARG_DST: dst}
+    if algorithm == 'max':
+        outputs[ARG_WORKSPACE] = None
+    return Primitive(pd, {ARG_SRC: src}, outputs)
+
+
+def pooling_backward(diff_src: MemoryDesc, diff_dst: MemoryDesc, algorithm: str, kernel,
+                     strides, pad_before, pad_after, channel_last: bool = False) -> Primitive:
+    """The data gradient of pooling; max pooling reads the ARG_WORKSPACE of
+    :func:`pooling_training` with the same `channel_last`."""
+    library = _lib()
+    inner_src, inner_dst = _pooling_layouts(diff_src, diff_dst, channel_last)
+    geometry = (_dims_of(strides), _dims_of(kernel), _dims_of([0] * len(kernel)),
+                _dims_of(pad_before), _dims_of(pad_after))
+    pd, hint = _with_hint(
+        lambda: _pooling_pd(_FORWARD_TRAINING, inner_src, inner_dst, algorithm, kernel, strides,
+                            pad_before, pad_after),
+        lambda hint: _create_pd(library.pooling_backward_primitive_desc_create,
+                                POOLING_ALGORITHMS[algorithm], inner_src.handle,
+                                inner_dst.handle, *geometry, hint, attr=_Attr(library)))
+    inputs = {ARG_DIFF_DST: diff_dst}
+    if algorithm == 'max':
+        inputs[ARG_WORKSPACE] = None
+    return Primitive(pd, inputs, {ARG_DIFF_SRC: diff_src}, hints=(hint,))
+
+
+def _bn_flags(use_scale: bool, global_stats: bool) -> int:
+    return _USE_SHIFT | (_USE_SCALE if use_scale else 0) | (_USE_GLOBAL_STATS if global_stats
+                                                            else 0)
+
+
+def _bn_hint(src, dst, epsilon, flags) -> int:
+    library = _lib()
+    return _create_pd(library.batch_normalization_forward_primitive_desc_create,
+                      _FORWARD_TRAINING, src.handle, dst.handle, epsilon, flags,
+                      attr=_Attr(library))
+
+
+def batch_norm_training(src: MemoryDesc, dst: MemoryDesc, epsilon: float,
+                        use_scale: bool) -> Primitive:
+    """Batch normalisation with the batch's statistics: reads ARG_SRC, ARG_SHIFT (and
+    ARG_SCALE), writes ARG_DST and the per-channel ARG_MEAN and (biased) ARG_VARIANCE."""
+    pd = _bn_hint(src, dst, epsilon, _bn_flags(use_scale, False))
+    channel = MemoryDesc.plain((src.dims[1],), (1,))
+    inputs = {ARG_SRC: src, ARG_SHIFT: channel}
+    if use_scale:
+        inputs[ARG_SCALE] = channel
+    return Primitive(pd, inputs, {ARG_DST: dst, ARG_MEAN: channel, ARG_VARIANCE: channel})
+
+
+def batch_norm_backward(diff_src: MemoryDesc, diff_dst: MemoryDesc, src: MemoryDesc,
+                        epsilon: float, use_scale: bool, global_stats: bool) -> Primitive:
+    """Gradients of batch normalisation: reads ARG_SRC, ARG_MEAN, ARG_VARIANCE, ARG_DIFF_DST
+    (and ARG_SCALE), writes ARG_DIFF_SRC, ARG_DIFF_SHIFT (and ARG_DIFF_SCALE). With
+    `global_stats` the statistics are constants, else the batch's own."""
+    library = _lib()
+    flags = _bn_flags(use_scale, global_stats)
+    pd, hint = _with_hint(
+        lambda: _bn_hint(src, diff_dst, epsilon, flags),
+        lambda hint: _create_pd(
+            library.batch_normalization_backward_primitive_desc_create, _BACKWARD,
+            diff_src.handle, diff_dst.handle, src.handle, epsilon, flags, hint,
+            attr=_Attr(library)))
+    channel = MemoryDesc.plain((src.dims[1],), (1,))
+    inputs = {ARG_SRC: src, ARG_MEAN: channel, ARG_VARIANCE: channel, ARG_DIFF_DST: diff_dst}
+    outputs = {ARG_DIFF_SRC: diff_src, ARG_DIFF_SHIFT: channel}
+    if use_scale:
+        inputs[ARG_SCALE] = channel
+        outputs[ARG_DIFF_SCALE] = channel
+    return Primitive(pd, inputs, outputs, hints=(hint,))
+
+
+def eltwise_backward(diff_src: MemoryDesc, diff_dst: MemoryDesc, data: MemoryDesc,
+                     algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> Primitive:
+    """The gradient of an element-wise function: reads ARG_DIFF_DST and the forward's input
+    (ARG_SRC) or, for the ``*_use_dst_for_bwd`` algorithms, its output (ARG_DST)."""
+    library = _lib()
+    if algorithm not in ELTWISE_ALGORITHMS:
+        raise EmberError(f'oneDNN eltwise: unknown algorithm {algorithm!r}; expected one of '
+                         f'{", ".join(ELTWISE_ALGORITHMS)}')
+    kind = ELTWISE_ALGORITHMS[algorithm]
+    pd, hint = _with_hint(
+        lambda: _create_pd(library.eltwise_forward_primitive_desc_create, _FORWARD_TRAINING,
+                           kind, data.handle, data.handle, alpha, beta, attr=_Attr(library)),
+        lambda hint: _create_pd(library.eltwise_backward_primitive_desc_create, kind,
+                                diff_src.handle, diff_dst.handle, data.handle, alpha, beta,
+                                hint, attr=_Attr(library)))
+    data_arg = ARG_DST if algorithm.endswith('_use_dst_for_bwd') else ARG_SRC
+    return Primitive(pd, {ARG_DIFF_DST: diff_dst, data_arg: data}, {ARG_DIFF_SRC: diff_src},
+                     hints=(hint,))
+
+
+def softmax_backward(diff_src: MemoryDesc, diff_dst: MemoryDesc, dst: MemoryDesc, axis: int,
+                     log: bool = False) -> Primitive:
+    """The gradient of softmax (log-softmax) along `axis` from its output ARG_DST."""
+    library = _lib()
+    pd, hint = _with_hint(
+        lambda: _create_pd(library.softmax_forward_primitive_desc_create, _FORWARD_TRAINING,
+                           _SOFTMAX[log], dst.handle, dst.handle, axis, attr=_Attr(library)),
+        lambda hint: _create_pd(library.softmax_backward_primitive_desc_create, _SOFTMAX[log],
+                                diff_src.handle, diff_dst.handle, dst.handle, axis, hint,
+                                attr=_Attr(library)))
+    return Primitive(pd, {ARG_DIFF_DST: diff_dst, ARG_DST: dst}, {ARG_DIFF_SRC: diff_src},
+                     hints=(hint,))
+
+
+def rnn_forward(cell: str, src_layer: MemoryDesc, src_iter: MemoryDesc,
+                src_iter_c: MemoryDesc | None, weights_layer: MemoryDesc,
+                weights_iter: MemoryDesc, bias: MemoryDesc, dst_layer: MemoryDesc,
+                dst_iter: MemoryDesc, dst_iter_c: MemoryDesc | None) -> Primitive:
+    """Forward-inference recurrent layers (one cell of RNN_CELLS; src_iter_c and dst_iter_c
+    for 'lstm' only). Descriptors in oneDNN's order: src_layer (T, N, C), states
+    (L, D, N, H), weights_layer (L, D, C, G, H), weights_iter (L, D, H, G, H), bias
+    (L, D, G, H) with G + 1 gates for 'lbr_gru', dst_layer (T, N, D * H). D = 2 concatenates
+    the directions' outputs."""
+    library = _lib()
+    direction = _RNN_DIRECTIONS[src_iter.dims[1]]
+    common = (src_layer.handle, src_iter.handle)
+    tail = (bias.handle, dst_layer.handle, dst_iter.handle)
+    attr = _Attr(library)
+    if cell == 'lstm':
+        pd = _create_pd(library.lstm_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                        direction, *common, src_iter_c.handle, weights_layer.handle,
+                        weights_iter.handle, None, None, *tail, dst_iter_c.handle, 0, attr=attr)
+    elif cell == 'lbr_gru':
+        pd = _create_pd(library.lbr_gru_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                        direction, *common, weights_layer.handle, weights_iter.handle, *tail, 0,
+                        attr=attr)
+    else:
+        activation = ELTWISE_ALGORITHMS['relu' if cell == 'rnn_relu' else 'tanh']
+        pd = _create_pd(library.vanilla_rnn_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                        activation, direction, *common, weights_layer.handle,
+                        weights_iter.handle, *tail, 0, 0.0, 0.0, attr=attr)
+    inputs = {ARG_SRC: src_layer, ARG_SRC_ITER: src_iter, ARG_WEIGHTS: weights_layer,
+              ARG_WEIGHTS_ITER: weights_iter, ARG_BIAS: bias}
+    outputs = {ARG_DST: dst_layer, ARG_DST_ITER: dst_iter}
+    if cell == 'lstm':
+        inputs[ARG_SRC_ITER_C], outputs[ARG_DST_ITER_C] = src_iter_c, dst_iter_c
+    return Primitive(pd, inputs, outputs)
 
 
 # ----------------------------------------------------------------------------------------------

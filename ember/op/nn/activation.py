@@ -1,9 +1,10 @@
-"""Activation and LeakyReLU, and the activation functions the element-wise family shares."""
+"""Activation and LeakyReLU, and the activation functions the element-wise family shares.
+Large arrays go through oneDNN where it runs."""
 from __future__ import annotations
 
 import math
 
-from ember.op.nn import _special
+from ember.op.nn import _special, onednn_provider
 from ember.op.nn._common import assign_shape, outputs_of
 from ember.op.registry import REQUIRED, Param, ShapeError, p_enum, p_float, register
 
@@ -44,11 +45,15 @@ ACT_PARAMS = (Param('act_type', p_enum(*ACTIVATIONS), REQUIRED,
 
 
 def _act_kernel(attrs, ins, outs, ctx):
+    if onednn_provider.activation_forward(attrs, ins[0], outs[0]):
+        return
     outs[0][...] = ACTIVATIONS[attrs['act_type']][0](ctx.xp, ins[0])
 
 
 def _act_backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, output)."""
+    if onednn_provider.activation_backward(attrs, ins[0], ins[1], outs[0]):
+        return
     outs[0][...] = ins[0] * ACTIVATIONS[attrs['act_type']][1](ctx.xp, ins[1])
 
 
@@ -125,6 +130,8 @@ def _draw_dtype(dtype):
 
 
 def _leaky_kernel(attrs, ins, outs, ctx):
+    if onednn_provider.leaky_relu_forward(attrs, ins[0], outs[0]):
+        return
     xp, x, kind = ctx.xp, ins[0], attrs['act_type']
     positive = x > 0
     if kind == 'gelu':
@@ -149,6 +156,8 @@ def _negative_slope(attrs, ins, outs, ctx):
 
 def _leaky_backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data[, gamma][, mask]) -> data (and gamma) gradients."""
+    if onednn_provider.leaky_relu_backward(attrs, ins[0], ins[1], outs[0]):
+        return
     xp, (dy, x), kind = ctx.xp, ins[:2], attrs['act_type']
     positive = x > 0
     if kind == 'gelu':

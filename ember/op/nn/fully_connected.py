@@ -1,7 +1,8 @@
-"""FullyConnected: y = x W^T + b, one GEMM."""
+"""FullyConnected: y = x W^T + b, one GEMM (oneDNN's inner product where it runs)."""
 from __future__ import annotations
 
 from ember.base import prod
+from ember.op.nn import onednn_provider
 from ember.op.nn._common import as_shape, assign_shape, outputs_of, reshape_view
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_int, register, same_type
 
@@ -41,6 +42,9 @@ def _rows(xp, attrs, array):
 
 
 def _kernel(attrs, ins, outs, ctx):
+    bias = None if attrs['no_bias'] else ins[2]
+    if onednn_provider.fully_connected_forward(attrs, ins[0], ins[1], bias, outs[0]):
+        return
     xp, out = ctx.xp, outs[0]
     target = reshape_view(out, (-1, attrs['num_hidden']))
     result = xp.matmul(_rows(xp, attrs, ins[0]), ins[1].T, out=target)
@@ -52,6 +56,9 @@ def _kernel(attrs, ins, outs, ctx):
 
 def _backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, weight) -> data, weight (and bias) gradients."""
+    bias_grad = None if attrs['no_bias'] else outs[2]
+    if onednn_provider.fully_connected_backward(attrs, *ins, outs[0], outs[1], bias_grad):
+        return
     xp = ctx.xp
     dy = as_shape(xp, ins[0], (-1, attrs['num_hidden']))
     x, weight = _rows(xp, attrs, ins[1]), ins[2]

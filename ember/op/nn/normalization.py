@@ -1,8 +1,10 @@
-"""BatchNorm, LayerNorm, InstanceNorm and LRN."""
+"""BatchNorm, LayerNorm, InstanceNorm and LRN; BatchNorm and LRN through oneDNN where it
+runs."""
 from __future__ import annotations
 
 import numpy as np
 
+from ember.op.nn import onednn_provider
 from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis, outputs_of
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_optional, register)
@@ -95,26 +97,64 @@ def _uses_batch_stats(attrs, ctx):
 def _bn_kernel(attrs, ins, outs, ctx):
     """Training updates moving_mean and moving_var in place; outputs 1 and 2 are the mean and
     inverse standard deviation used (MXNet's layout)."""
+    if _onednn_bn(attrs, ins, outs, ctx):
+        return
     x, gamma, beta, moving_mean, moving_var = ins
     axis = attrs['axis'] % x.ndim
-    axes, acc = _other_axes(x.ndim, axis), accumulation_dtype(x.dtype)
+    axes, acc = _other_axes(x.ndim, axis), accumulation_dtype(x.dtype, ctx.safe_accumulation)
     if _uses_batch_stats(attrs, ctx):
         mean, var = x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
-        momentum = attrs['momentum']
-        moving_mean[...] = moving_mean * momentum + mean * (1 - momentum)
-        moving_var[...] = moving_var * momentum + var * (1 - momentum)
+        _update_moving(attrs, moving_mean, moving_var, mean, var)
     else:
         mean, var = moving_mean.astype(acc), moving_var.astype(acc)
     invstd = 1 / ctx.xp.sqrt(var + attrs['eps'])
-    scale = invstd if attrs['fix_gamma'] else gamma * invstd
-    shape = _broadcast_shape(x.ndim, axis, -1)
-    outs[0][...] = x * scale.reshape(shape) + (beta - mean * scale).reshape(shape)
+    _normalize(attrs, x, gamma, beta, mean, invstd, outs[0])
     outs[1][...] = mean
     outs[2][...] = invstd
 
 
+def _normalize(attrs, x, gamma, beta, mean, invstd, out):
+    """out = x normalised with `mean` and `invstd`, scaled and shifted: the lines that
+    ``_bn_apply`` repeats bit for bit when the mirror pass recomputes a training BatchNorm."""
+    scale = invstd if attrs['fix_gamma'] else gamma * invstd
+    shape = _broadcast_shape(x.ndim, attrs['axis'] % x.ndim, -1)
+    out[...] = x * scale.reshape(shape) + (beta - mean * scale).reshape(shape)
+
+
+def _update_moving(attrs, moving_mean, moving_var, mean, var):
+    momentum = attrs['momentum']
+    moving_mean[...] = moving_mean * momentum + mean * (1 - momentum)
+    moving_var[...] = moving_var * momentum + var * (1 - momentum)
+
+
+def _onednn_bn(attrs, ins, outs, ctx):
+    """BatchNorm's forward pass through oneDNN; False when it declines.
+
+    In training the output must equal, bit for bit, what ``_bn_apply`` recomputes from the
+    mean and invstd (the mirror pass relies on it): oneDNN computes the batch statistics and
+    the output is then normalised by :func:`_normalize`; with the moving statistics the
+    NumPy kernel runs."""
+    x, gamma, beta, moving_mean, moving_var = ins
+    if not ctx.is_train:
+        return onednn_provider.batch_norm_forward(attrs, x, gamma, beta, moving_mean,
+                                                  moving_var, *outs)
+    if attrs['use_global_stats']:
+        return False
+    var = np.empty_like(outs[2])
+    if not onednn_provider.batch_norm_training_forward(attrs, x, gamma, beta, outs[0], outs[1],
+                                                       var, ctx.safe_accumulation):
+        return False
+    _update_moving(attrs, moving_mean, moving_var, outs[1], var)
+    invstd = 1 / ctx.xp.sqrt(var + attrs['eps'])
+    _normalize(attrs, x, gamma, beta, outs[1], invstd, outs[0])
+    outs[2][...] = invstd
+    return True
+
+
 def _bn_backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, gamma, mean, invstd) -> data, gamma, beta gradients."""
+    if onednn_provider.batch_norm_backward(attrs, *ins, *outs, _uses_batch_stats(attrs, ctx)):
+        return
     dy, x, gamma, mean, invstd = ins
     axis = attrs['axis'] % x.ndim
     axes, shape = _other_axes(x.ndim, axis), _broadcast_shape(x.ndim, axis, -1)
@@ -177,7 +217,7 @@ def _ln_infer(attrs, in_shapes):
 def _ln_kernel(attrs, ins, outs, ctx):
     x, gamma, beta = ins
     axis = attrs['axis'] % x.ndim
-    acc = accumulation_dtype(x.dtype)
+    acc = accumulation_dtype(x.dtype, ctx.safe_accumulation)
     mean = x.mean(axis=axis, keepdims=True, dtype=acc)
     std = ctx.xp.sqrt(x.var(axis=axis, keepdims=True, dtype=acc) + attrs['eps'])
     shape = _broadcast_shape(x.ndim, axis, -1)
@@ -239,7 +279,7 @@ def _spatial(ndim):
 
 def _in_kernel(attrs, ins, outs, ctx):
     x, gamma, beta = ins
-    axes, acc = _spatial(x.ndim), accumulation_dtype(x.dtype)
+    axes, acc = _spatial(x.ndim), accumulation_dtype(x.dtype, ctx.safe_accumulation)
     mean, var = x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
     shape = x.shape[:2] + (1,) * (x.ndim - 2)
     invstd = 1 / ctx.xp.sqrt(var.reshape(shape) + attrs['eps'])
@@ -309,17 +349,27 @@ def _channel_window_sum(xp, values, nsize):
     return total
 
 
+def _lrn_norm(attrs, xp, x):
+    return attrs['knorm'] + attrs['alpha'] / attrs['nsize'] * _channel_window_sum(
+        xp, x * x, attrs['nsize'])
+
+
 def _lrn_kernel(attrs, ins, outs, ctx):
+    """Output 1 is the normaliser (MXNet's tmp_norm); oneDNN does not write it, so the
+    backward pass recomputes it from the data rather than read it."""
     x = ins[0]
-    norm = attrs['knorm'] + attrs['alpha'] / attrs['nsize'] * _channel_window_sum(
-        ctx.xp, x * x, attrs['nsize'])
+    if onednn_provider.lrn_forward(attrs, x, outs[0]):
+        return
+    norm = _lrn_norm(attrs, ctx.xp, x)
     outs[1][...] = norm
     outs[0][...] = x * norm ** -attrs['beta']
 
 
 def _lrn_backward_kernel(attrs, ins, outs, ctx):
-    """Inputs (out_grad, data, norm)."""
-    dy, x, norm = ins
+    """Inputs (out_grad, data, tmp_norm); the normaliser is recomputed from the data (see
+    the forward kernel)."""
+    dy, x = ins[:2]
+    norm = _lrn_norm(attrs, ctx.xp, x)
     beta, nsize = attrs['beta'], attrs['nsize']
     through_norm = _channel_window_sum(ctx.xp, dy * x * norm ** (-beta - 1), nsize)
     outs[0][...] = dy * norm ** -beta - 2 * beta * attrs['alpha'] / nsize * x * through_norm

@@ -26,13 +26,18 @@ import numpy as np
 from ember import config, engine
 from ember.backend import onednn
 from ember.backend.onednn import (
-    ARG_BIAS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE, ARG_WEIGHTS,
-    MemoryDesc, PostOp, has_plain_strides)
+    ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST, ARG_DIFF_SCALE, ARG_DIFF_SHIFT, ARG_DIFF_SRC,
+    ARG_DIFF_WEIGHTS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE,
+    ARG_DST_ITER, ARG_DST_ITER_C, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
+    ARG_WORKSPACE, MemoryDesc, PostOp, has_plain_strides)
 from ember.op.nn._common import channel_first, reshape_view, spatial_defaults
 
-__all__ = ['enabled', 'convolution_forward', 'fully_connected_forward', 'pooling_forward',
-           'batch_norm_forward', 'activation_forward', 'leaky_relu_forward', 'softmax_forward',
-           'lrn_forward']
+__all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
+           'convolution_backward_weights', 'fully_connected_forward', 'fully_connected_backward',
+           'pooling_forward', 'pooling_backward', 'batch_norm_forward',
+           'batch_norm_training_forward', 'batch_norm_backward', 'activation_forward',
+           'activation_backward', 'leaky_relu_forward', 'leaky_relu_backward', 'softmax_forward',
+           'softmax_backward', 'lrn_forward', 'rnn_forward']
 
 # MXNet's activation names -> (oneDNN eltwise algorithm, alpha)
 _ACTIVATIONS = {'relu': ('relu', 0.0), 'sigmoid': ('logistic', 0.0), 'tanh': ('tanh', 0.0),
@@ -112,6 +117,71 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     return _run(key, build, arrays, r, versions)
 
 
+def _conv_views(attrs, data, weight):
+    """Channel-first views of data and weight (grouped as (G, F/G, C/G, *k)); weight None
+    when the grouped view needs a copy."""
+    layout, groups = attrs['layout'], attrs['num_group']
+    x, w = channel_first(np, data, layout), channel_first(np, weight, layout)
+    if groups > 1:
+        w = reshape_view(w, (groups, w.shape[0] // groups) + w.shape[1:])
+    return x, w
+
+
+def convolution_backward_data(attrs, dy, weight, dx) -> bool:
+    """dx = the gradient of Convolution (its parsed `attrs`) with respect to its data, from the
+    output gradient `dy` and the `weight`; arrays laid out as ``attrs['layout']`` says (weights
+    OHWI for channel-last layouts), any number of groups. False: not handled, dx untouched.
+
+    >>> from ember.op import registry
+    >>> attrs = registry.get('Convolution').parse_attrs(
+    ...     {'kernel': (1, 1), 'num_filter': 1, 'no_bias': True})
+    >>> dy, w = np.ones((1, 1, 2, 2), np.float32), np.full((1, 1, 1, 1), 2, np.float32)
+    >>> dx = np.zeros((1, 1, 2, 2), np.float32)
+    >>> if not convolution_backward_data(attrs, dy, w, dx):
+    ...     dx[...] = 2                  # oneDNN off or missing: what it would have written
+    >>> dx.ravel().tolist()
+    [2.0, 2.0, 2.0, 2.0]
+    """
+    if dy.ndim not in (3, 4, 5) or not _ready(dy, weight, dx):
+        return False
+    dxc, w = _conv_views(attrs, dx, weight)
+    if w is None:
+        return False
+    dyc = channel_first(np, dy, attrs['layout'])
+    stride, dilate, pad = spatial_defaults('Convolution', attrs, dy.ndim - 2)
+    key = ('conv_bwd_data', _layout(dxc), _layout(w), _layout(dyc), stride, dilate, pad)
+
+    def build():
+        return onednn.convolution_backward_data(MemoryDesc.of(dxc), MemoryDesc.of(w),
+                                                MemoryDesc.of(dyc), stride, dilate, pad, pad)
+    return _run(key, build, {ARG_DIFF_SRC: dxc, ARG_WEIGHTS: w, ARG_DIFF_DST: dyc})
+
+
+def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
+    """dweight (and dbias, when given) = the gradients of Convolution (its parsed `attrs`)
+    with respect to its weight and bias, from the output gradient `dy` and the `data`; layouts
+    and groups as in :func:`convolution_backward_data`. False: not handled, outputs untouched.
+    """
+    if dy.ndim not in (3, 4, 5) or not _ready(dy, data, dweight, dbias):
+        return False
+    x, dw = _conv_views(attrs, data, dweight)
+    if dw is None:
+        return False
+    dyc = channel_first(np, dy, attrs['layout'])
+    stride, dilate, pad = spatial_defaults('Convolution', attrs, dy.ndim - 2)
+    key = ('conv_bwd_weights', _layout(x), _layout(dw), _layout(dbias), _layout(dyc), stride,
+           dilate, pad)
+
+    def build():
+        return onednn.convolution_backward_weights(
+            MemoryDesc.of(x), MemoryDesc.of(dw), None if dbias is None else MemoryDesc.of(dbias),
+            MemoryDesc.of(dyc), stride, dilate, pad, pad)
+    arrays = {ARG_SRC: x, ARG_DIFF_WEIGHTS: dw, ARG_DIFF_DST: dyc}
+    if dbias is not None:
+        arrays[ARG_DIFF_BIAS] = dbias
+    return _run(key, build, arrays)
+
+
 def _conv_post_ops(has_residual, act) -> tuple:
     ops = (PostOp.sum(),) if has_residual else ()
     return ops + ((PostOp.activation(act[0], act[1]),) if act is not None else ())
@@ -120,12 +190,16 @@ def _conv_post_ops(has_residual, act) -> tuple:
 # ----------------------------------------------------------------------------------------------
 # FullyConnected
 
-def fully_connected_forward(attrs, data, weight, bias, out) -> bool:
-    """out = data (flattened to rows) weight^T + bias, for FullyConnected's `attrs`."""
-    hidden = attrs['num_hidden']
+def _fc_rows(attrs, data, weight, out):
+    """(data rows, out rows) as 2-D views, None where a view needs a copy."""
     units = weight.shape[1] if weight.ndim == 2 else None
     rows = reshape_view(data, (-1, units)) if units else None
-    out_rows = reshape_view(out, (-1, hidden))
+    return rows, reshape_view(out, (-1, attrs['num_hidden']))
+
+
+def fully_connected_forward(attrs, data, weight, bias, out) -> bool:
+    """out = data (flattened to rows) weight^T + bias, for FullyConnected's `attrs`."""
+    rows, out_rows = _fc_rows(attrs, data, weight, out)
     if rows is None or out_rows is None or not _ready(rows, weight, bias, out_rows):
         return False
     key = ('fc', _layout(rows), _layout(weight), _layout(bias), _layout(out_rows))
@@ -140,27 +214,147 @@ def fully_connected_forward(attrs, data, weight, bias, out) -> bool:
     return _run(key, build, arrays)
 
 
+def fully_connected_backward(attrs, dy, data, weight, dx, dweight, dbias=None) -> bool:
+    """dx = dy weight, dweight = dy^T data (rows) and dbias = dy summed over rows (when
+    given), for FullyConnected's `attrs`. False: not handled, outputs untouched."""
+    rows, dy_rows = _fc_rows(attrs, data, weight, dy)
+    dx_rows = _fc_rows(attrs, dx, weight, dy)[0]
+    if rows is None or dy_rows is None or dx_rows is None:
+        return False
+    if not _ready(rows, dy_rows, dx_rows, weight, dweight, dbias):
+        return False
+    md = MemoryDesc.of
+    data_grad = onednn.cached(
+        ('fc_bwd_data', _layout(dx_rows), _layout(weight), _layout(dy_rows)),
+        lambda: onednn.inner_product_backward_data(md(dx_rows), md(weight), md(dy_rows)))
+    weight_grad = onednn.cached(
+        ('fc_bwd_weights', _layout(rows), _layout(dweight), _layout(dbias), _layout(dy_rows)),
+        lambda: onednn.inner_product_backward_weights(
+            md(rows), md(dweight), None if dbias is None else md(dbias), md(dy_rows)))
+    if data_grad is None or weight_grad is None:
+        return False
+    data_grad.run({ARG_DIFF_SRC: dx_rows, ARG_WEIGHTS: weight, ARG_DIFF_DST: dy_rows})
+    arrays = {ARG_SRC: rows, ARG_DIFF_WEIGHTS: dweight, ARG_DIFF_DST: dy_rows}
+    if dbias is not None:
+        arrays[ARG_DIFF_BIAS] = dbias
+    weight_grad.run(arrays)
+    return True
+
+
 # ----------------------------------------------------------------------------------------------
 # Pooling
 
-def pooling_forward(attrs, data, out) -> bool:
+def pooling_forward(attrs, data, out, safe=False) -> bool:
     """Max and average pooling for Pooling's `attrs` (sum and lp pooling decline, and average
-    pooling under ``MXNET_SAFE_ACCUMULATION``, which asks for float64 sums)."""
-    kind = attrs['pool_type']
-    if kind not in ('max', 'avg') or data.ndim not in (3, 4, 5) or not _ready(data, out):
+    pooling when `safe`, ``MXNET_SAFE_ACCUMULATION`` of the call, asks for float64 sums)."""
+    geometry = _pool_geometry(attrs, data, out, safe)
+    if geometry is None or not _ready(data, out):
         return False
+    x, y, window, algorithm = geometry
+    apart = _channels_apart(x)
+    steps = [_pool_step(x[lo:hi], y[lo:hi], window, algorithm, apart)
+             for lo, hi in _sample_chunks(x, y, apart)]
+    return _run_all(steps)
+
+
+def _pool_step(x, y, window, algorithm, apart):
+    """Pooling of one chunk of samples as a function to call, None when oneDNN cannot."""
+    key = ('pool', _layout(x), _layout(y), algorithm, window)
+    primitive = onednn.cached(key, lambda: onednn.pooling(
+        MemoryDesc.of(x), MemoryDesc.of(y), algorithm, window.kernel, window.stride,
+        window.pad_before, window.pad_after, apart))
+    if primitive is None:
+        return None
+    return lambda: primitive.run({ARG_SRC: x, ARG_DST: y})
+
+
+def _run_all(steps) -> bool:
+    """Run every step, or none when one of them cannot run (outputs stay untouched)."""
+    if any(step is None for step in steps):
+        return False
+    for step in steps:
+        step()
+    return True
+
+
+def _channels_apart(x) -> bool:
+    """Whether channel-first data keeps each channel's values apart (NCHW rather than NHWC):
+    oneDNN then pools channel-last copies, several times faster than its NCHW kernels."""
+    return x.shape[1] > 1 and x.strides[1] != x.itemsize
+
+
+# The channel-last copies of NCHW data sit in the calling thread's oneDNN workspace, which keeps
+# its largest size: a batch is pooled a few samples at a time, as the NumPy kernel does.
+_CHUNK_BYTES = 16 << 20
+
+
+def _sample_chunks(*arrays_and_apart):
+    """[(start, stop)] sample ranges of the arrays (all of one batch) whose copies fit
+    _CHUNK_BYTES; one range when nothing is copied (the last argument is False)."""
+    *arrays, apart = arrays_and_apart
+    n = len(arrays[0])
+    per_sample = sum(a[:1].nbytes for a in arrays)
+    step = max(1, _CHUNK_BYTES // max(per_sample, 1)) if apart else max(n, 1)
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def pooling_backward(attrs, dy, data, dx) -> bool:
+    """dx = the gradient of max or average Pooling (its `attrs`) from the output gradient
+    `dy`. Max pooling runs the forward pass again to find where each maximum came from (the
+    operator keeps no oneDNN workspace); ties go to the first maximum, as in the NumPy kernel.
+    """
+    geometry = _pool_geometry(attrs, dx, dy, safe=False)
+    if geometry is None or not _ready(dy, data, dx):
+        return False
+    dxc, dyc, window, algorithm = geometry
+    x = channel_first(np, data, attrs['layout'])
+    # max pooling's recomputed output: laid out like dy, so its workspace is dy's layout too
+    y = channel_first(np, np.empty_like(dy), attrs['layout']) if algorithm == 'max' else None
+    apart = _channels_apart(dxc)
+    steps = [_pool_backward_step(x[lo:hi], None if y is None else y[lo:hi], dxc[lo:hi],
+                                 dyc[lo:hi], window, algorithm, apart)
+             for lo, hi in _sample_chunks(x, dxc, dyc, dyc, apart)]
+    return _run_all(steps)
+
+
+def _pool_backward_step(x, y, dx, dy, window, algorithm, apart):
+    args = (algorithm, window.kernel, window.stride, window.pad_before, window.pad_after, apart)
+    backward = onednn.cached(('pool_bwd', _layout(dx), _layout(dy), algorithm, window, apart),
+                             lambda: onednn.pooling_backward(MemoryDesc.of(dx),
+                                                             MemoryDesc.of(dy), *args))
+    if backward is None:
+        return None
+    arrays = {ARG_DIFF_DST: dy, ARG_DIFF_SRC: dx}
+    if algorithm != 'max':
+        return lambda: backward.run(arrays)
+    forward = onednn.cached(('pool_train', _layout(x), _layout(y), window) + args[:1] + args[5:],
+                            lambda: onednn.pooling_training(MemoryDesc.of(x), MemoryDesc.of(y),
+                                                            *args))
+    if forward is None:
+        return None
+    layout = forward.inner_md(ARG_WORKSPACE)
+    if layout != backward.inner_md(ARG_WORKSPACE):
+        return None
+
+    def step():
+        workspace = np.empty(layout.nbytes, np.uint8)
+        forward.run({ARG_SRC: x, ARG_DST: y, ARG_WORKSPACE: workspace})
+        backward.run({**arrays, ARG_WORKSPACE: workspace})
+    return step
+
+
+def _pool_geometry(attrs, data, out, safe):
+    """(channel-first data, out, window, oneDNN algorithm) of a pooling oneDNN computes as
+    the NumPy kernel does, else None."""
+    if attrs['pool_type'] not in ('max', 'avg') or data.ndim not in (3, 4, 5):
+        return None
     layout = attrs['layout']
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
     window = _pool_window(attrs, x.shape[2:])
-    algorithm = _pool_algorithm(attrs, window)
+    algorithm = _pool_algorithm(attrs, window, safe)
     if algorithm is None or _has_empty_window(window):
-        return False
-    key = ('pool', _layout(x), _layout(y), algorithm, window)
-
-    def build():
-        return onednn.pooling(MemoryDesc.of(x), MemoryDesc.of(y), algorithm, window.kernel,
-                              window.stride, window.pad_before, window.pad_after)
-    return _run(key, build, {ARG_SRC: x, ARG_DST: y})
+        return None
+    return x, y, window, algorithm
 
 
 def _pool_window(attrs, size_in):
@@ -169,10 +363,10 @@ def _pool_window(attrs, size_in):
     return pool_window(attrs, size_in)
 
 
-def _pool_algorithm(attrs, window):
+def _pool_algorithm(attrs, window, safe):
     if attrs['pool_type'] == 'max':
         return 'max'
-    if config.get('MXNET_SAFE_ACCUMULATION'):
+    if safe:
         return None         # the NumPy kernel sums float32 windows in float64 then
     if attrs['count_include_pad'] is False:
         return 'avg_exclude_padding'
@@ -192,20 +386,34 @@ def _has_empty_window(window) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# BatchNorm (inference: the moving statistics)
+# BatchNorm
+
+def _bn_views(attrs, data, arrays, vectors, forward=False):
+    """Channel-second views of `arrays` (shaped like data), or None when oneDNN cannot take
+    the per-channel `vectors` (it wants them dense float32) or, in a `forward` pass, the data
+    keeps its channels apart (NCHW): oneDNN's kernel for that is slower than NumPy's pass."""
+    if data.ndim < 2 or data.ndim > 5:
+        return None
+    if forward and _channels_apart(np.moveaxis(data, attrs['axis'] % data.ndim, 1)):
+        return None
+    axis = attrs['axis'] % data.ndim
+    channels = data.shape[axis]
+    if any(v.shape != (channels,) or v.strides != (4,) for v in vectors if v is not None):
+        return None
+    return [np.moveaxis(a, axis, 1) for a in arrays]
+
 
 def batch_norm_forward(attrs, data, gamma, beta, moving_mean, moving_var, out, mean_out=None,
                        invstd_out=None, fuse_relu=False) -> bool:
     """out = (data - moving_mean) / sqrt(moving_var + eps) * gamma + beta along `axis`, with
     the global statistics (call it only when the batch statistics are not used). `mean_out`
-    and `invstd_out`, when given, receive the statistics used; `fuse_relu` applies relu."""
+    and `invstd_out`, when given, receive the statistics used; `fuse_relu` applies relu.
+    Declines channel-first data with spatial dims (NCHW): NumPy is faster there."""
     params = (gamma, beta, moving_mean, moving_var)
-    if data.ndim < 2 or data.ndim > 5 or not _ready(data, out, *params):
+    views = _bn_views(attrs, data, (data, out), params, forward=True)
+    if views is None or not _ready(data, out, *params):
         return False
-    if any(p.shape != (data.shape[attrs['axis']],) or p.strides != (4,) for p in params):
-        return False        # oneDNN takes the per-channel vectors dense
-    axis = attrs['axis'] % data.ndim
-    x, y = np.moveaxis(data, axis, 1), np.moveaxis(out, axis, 1)
+    x, y = views
     use_scale, eps = not attrs['fix_gamma'], attrs['eps']
     key = ('bn', _layout(x), _layout(y), eps, use_scale, fuse_relu)
 
@@ -224,6 +432,59 @@ def batch_norm_forward(attrs, data, gamma, beta, moving_mean, moving_var, out, m
     return True
 
 
+def batch_norm_training_forward(attrs, data, gamma, beta, out, mean_out, var_out,
+                                safe=False) -> bool:
+    """out = BatchNorm of `data` with the batch's own statistics; `mean_out` and `var_out`
+    receive them per channel (the variance biased, as np.var). The caller updates the moving
+    statistics. Declines when `safe` (``MXNET_SAFE_ACCUMULATION``) asks for float64 sums, and
+    NCHW data as :func:`batch_norm_forward` does."""
+    vectors = (gamma, beta, mean_out, var_out)
+    views = _bn_views(attrs, data, (data, out), vectors, forward=True)
+    if safe or views is None or not _ready(data, out, *vectors):
+        return False
+    x, y = views
+    use_scale, eps = not attrs['fix_gamma'], attrs['eps']
+    key = ('bn_train', _layout(x), _layout(y), eps, use_scale)
+
+    def build():
+        return onednn.batch_norm_training(MemoryDesc.of(x), MemoryDesc.of(y), eps, use_scale)
+    arrays = {ARG_SRC: x, ARG_DST: y, ARG_SHIFT: beta, ARG_MEAN: mean_out,
+              ARG_VARIANCE: var_out}
+    if use_scale:
+        arrays[ARG_SCALE] = gamma
+    return _run(key, build, arrays)
+
+
+def batch_norm_backward(attrs, dy, data, gamma, mean, invstd, dx, dgamma, dbeta,
+                        batch_stats) -> bool:
+    """The data, gamma and beta gradients of BatchNorm from the `mean` and `invstd` its
+    forward pass output; `batch_stats` says whether those were the batch's own (so the
+    gradient flows through them) or the moving statistics (constants)."""
+    vectors = (gamma, mean, invstd, dgamma, dbeta)
+    views = _bn_views(attrs, data, (dy, data, dx), vectors)
+    if views is None or not _ready(dy, data, dx, *vectors):
+        return False
+    dyc, x, dxc = views
+    use_scale, eps = not attrs['fix_gamma'], attrs['eps']
+    key = ('bn_bwd', _layout(dxc), _layout(dyc), _layout(x), eps, use_scale, batch_stats)
+
+    def build():
+        md = MemoryDesc.of
+        return onednn.batch_norm_backward(md(dxc), md(dyc), md(x), eps, use_scale,
+                                          not batch_stats)
+    # oneDNN takes the variance: recovered from invstd = 1 / sqrt(var + eps)
+    variance = (1 / (invstd * invstd) - np.float32(eps)).astype(np.float32, copy=False)
+    arrays = {ARG_SRC: x, ARG_MEAN: mean, ARG_VARIANCE: variance, ARG_DIFF_DST: dyc,
+              ARG_DIFF_SRC: dxc, ARG_DIFF_SHIFT: dbeta}
+    if use_scale:
+        arrays[ARG_SCALE], arrays[ARG_DIFF_SCALE] = gamma, dgamma
+    if not _run(key, build, arrays):
+        return False
+    if not use_scale:
+        dgamma.fill(0)
+    return True
+
+
 # ----------------------------------------------------------------------------------------------
 # Element-wise activations, softmax and LRN
 
@@ -236,14 +497,40 @@ def activation_forward(attrs, data, out) -> bool:
     return _eltwise(data, out, algorithm[0], algorithm[1])
 
 
+# The derivatives that oneDNN computes from the activation's output, as the operator keeps it.
+_ACTIVATION_GRADIENTS = {'relu': 'relu_use_dst_for_bwd', 'sigmoid': 'logistic_use_dst_for_bwd',
+                         'tanh': 'tanh_use_dst_for_bwd'}
+
+
+def activation_backward(attrs, dy, out, dx) -> bool:
+    """dx = dy * act'(x) from Activation's output `out`: relu, sigmoid and tanh (softrelu and
+    softsign decline). `dx` may be `dy`. Small arrays decline as in the forward pass."""
+    algorithm = _ACTIVATION_GRADIENTS.get(attrs['act_type'])
+    if algorithm is None:
+        return False
+    return _eltwise_backward(dy, out, dx, algorithm, 0.0)
+
+
 def leaky_relu_forward(attrs, data, out) -> bool:
     """LeakyReLU's leaky, elu and gelu (prelu, selu and rrelu decline)."""
-    algorithms = {'leaky': ('relu', attrs['slope']), 'elu': ('elu', attrs['slope']),
-                  'gelu': ('gelu_erf', 0.0)}
-    algorithm = algorithms.get(attrs['act_type'])
+    algorithm = _leaky_algorithm(attrs)
     if algorithm is None:
         return False
     return _eltwise(data, out, algorithm[0], algorithm[1])
+
+
+def leaky_relu_backward(attrs, dy, data, dx) -> bool:
+    """dx = dy * f'(data) for LeakyReLU's leaky, elu and gelu."""
+    algorithm = _leaky_algorithm(attrs)
+    if algorithm is None:
+        return False
+    return _eltwise_backward(dy, data, dx, algorithm[0], algorithm[1])
+
+
+def _leaky_algorithm(attrs):
+    algorithms = {'leaky': ('relu', attrs['slope']), 'elu': ('elu', attrs['slope']),
+                  'gelu': ('gelu_erf', 0.0)}
+    return algorithms.get(attrs['act_type'])
 
 
 def _eltwise(data, out, algorithm, alpha) -> bool:
@@ -256,15 +543,29 @@ def _eltwise(data, out, algorithm, alpha) -> bool:
     return _run(key, build, {ARG_SRC: data, ARG_DST: out})
 
 
-def softmax_forward(attrs, data, out, log=False) -> bool:
+def _eltwise_backward(dy, data, dx, algorithm, alpha) -> bool:
+    if dy.size < config.get('MXNET_CPU_PARALLEL_SIZE') or not _ready(dy, data, dx):
+        return False
+    key = ('eltwise_bwd', _layout(dy), _layout(data), _layout(dx), algorithm, alpha)
+
+    def build():
+        md = MemoryDesc.of
+        return onednn.eltwise_backward(md(dx), md(dy), md(data), algorithm, alpha)
+    data_arg = ARG_DST if algorithm.endswith('_use_dst_for_bwd') else ARG_SRC
+    return _run(key, build, {ARG_DIFF_DST: dy, data_arg: data, ARG_DIFF_SRC: dx})
+
+
+def _plain_softmax(attrs, out) -> bool:
+    """softmax attributes oneDNN computes as the NumPy kernel does."""
+    return (not attrs['use_length'] and attrs['temperature'] in (None, 1)
+            and out.dtype == np.float32)
+
+
+def softmax_forward(attrs, data, out, log=False, safe=False) -> bool:
     """softmax (log_softmax with `log`) along `axis`; declines a temperature other than 1,
-    use_length, an output dtype other than float32 and ``MXNET_SAFE_ACCUMULATION`` (which
-    asks for float64 sums)."""
-    if attrs['use_length'] or attrs['temperature'] not in (None, 1):
-        return False
-    if config.get('MXNET_SAFE_ACCUMULATION'):
-        return False
-    if out.dtype != np.float32 or data.ndim == 0 or not _ready(data, out):
+    use_length, an output dtype other than float32 and `safe` (``MXNET_SAFE_ACCUMULATION`` of
+    the call, which asks for float64 sums)."""
+    if safe or not _plain_softmax(attrs, out) or data.ndim == 0 or not _ready(data, out):
         return False
     axis = attrs['axis'] % data.ndim
     key = ('softmax', _layout(data), _layout(out), axis, log)
@@ -274,9 +575,25 @@ def softmax_forward(attrs, data, out, log=False) -> bool:
     return _run(key, build, {ARG_SRC: data, ARG_DST: out})
 
 
+def softmax_backward(attrs, dy, out, dx, log=False) -> bool:
+    """The data gradient of softmax (log_softmax with `log`) from its output `out`; declines
+    what :func:`softmax_forward` declines, and an output dtype set apart from the data's."""
+    if attrs['dtype'] is not None or not _plain_softmax(attrs, out) or out.ndim == 0:
+        return False
+    if not _ready(dy, out, dx):
+        return False
+    axis = attrs['axis'] % out.ndim
+    key = ('softmax_bwd', _layout(dy), _layout(out), _layout(dx), axis, log)
+
+    def build():
+        md = MemoryDesc.of
+        return onednn.softmax_backward(md(dx), md(dy), md(out), axis, log)
+    return _run(key, build, {ARG_DIFF_DST: dy, ARG_DST: out, ARG_DIFF_SRC: dx})
+
+
 def lrn_forward(attrs, data, out) -> bool:
     """LRN across channels: out = data * (knorm + alpha / nsize * window sum of data^2)^-beta.
-    Writes only the output, not the normaliser that the backward pass reads."""
+    Writes only the output, not the normaliser (the backward pass recomputes it)."""
     if data.ndim < 3 or data.ndim > 5 or not _ready(data, out):
         return False
     size, alpha, beta, k = attrs['nsize'], attrs['alpha'], attrs['beta'], attrs['knorm']
@@ -285,3 +602,77 @@ def lrn_forward(attrs, data, out) -> bool:
     def build():
         return onednn.lrn(MemoryDesc.of(data), MemoryDesc.of(out), size, alpha, beta, k)
     return _run(key, build, {ARG_SRC: data, ARG_DST: out})
+
+
+# ----------------------------------------------------------------------------------------------
+# RNN (forward, the whole sequence in one call per layer)
+
+# MXNet's cells -> oneDNN's, and the order of MXNet's gates in oneDNN's gate order
+_RNN_CELLS = {'rnn_relu': 'rnn_relu', 'rnn_tanh': 'rnn_tanh', 'lstm': 'lstm', 'gru': 'lbr_gru'}
+_GATE_ORDER = {'gru': (1, 0, 2)}            # oneDNN's u, r, o are MXNet's z, r, n
+
+
+def rnn_forward(attrs, data, params, state, state_cell, out, hy, cy=None) -> bool:
+    """The RNN operator's forward pass (its parsed `attrs`, MXNet's packed `params`), writing
+    the output sequence `out` and the final states `hy` (and `cy` for LSTM). Runs when
+    ``MXNET_USE_MKLDNN_RNN`` is on; declines sequence lengths, LSTM state clipping and
+    projections. The caller declines dropout between layers itself (it draws the masks)."""
+    if not config.get('MXNET_USE_MKLDNN_RNN') or attrs['use_sequence_length']:
+        return False
+    if attrs['projection_size'] is not None or attrs['lstm_state_clip_min'] is not None \
+            or attrs['lstm_state_clip_max'] is not None:
+        return False
+    if data.ndim != 3 or not _ready(data, params, state, state_cell, out, hy, cy):
+        return False
+    from ember.op.nn import rnn      # imported here: rnn.py imports this module
+    dims = rnn._dims(attrs, data.shape[2])
+    weights = rnn._unpack(params, dims)
+    layer_in = data
+    for layer in range(dims.layers):
+        last = layer == dims.layers - 1
+        layer_out = out if last else np.empty(out.shape, np.float32)
+        if not _rnn_layer(attrs, dims, layer, weights, layer_in, layer_out, state, state_cell,
+                          hy, cy):
+            return False
+        layer_in = layer_out
+    return True
+
+
+def _rnn_layer(attrs, dims, layer, weights, layer_in, layer_out, state, state_cell, hy, cy):
+    span = slice(layer * dims.directions, (layer + 1) * dims.directions)
+    states = [None if a is None else reshape_view(a[span], (1,) + a[span].shape)
+              for a in (state, state_cell, hy, cy)]
+    packed = _rnn_pack(attrs['mode'], dims, weights[span])
+    cell, lstm = _RNN_CELLS[attrs['mode']], attrs['mode'] == 'lstm'
+    arrays = [layer_in, states[0], states[1], *packed, layer_out, states[2], states[3]]
+    if any(a is None for i, a in enumerate(arrays) if lstm or i not in (2, 8)):
+        return False
+    key = ('rnn', cell) + tuple(_layout(a) for a in arrays)
+
+    def build():
+        mds = [None if a is None else MemoryDesc.of(a) for a in arrays]
+        return onednn.rnn_forward(cell, *mds)
+    args = dict(zip((ARG_SRC, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
+                     ARG_BIAS, ARG_DST, ARG_DST_ITER, ARG_DST_ITER_C), arrays))
+    return _run(key, build, {arg: a for arg, a in args.items() if a is not None})
+
+
+def _rnn_pack(mode, dims, layer_weights):
+    """MXNet's (G*H, in) weights and two biases of one layer's directions as oneDNN's
+    weights_layer (1, D, in, G, H), weights_iter (1, D, H, G, H) and bias (1, D, G', H)."""
+    gates, hidden = dims.gates, dims.hidden
+    order = list(_GATE_ORDER.get(mode, range(gates)))
+
+    def ldigo(matrix):
+        return matrix.reshape(gates, hidden, -1)[order].transpose(2, 0, 1)
+    # dense copies: oneDNN takes exactly 'ldigo' (np.stack keeps the transposed order)
+    w_layer = np.ascontiguousarray(np.stack([ldigo(w[0]) for w in layer_weights])[None])
+    w_iter = np.ascontiguousarray(np.stack([ldigo(w[1]) for w in layer_weights])[None])
+    biases = []
+    for _, _, bx, bh in layer_weights:
+        bx, bh = bx.reshape(gates, hidden)[order], bh.reshape(gates, hidden)[order]
+        if mode == 'gru':       # the new gate's hidden bias stays inside the reset product
+            biases.append(np.concatenate([bx[:2] + bh[:2], bx[2:], bh[2:]]))
+        else:
+            biases.append(bx + bh)
+    return w_layer, w_iter, np.ascontiguousarray(np.stack(biases)[None])

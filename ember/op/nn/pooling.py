@@ -1,8 +1,10 @@
-"""Pooling (max, avg, sum, lp) over 1-D, 2-D and 3-D windows, one vectorised pass per tap."""
+"""Pooling (max, avg, sum, lp) over 1-D, 2-D and 3-D windows: oneDNN for max and average
+pooling where it runs, else one vectorised NumPy pass per tap."""
 from __future__ import annotations
 
 import numpy as np
 
+from ember.op.nn import onednn_provider
 from ember.op.nn._common import (
     accumulation_dtype, channel_first, check_layout, interior, join_layout, layout_param,
     make_window, padded_input, scratch, shape_param, spatial_defaults, split_layout, window_slices)
@@ -115,6 +117,8 @@ _CHUNK_BYTES = 16 << 20
 
 
 def _kernel(attrs, ins, outs, ctx):
+    if onednn_provider.pooling_forward(attrs, ins[0], outs[0], ctx.safe_accumulation):
+        return
     xp, layout = ctx.xp, attrs['layout']
     x, y = channel_first(xp, ins[0], layout), channel_first(xp, outs[0], layout)
     window = pool_window(attrs, x.shape[2:])
@@ -129,7 +133,7 @@ def _pool(attrs, x, y, window, ctx):
     kind, p = attrs['pool_type'], attrs['p_value']
     # one vectorised pass per kernel tap: far faster than reducing a strided window view
     taps = (padded[tap] for _, tap in window_slices(window))
-    total = next(taps).astype(_accumulator(kind, y.dtype))
+    total = next(taps).astype(_accumulator(kind, y.dtype, ctx.safe_accumulation))
     if kind == 'lp':
         total **= p
     for values in taps:
@@ -142,14 +146,16 @@ def _pool(attrs, x, y, window, ctx):
     y[...] = _signed_root(xp, total, p) if kind == 'lp' else total
 
 
-def _accumulator(kind, dtype):
+def _accumulator(kind, dtype, safe):
     if kind == 'max':
         return dtype
-    return accumulation_dtype(dtype) if dtype.kind == 'f' else np.dtype(np.float64)
+    return accumulation_dtype(dtype, safe) if dtype.kind == 'f' else np.dtype(np.float64)
 
 
 def _backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, out); max pooling routes each gradient to the first maximum."""
+    if onednn_provider.pooling_backward(attrs, ins[0], ins[1], outs[0]):
+        return
     xp, layout = ctx.xp, attrs['layout']
     dy, x, y = (channel_first(xp, a, layout) for a in ins)
     dx = channel_first(xp, outs[0], layout)

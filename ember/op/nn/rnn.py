@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ember.op.nn import onednn_provider
 from ember.op.nn._common import assign_shape, outputs_of, typed_like_first
 from ember.op.nn.activation import sigmoid
 from ember.op.registry import (
@@ -311,6 +312,10 @@ def _kernel(attrs, ins, outs, ctx):
             masks[...] = (draws < keep) / keep if keep > 0 else 0
         else:
             masks.fill(1)
+    if (masks is None or not ctx.is_train) and onednn_provider.rnn_forward(
+            attrs, given.data, given.params, given.state, given.state_cell,
+            *outs[:1 + _num_states(attrs)]):
+        return
     output, hy, cy, _ = _run(attrs, xp, given, masks)
     outs[0][...] = output
     outs[1][...] = xp.stack(hy)

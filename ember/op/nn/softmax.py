@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.op.nn import onednn_provider
 from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis
 from ember.op.registry import Param, p_bool, p_dtype, p_float, p_int, p_optional, register
 
@@ -57,9 +58,10 @@ def _tail_mask(xp, attrs, shape, length):
     return positions >= xp.expand_dims(length, axis)
 
 
-def softmax_of(xp, x, axis, log=False, temperature=None, mask=None, dtype=None):
-    """softmax (or log_softmax) of `x` along `axis`; masked positions give 0."""
-    z = x.astype(accumulation_dtype(dtype or x.dtype), copy=False)
+def softmax_of(xp, x, axis, log=False, temperature=None, mask=None, dtype=None, safe=None):
+    """softmax (or log_softmax) of `x` along `axis`; masked positions give 0. `safe` is the
+    call's ``MXNET_SAFE_ACCUMULATION`` (``ctx.safe_accumulation``; None reads it now)."""
+    z = x.astype(accumulation_dtype(dtype or x.dtype, safe), copy=False)
     if temperature is not None and temperature != 1:
         z = z / temperature
     if mask is not None:
@@ -77,10 +79,12 @@ def softmax_of(xp, x, axis, log=False, temperature=None, mask=None, dtype=None):
 
 def _kernel_for(log, negate):
     def kernel(attrs, ins, outs, ctx):
-        xp, x = ctx.xp, ins[0]
+        xp, x, safe = ctx.xp, ins[0], ctx.safe_accumulation
+        if not negate and onednn_provider.softmax_forward(attrs, x, outs[0], log, safe):
+            return
         mask = _tail_mask(xp, attrs, x.shape, ins[1] if attrs['use_length'] else None)
         outs[0][...] = softmax_of(xp, -x if negate else x, attrs['axis'], log,
-                                  attrs['temperature'], mask, outs[0].dtype)
+                                  attrs['temperature'], mask, outs[0].dtype, safe)
     return kernel
 
 
@@ -88,6 +92,8 @@ def _backward_kernel_for(log, negate):
     def kernel(attrs, ins, outs, ctx):
         """Inputs (out_grad, output[, length][, data])."""
         xp, (dy, y), axis = ctx.xp, ins[:2], attrs['axis']
+        if not negate and onednn_provider.softmax_backward(attrs, dy, y, outs[0], log):
+            return
         mask = _tail_mask(xp, attrs, y.shape, ins[2] if attrs['use_length'] else None)
         if mask is not None:
             dy = xp.where(mask, 0, dy)
