@@ -435,9 +435,9 @@ str_var('MXNET_GLUON_REPO', 'https://apache-mxnet.s3-accelerate.dualstack.amazon
         'Where pretrained weights and datasets are fetched from (a URL or a local directory).',
         'environment', 'gluon', accepts='a URL or a directory path')
 bool_var('MXNET_MKLDNN_ENABLED', True, 'Use the oneDNN kernels where the library is available.',
-         _OPS, 'op', cache_key=True, status=KERNELS)
+         _OPS, 'op', cache_key=True)
 int_var('MXNET_MKLDNN_CACHE_NUM', -1, 'Most oneDNN primitives kept in the cache (-1 unbounded).',
-        _OPS, 'op', low=-1, status=KERNELS)
+        _OPS, 'op', low=-1)
 bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms (BLAS on one '
          'thread from engine start-up); fail where none exists.', _OPS, 'op', cache_key=True)
 int_var('MXNET_CPU_PARALLEL_SIZE', 200000, 'Elements from which an element-wise kernel is split '
@@ -466,7 +466,7 @@ bool_var('MXNET_FUSION_VERBOSE', False, 'Print the code generated for fused oper
 bool_var('MXNET_ELIMINATE_COMMON_EXPR', True, 'Merge graph nodes that compute the same operator '
          'on the same inputs.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_USE_MKLDNN_RNN', True, 'Run the fused RNN operator with oneDNN on the CPU.',
-         _OPS, 'op', cache_key=True, status=KERNELS)
+         _OPS, 'op', cache_key=True)
 
 # Operator tuning
 str_var('MXNET_USE_OPERATOR_TUNING', (lambda get: get('MXNET_ENABLE_OPERATOR_TUNING')),

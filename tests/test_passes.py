@@ -195,7 +195,8 @@ def test_convolution_add_relu_fuse_into_one_node():
     node = fused.nodes[-1]
     assert node.attrs['with_sum'] and node.attrs['act_type'] == 'relu' and node.name == 'out'
     assert registry.get('_sg_conv').inplace_pairs(node.attrs) == ((3, 0),)
-    assert_same_results(graph, fused, random_inputs(graph, {'data': (2, 3, 5, 5)}))
+    # oneDNN adds the residual inside the convolution's accumulation: rounding may differ
+    assert_same_results(graph, fused, random_inputs(graph, {'data': (2, 3, 5, 5)}), exact=False)
 
 
 def test_broadcast_add_fuses_only_with_equal_known_shapes():
