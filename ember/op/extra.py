@@ -101,7 +101,7 @@ def _l2_infer(attrs, in_shapes):
 def _l2_kernel(attrs, ins, outs, ctx):
     xp, x = ctx.xp, ins[0]
     axes = l2_axes(attrs['mode'], x.ndim)
-    wide = x.astype(accumulation_dtype(x.dtype), copy=False)
+    wide = x.astype(accumulation_dtype(x.dtype, ctx.safe_accumulation), copy=False)
     norm = xp.sqrt((wide * wide).sum(axis=axes, keepdims=True) + attrs['eps'])
     outs[0][...] = wide / norm
     outs[1][...] = norm.reshape(outs[1].shape)
@@ -139,7 +139,7 @@ def _moments_infer(attrs, in_shapes):
 def _moments_kernel(attrs, ins, outs, ctx):
     x = ins[0]
     axes = reduce_axes(attrs['axes'], x.ndim)
-    wide = x.astype(accumulation_dtype(x.dtype), copy=False)
+    wide = x.astype(accumulation_dtype(x.dtype, ctx.safe_accumulation), copy=False)
     mean = wide.mean(axis=axes, keepdims=True)
     centered = wide - mean
     outs[0][...] = mean.reshape(outs[0].shape)
@@ -175,7 +175,8 @@ def _nan_reduce_kernel(name):
         x = ins[0]
         axes = reduce_axes(attrs['axis'], x.ndim, attrs['exclude'])
         target = outs[0].reshape(keepdims_shape(x.shape, axes))
-        dtype = accumulation_dtype(x.dtype) if x.dtype.kind == 'f' else None
+        floating = x.dtype.kind == 'f'
+        dtype = accumulation_dtype(x.dtype, ctx.safe_accumulation) if floating else None
         target[...] = getattr(ctx.xp, name)(x, axis=axes, keepdims=True, dtype=dtype)
     return kernel
 
@@ -218,8 +219,8 @@ def _sce_infer(attrs, in_shapes):
     return in_shapes, [(1,)]
 
 
-def _log_probabilities(xp, x):
-    wide = x.astype(accumulation_dtype(x.dtype), copy=False)
+def _log_probabilities(xp, x, safe):
+    wide = x.astype(accumulation_dtype(x.dtype, safe), copy=False)
     shifted = wide - wide.max(axis=1, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
 
@@ -231,7 +232,7 @@ def _class_index(xp, label, classes):
 
 def _sce_kernel(attrs, ins, outs, ctx):
     xp, (data, label) = ctx.xp, ins
-    log_prob = _log_probabilities(xp, data)
+    log_prob = _log_probabilities(xp, data, ctx.safe_accumulation)
     index = _class_index(xp, label, data.shape[1])
     outs[0][...] = -log_prob[xp.arange(data.shape[0]), index].sum()
 
@@ -239,7 +240,7 @@ def _sce_kernel(attrs, ins, outs, ctx):
 def _sce_backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, label): (softmax(data) - onehot(label)) * out_grad."""
     xp, (grad, data, label) = ctx.xp, ins
-    prob = xp.exp(_log_probabilities(xp, data))
+    prob = xp.exp(_log_probabilities(xp, data, ctx.safe_accumulation))
     prob[xp.arange(data.shape[0]), _class_index(xp, label, data.shape[1])] -= 1
     outs[0][...] = prob * grad.reshape(())
 

@@ -197,10 +197,10 @@ def _shifted_left(xp, array, by, fill):
     return out
 
 
-def _prepare(xp, attrs, ins):
+def _prepare(xp, attrs, ins, safe):
     """Log-probabilities (T, N, C), state emissions (T, N, S), states, skips and lengths."""
     data, label = ins[0], ins[1]
-    dtype = accumulation_dtype(data.dtype)
+    dtype = accumulation_dtype(data.dtype, safe)
     data_lengths, label_lengths = _lengths(xp, attrs, ins)
     states, skip = _extended_labels(xp, attrs, label, label_lengths, data.shape[2])
     logp = _log_softmax(xp, data, dtype)
@@ -211,15 +211,16 @@ def _prepare(xp, attrs, ins):
 
 def _kernel(attrs, ins, outs, ctx):
     xp = ctx.xp
-    _, emit, states, skip, data_lengths, label_lengths = _prepare(xp, attrs, ins)
+    _, emit, states, skip, data_lengths, label_lengths = _prepare(
+        xp, attrs, ins, ctx.safe_accumulation)
     alpha = _alphas(xp, emit, skip, data_lengths)
     final = _final_states(xp, label_lengths, states.shape[1])
     outs[0][...] = -_log_likelihood(xp, alpha[-1], final)
 
 
-def _data_gradient(xp, attrs, ins):
+def _data_gradient(xp, attrs, ins, safe):
     """d loss / d data (T, N, C): softmax minus the posterior of each class at each step."""
-    logp, emit, states, skip, data_lengths, label_lengths = _prepare(xp, attrs, ins)
+    logp, emit, states, skip, data_lengths, label_lengths = _prepare(xp, attrs, ins, safe)
     final = _final_states(xp, label_lengths, states.shape[1])
     alpha = _alphas(xp, emit, skip, data_lengths)
     log_likelihood = _log_likelihood(xp, alpha[-1], final)
@@ -238,7 +239,7 @@ def _data_gradient(xp, attrs, ins):
 def _backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, label, [data_lengths], [label_lengths]) -> data gradient."""
     head, rest = ins[0], ins[1:]
-    grad = _data_gradient(ctx.xp, attrs, rest)
+    grad = _data_gradient(ctx.xp, attrs, rest, ctx.safe_accumulation)
     outs[0][...] = grad * head.astype(grad.dtype)[None, :, None]
 
 

@@ -59,7 +59,7 @@ def _class_view(attrs, array):
 
 def _softmax_output_kernel(attrs, ins, outs, ctx):
     x, axis = _class_view(attrs, ins[0])
-    outs[0][...] = softmax_of(ctx.xp, x, axis).reshape(outs[0].shape)
+    outs[0][...] = softmax_of(ctx.xp, x, axis, safe=ctx.safe_accumulation).reshape(outs[0].shape)
 
 
 def _softmax_output_backward_kernel(attrs, ins, outs, ctx):
