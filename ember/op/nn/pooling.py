@@ -77,7 +77,8 @@ def _infer(attrs, in_shapes):
 def _pad_value(pool_type, dtype):
     if pool_type != 'max':
         return 0
-    return -np.inf if dtype.kind == 'f' else np.iinfo(dtype).min
+    # bfloat16 (ml_dtypes) is a floating type NumPy reports as kind 'V'
+    return np.iinfo(dtype).min if dtype.kind in 'iu' else -np.inf
 
 
 def _divisor(attrs, window, xp, dtype):
