@@ -98,3 +98,19 @@ def test_shapes_and_dtypes_of_the_backward_graph_are_inferred():
     grads = full.outputs[1:]
     assert [shapes[full.entry_id(e)] for e in grads] == [(2, 3), (5, 3), (5,)]
     assert {dtypes[full.entry_id(e)].name for e in grads} == {'float16'}
+
+
+def test_same_shape_reductions_are_dropped_when_shapes_are_known():
+    a, b, bias = mx.sym.var('a'), mx.sym.var('b'), mx.sym.var('bias')
+    net = mx.sym.broadcast_add(mx.sym.broadcast_add(a, b), bias, name='out')
+    shapes = {'a': (2, 3), 'b': (2, 3), 'bias': (1, 3)}
+    graph = gradient.run(infer_shape.run(net.to_graph(), shapes))
+    reductions = [n for n in graph.nodes if n.op is not None and n.op.name == '_reduce_to_shape']
+    # a and b have the output's shape: their gradients are the head gradient itself;
+    # the broadcast bias still sums over the batch
+    assert [graph.nodes[n.inputs[1].node].name for n in reductions] == ['bias']
+    forward = {graph.entry_id(e) for e in graph.outputs[1:]}
+    assert len(forward) == 2              # a's and b's gradient are one entry
+    unshaped = gradient.run(net.to_graph())
+    assert sum(n.op is not None and n.op.name == '_reduce_to_shape'
+               for n in unshaped.nodes) == 4

@@ -145,7 +145,10 @@ def test_entries_sharing_a_buffer_are_never_alive_together(overrides):
     for sid, (offset, size) in enumerate(zip(plan.offsets, plan.sizes)):
         assert offset % ALIGNMENT == 0
         assert sid + 1 == len(plan.offsets) or offset + size <= plan.offsets[sid + 1]
-    assert plan.planned_bytes * 2 <= plan.entry_bytes
+    # sharing saves a good part of what a buffer per entry would take
+    unshared = plan_of(graph, NNVM_EXEC_MATCH_RANGE=0, MXNET_EXEC_ENABLE_INPLACE=False)
+    assert unshared.planned_bytes >= plan.entry_bytes
+    assert plan.planned_bytes * 1.5 <= unshared.planned_bytes
 
 
 def test_planning_runs_nothing():

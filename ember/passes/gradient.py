@@ -22,11 +22,13 @@ runs ``nodes[:num_forward_nodes]`` in forward and the rest in backward.
 """
 from __future__ import annotations
 
+import ast
 import logging
 from dataclasses import dataclass
 
 from ember import symbol as F
 from ember.base import EmberError
+from ember.passes._rewrite import Rewriter
 from ember.symbol.graph import Entry, prune
 from ember.symbol.infer import FLAG_OF_TYPE, infer_shapes, infer_types
 from ember.symbol.name import NameManager
@@ -100,9 +102,42 @@ def run(graph, wrt=None, grad_req='write'):
                         tuple((i, name) for i, name in head_vars if name in present))
     # 'num_forward_outputs' is what the mirror pass reads.
     full = full.replace(attrs={'gradient': info, 'num_forward_outputs': info.num_forward_outputs})
+    full = _without_identity_reductions(full, graph)
     _log.debug('gradient: %d forward nodes, %d backward nodes, %d gradients',
                info.num_forward_nodes, len(full.nodes) - info.num_forward_nodes, len(wanted))
     return full
+
+
+def _without_identity_reductions(full, forward):
+    """`full` without the ``_reduce_to_shape`` nodes whose gradient already has the shape it
+    is reduced to (a same-shape residual add): they would copy it, and reading the forward
+    value only for its shape would keep that value alive through the backward pass."""
+    if 'shape' not in forward.attrs:
+        return full
+    known = _variable_values(forward, forward.attrs['shape'])
+    known.update({full.nodes[i].name: _declared_shape(full.nodes[i]) for i in full.arg_nodes
+                  if full.nodes[i].name not in known})
+    shapes = infer_shapes(full, {k: v for k, v in known.items() if v is not None})
+    identities = {position for position, node in enumerate(full.nodes)
+                  if node.op is not None and node.op.name == '_reduce_to_shape'
+                  and shapes[full.entry_id(node.inputs[0])] is not None
+                  and shapes[full.entry_id(node.inputs[0])]
+                  == shapes[full.entry_id(node.inputs[1])]}
+    if not identities:
+        return full
+    rewriter = Rewriter(full)
+    for position, node in enumerate(full.nodes):
+        if position in identities:
+            rewriter.alias(Entry(position, 0), rewriter.new(node.inputs[0]))
+        else:
+            rewriter.copy(position)
+    _log.debug('gradient: %d same-shape reductions dropped', len(identities))
+    return rewriter.finish()
+
+
+def _declared_shape(node):
+    text = node.attr_text.get('__shape__') if node.attr_text else None
+    return None if text is None else tuple(ast.literal_eval(text))
 
 
 def _pruned(graph):
