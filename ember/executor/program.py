@@ -126,7 +126,10 @@ class Program:
         graph, plan = self.graph, self._plan
         shapes, dtypes = graph.attrs['shape'], graph.attrs['dtype']
         new_var = engine.get().new_var
-        buffer_vars = [new_var() for _ in plan.sizes]
+        # buffers laid out over the same addresses share a variable, so their users run in order
+        group_vars = {group: new_var() for group in set(plan.groups)}
+        buffer_vars = [group_vars[group] for group in plan.groups] if plan.groups \
+            else [new_var() for _ in plan.sizes]
         arrays = []
         for eid in range(graph.num_entries):
             sid = plan.storage[eid]

