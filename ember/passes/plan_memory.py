@@ -20,8 +20,8 @@ overlaps no buffer that is alive at the same time (a buffer is alive from the fi
 an entry it holds to the last read of one). Buffers that share addresses are never alive
 together; they share one engine variable (``MemoryPlan.groups``), so that the engine also runs
 their users in order. Reuse by matching sizes alone leaves gaps (a large buffer idle while
-small ones come and go); the layout fills them: resnet50_v1 training at batch 16 needs 1.4 GB
-planned buffer by buffer and about 1.1 GB laid out.
+small ones come and go); the layout fills them: resnet50_v1 training at batch 16 needs 1.42 GB
+planned buffer by buffer and 1.28 GB laid out.
 
 >>> from ember import symbol as sym
 >>> from ember.passes import infer_shape, infer_type, plan_memory
