@@ -21,10 +21,15 @@ class NumpyBackend:
     xp = np
     kind = 'cpu'
     oom_errors = (MemoryError,)
+    zeroed = True       # alloc's buffers read as zeros
 
     def alloc(self, nbytes: int) -> np.ndarray:
-        """A flat uint8 array of `nbytes` whose first byte is 64-byte aligned."""
-        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        """A flat uint8 array of zeros, `nbytes` long, whose first byte is 64-byte aligned.
+
+        Zeros through calloc: a large buffer is mapped from the system untouched, so it takes
+        no physical memory until written, and an array of zeros made on it needs no fill (a
+        model's gradient arrays cost nothing until a backward pass writes them)."""
+        raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
         start = -raw.ctypes.data % ALIGNMENT
         return raw[start:][:nbytes]  # in two steps: NumPy keeps an empty slice at the base
 

@@ -67,6 +67,11 @@ def _constant(op_name, shape, ctx, dtype, out, **extra):
     attrs = {'shape': _shape(shape), 'ctx': None, 'dtype': dtype_of(dtype)}
     attrs.update(extra)
     device = out.context if out is not None else parse_device(ctx)
+    if op_name == '_zeros' and out is None:
+        array = _empty(attrs['shape'], device, attrs['dtype'] or np.float32)
+        if array._handle.zeroed:
+            return array        # fresh from the system: already zeros, pages left untouched
+        out = array
     result = invoke(registry.get(op_name), [], attrs, out=None if out is None else [out],
                     device=device)
     return result[0]

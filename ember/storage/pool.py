@@ -87,16 +87,19 @@ class Handle:
     """A buffer on loan from a pool. ``release()`` or garbage collection returns it.
 
     ``buffer`` is a flat uint8 array of ``size`` bytes (the pooled size, at least ``nbytes``).
-    Whoever keeps a view of the buffer must keep the handle alive as long.
+    Whoever keeps a view of the buffer must keep the handle alive as long. ``zeroed`` says
+    the buffer came straight from a backend whose allocations read as zeros (not from the
+    pool's cache): until something writes it, it holds zeros.
     """
 
-    __slots__ = ('buffer', 'nbytes', 'size', 'device', '_pool')
+    __slots__ = ('buffer', 'nbytes', 'size', 'device', 'zeroed', '_pool')
 
-    def __init__(self, buffer, nbytes, size, pool):
+    def __init__(self, buffer, nbytes, size, pool, zeroed=False):
         self.buffer = buffer
         self.nbytes = nbytes
         self.size = size
         self.device = pool.device
+        self.zeroed = zeroed
         self._pool = pool
 
     def release(self, cache: bool = True) -> None:
@@ -181,12 +184,13 @@ class Pool:
                     self._peak = in_use
             else:
                 buffer = None
+        zeroed = buffer is None and getattr(self._backend, 'zeroed', False)
         if buffer is None:
             buffer = self._system_alloc(nbytes, size)
         profiler = self._profiler
         if profiler is not None and profiler.memory_enabled():
             self._record()
-        return Handle(buffer, nbytes, size, self)
+        return Handle(buffer, nbytes, size, self, zeroed)
 
     def _size_of(self, nbytes):
         """The pooled size of a request, remembered for alloc's dict lookup (cheaper than
