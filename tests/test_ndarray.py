@@ -348,3 +348,18 @@ def test_record_hook_sees_every_operator(monkeypatch):
     _ = nd.split(a, num_outputs=3)
     assert seen == [('_plus_scalar', 1, 1), ('broadcast_mul', 2, 1), ('Reshape', 1, 1),
                     ('SliceChannel', 1, 3)]
+
+
+def test_zeros_on_fresh_memory_need_no_fill():
+    from ember import engine
+    storage.manager(device.cpu()).empty_cache()
+    before = engine.get().stats()['pushes']
+    fresh = nd_facade.zeros((300, 300))          # straight from the system: no fill pushed
+    assert fresh._handle.zeroed and engine.get().stats()['pushes'] == before
+    assert fresh.asnumpy().sum() == 0
+    dirty = nd_facade.ones((500, 500))
+    dirty.wait_to_read()
+    del dirty                               # its buffer goes back to the pool's cache
+    reused = nd_facade.zeros((500, 500))
+    assert not reused._handle.zeroed
+    assert np.count_nonzero(reused.asnumpy()) == 0
