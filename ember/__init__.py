@@ -5,18 +5,35 @@
 18.0
 """
 import importlib as _importlib
+import sys as _sys
 
 from ember import config
-from ember import base, device
-from ember.base import EmberError, MXNetError
-from ember.device import Context, Device, cpu, cpu_pinned, current_context, gpu
-from ember import context, engine, profiler, storage
-from ember import op  # noqa: F401  (registers every operator)
-from ember import nd, ndarray, random
-from ember import autograd
-from ember import operator  # noqa: F401  (installs mx.nd.Custom)
-from ember import initializer, lr_scheduler, metric
-from ember import initializer as init
+
+
+def _set_openblas_timeout():
+    """OpenBLAS reads OPENBLAS_THREAD_TIMEOUT once, when NumPy loads it: set it before anything
+    below imports NumPy, so its threads stop spinning on cores that oneDNN needs next."""
+    if 'numpy' in _sys.modules:
+        import logging
+        logging.getLogger(__name__).debug(
+            'OPENBLAS_THREAD_TIMEOUT: NumPy was imported before Ember, so OpenBLAS keeps the '
+            'timeout it loaded with')
+    else:
+        config.set_native_default('OPENBLAS_THREAD_TIMEOUT')
+
+
+_set_openblas_timeout()
+
+from ember import base, device  # noqa: E402  (after the native-library defaults)
+from ember.base import EmberError, MXNetError  # noqa: E402
+from ember.device import Context, Device, cpu, cpu_pinned, current_context, gpu  # noqa: E402
+from ember import context, engine, profiler, storage  # noqa: E402
+from ember import op  # noqa: E402,F401  (registers every operator)
+from ember import nd, ndarray, random  # noqa: E402
+from ember import autograd  # noqa: E402
+from ember import operator  # noqa: E402,F401  (installs mx.nd.Custom)
+from ember import initializer, lr_scheduler, metric  # noqa: E402
+from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',

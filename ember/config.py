@@ -286,7 +286,8 @@ str_var('MXNET_LIBRARY_PATH', None, 'Path of the native kernel library to load (
 str_var('MXNET_HOME', '~/.mxnet', 'Data directory for downloaded model weights and datasets.',
         'environment', 'gluon', kind='path', accepts='a directory path')
 int_var('OMP_NUM_THREADS', None, 'Threads of the BLAS and oneDNN kernels inside one operator; '
-        'unset means every core this process may use.', _THREADS, 'engine', low=1,
+        'unset means the cores this process may use, shared among the '
+        'MXNET_CPU_WORKER_NTHREADS workers.', _THREADS, 'engine', low=1,
         read='startup', default_doc='all available cores')
 str_var('KMP_AFFINITY', None, 'Pin engine worker threads to cores, Intel-style '
         "(e.g. 'granularity=fine,compact,1,0').", _THREADS, 'engine', kind='affinity',
@@ -441,7 +442,8 @@ int_var('MXNET_MKLDNN_CACHE_NUM', -1, 'Most oneDNN primitives kept in the cache 
 bool_var('MXNET_ENFORCE_DETERMINISM', False, 'Only bit-reproducible algorithms (BLAS on one '
          'thread from engine start-up); fail where none exists.', _OPS, 'op', cache_key=True)
 int_var('MXNET_CPU_PARALLEL_SIZE', 200000, 'Elements from which an element-wise kernel is split '
-        'across the worker threads.', _OPS, 'engine', low=1)
+        'across the worker threads, for dtypes the operator tuner does not tune.', _OPS,
+        'engine', low=1)
 int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer operation '
         '(read when an optimizer is created).', _OPS, 'optimizer', low=1, high=60)
 int_var('MXNET_CPU_TEMP_COPY', 4, 'Temporary workspaces on the CPU, handed out round-robin.',
@@ -471,16 +473,16 @@ bool_var('MXNET_USE_MKLDNN_RNN', True, 'Run the fused RNN operator with oneDNN o
 # Operator tuning
 str_var('MXNET_USE_OPERATOR_TUNING', (lambda get: get('MXNET_ENABLE_OPERATOR_TUNING')),
         'Which dtypes the operator tuner measures: 0 none, 1 all, or a list of dtypes.',
-        _TUNING, 'op', kind='tuning', parse=_parse_tuning, read='startup', status=KERNELS,
+        _TUNING, 'op', kind='tuning', parse=_parse_tuning, read='startup',
         default_doc='value of MXNET_ENABLE_OPERATOR_TUNING',
         accepts='0, 1 or a comma-separated list of dtypes')
 str_var('MXNET_ENABLE_OPERATOR_TUNING', TUNING_DTYPES, 'Measure per operator and dtype whether '
         'splitting across threads pays: 0 none, 1 all, or a list of dtypes.', _TUNING, 'op',
-        kind='tuning', parse=_parse_tuning, read='startup', status=KERNELS,
+        kind='tuning', parse=_parse_tuning, read='startup',
         default_doc='1 (all dtypes)', accepts='0, 1 or a comma-separated list of dtypes')
 int_var('MXNET_USE_NUM_CORES_OPERATOR_TUNING', None, 'Cores the operator tuner assumes (unset: '
-        'all available).', _TUNING, 'op', low=1, read='startup', status=KERNELS,
-        default_doc='all available cores')
+        'all available).', _TUNING, 'op', low=1, read='startup',
+        default_doc='the threads of one operator')
 
 # Graph compiler (PyTorch Neuron's controls)
 str_var('NEURON_CC_FLAGS', (), 'Graph-compiler flags (optimisation level, casting, cache '
@@ -666,7 +668,7 @@ def unregister_reset(owner: str, hook: Callable[[], None]) -> None:
         del _reset_hooks[owner]
 
 
-_TEXT_CHECKED = ('int', 'float', 'bool', 'enum')
+_TEXT_CHECKED = ('int', 'float', 'bool', 'enum', 'tuning')
 
 
 def _checked_value(var: Var, value: Any) -> Any:
@@ -850,6 +852,57 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Variables of other libraries that Ember sets for itself.
+
+@dataclass(frozen=True)
+class NativeDefault:
+    """A native library's variable that Ember sets when the user has not: `value` goes into
+    the environment before `library` loads (it reads the variable once, then), unless the user
+    set `name` or one of the variables in `yields_to`."""
+
+    name: str
+    value: str
+    library: str
+    why: str
+    yields_to: tuple = ()
+
+
+NATIVE_DEFAULTS = (
+    NativeDefault('OPENBLAS_THREAD_TIMEOUT', '4', "NumPy's OpenBLAS (pthreads)",
+                  'its threads sleep soon after a GEMM instead of spinning for ~0.1 s on the '
+                  'cores that oneDNN and the kernel pool need next (up to 25x slower small '
+                  'operators)'),
+    NativeDefault('GOMP_SPINCOUNT', '10000', "libgomp, oneDNN's OpenMP runtime",
+                  'its threads spin 10k iterations after a primitive instead of 300k, giving '
+                  'the cores back to OpenBLAS and NumPy kernels between oneDNN calls',
+                  yields_to=('OMP_WAIT_POLICY',)),
+)
+_NATIVE_DEFAULTS = {default.name: default for default in NATIVE_DEFAULTS}
+
+
+def set_native_default(name: str) -> bool:
+    """Put Ember's value of the native library variable `name` (see ``NATIVE_DEFAULTS``) into
+    this process's environment unless the user set it, or a variable it yields to; return
+    whether it was set. Libraries read these once, when they load: call it before.
+
+    >>> [default.name for default in NATIVE_DEFAULTS]
+    ['OPENBLAS_THREAD_TIMEOUT', 'GOMP_SPINCOUNT']
+    >>> set_native_default('OMP_NUM_THREADS')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    KeyError: 'OMP_NUM_THREADS is not a native variable Ember sets; expected one of ...'
+    """
+    default = _NATIVE_DEFAULTS.get(name)
+    if default is None:
+        raise KeyError(f'{name} is not a native variable Ember sets; expected one of '
+                       f'{", ".join(_NATIVE_DEFAULTS)}')
+    if any(os.environ.get(taken, '').strip() for taken in (name,) + default.yields_to):
+        return False
+    os.environ[name] = default.value
+    return True
 
 
 warn_unknown()

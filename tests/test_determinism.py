@@ -81,7 +81,8 @@ print(json.dumps({
 def run_network(workers, threads, determinism=True, pin_blas=False):
     environ = config.child_environ(MXNET_ENFORCE_DETERMINISM=determinism,
                                    MXNET_CPU_WORKER_NTHREADS=workers, OMP_NUM_THREADS=threads,
-                                   MXNET_CPU_PARALLEL_SIZE=1000, MXNET_ENGINE_TYPE=None,
+                                   MXNET_CPU_PARALLEL_SIZE=1000, MXNET_USE_OPERATOR_TUNING='0',
+                                   MXNET_ENGINE_TYPE=None,
                                    PYTHONPATH=str(ROOT))
     argv = [sys.executable, '-c', CHILD] + (['pin-blas'] if pin_blas else [])
     done = subprocess.run(argv, env=environ, capture_output=True,

@@ -144,13 +144,15 @@ def test_large_elementwise_ops_split_across_threads(monkeypatch):
     calls = []
     real = engine.parallel_for
 
-    def spy(n, fn):
+    def spy(n, fn, split=None):
         pieces = []
-        real(n, lambda start, stop: (pieces.append((start, stop)), fn(start, stop)))
+        real(n, lambda start, stop: (pieces.append((start, stop)), fn(start, stop)), split)
         calls.append(sorted(pieces))
     monkeypatch.setattr(engine, 'parallel_for', spy)
     x = values((40, 50))
-    with config.override(MXNET_CPU_PARALLEL_SIZE=2000, OMP_NUM_THREADS=4):
+    # the size threshold, as for dtypes the operator tuner does not tune
+    with config.override(MXNET_CPU_PARALLEL_SIZE=2000, OMP_NUM_THREADS=4,
+                         MXNET_USE_OPERATOR_TUNING='0'):
         big = (nd.array(x) + 1).asnumpy()
         broadcast = (nd.array(x) * nd.array(x[0])).asnumpy()
         assert len(calls) == 2

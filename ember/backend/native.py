@@ -4,6 +4,11 @@
 use. Without it the wheel's lib directory is searched; when the wheel is absent ``onednn()``
 returns None and ``onednn_status()`` says why, so importing Ember never fails for lack of it.
 
+Before the library loads (and with it libgomp, which reads its variables once, then),
+``GOMP_SPINCOUNT`` gets Ember's value (``config.set_native_default``) unless the user set it or
+``OMP_WAIT_POLICY``: after each primitive libgomp's threads would otherwise spin 300000
+iterations on the cores that NumPy's OpenBLAS threads and Ember's kernel pool need next.
+
 >>> from ember.backend import native
 >>> lib = native.onednn()
 >>> (lib is None) == (native.dnnl_version() is None)
@@ -16,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import importlib.metadata
+import logging
 import os
 import site
 import sys
@@ -28,6 +34,7 @@ from ember.base import EmberError
 __all__ = ['onednn', 'onednn_status', 'dnnl_version', 'library_path', 'reset']
 
 WHEEL = 'onednn-cpu-gomp'
+_log = logging.getLogger(__name__)
 _INSTALL_HINT = f'pip install {WHEEL}==2023.2.0 (the "onednn" extra of ember)'
 
 
@@ -131,6 +138,7 @@ def _error(message: str) -> _Loaded:
 
 
 def _open(path: str):
+    _quiet_openmp_spinning()
     library = ctypes.CDLL(path)
     version_fn = library.dnnl_version  # AttributeError when the symbol is missing
     version_fn.restype = ctypes.POINTER(_DnnlVersion)
@@ -170,3 +178,26 @@ def _wheel_dirs() -> list[str]:
         return []
     libs = [f for f in dist.files or [] if f.name.startswith('libdnnl.so')]
     return [os.path.dirname(os.path.realpath(dist.locate_file(f))) for f in libs]
+
+
+# ----------------------------------------------------------------------------------------------
+# libgomp's spinning, set before it loads.
+
+_LIBGOMP = 'libgomp.so.1'
+
+
+def _quiet_openmp_spinning() -> None:
+    if _is_loaded(_LIBGOMP):
+        _log.debug('GOMP_SPINCOUNT: %s was loaded before oneDNN, so it keeps the spin count '
+                   'it started with', _LIBGOMP)
+    elif config.set_native_default('GOMP_SPINCOUNT'):
+        _log.debug('GOMP_SPINCOUNT set before loading oneDNN')
+
+
+def _is_loaded(soname: str) -> bool:
+    """Whether the process has loaded `soname` already (RTLD_NOLOAD loads nothing)."""
+    try:
+        ctypes.CDLL(soname, mode=os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    return True

@@ -3,9 +3,14 @@
 ``OMP_NUM_THREADS`` sizes the kernel pool and limits the BLAS/OpenMP libraries (through
 threadpoolctl); ``KMP_AFFINITY`` pins the engine's CPU workers and the kernel pool's threads to
 cores, the way Intel's OpenMP pins its team.
+
+Unless the user sets ``OMP_NUM_THREADS``, the threads of one operator times the engine's CPU
+workers never exceed the cores: each of ``MXNET_CPU_WORKER_NTHREADS`` workers gets an equal
+share (all cores with the default single worker; MXNet would use half of them).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -13,16 +18,29 @@ from queue import SimpleQueue
 
 from ember import config
 
-__all__ = ['kernel_threads', 'parallel_for', 'Affinity', 'affinity_from_config']
+__all__ = ['kernel_threads', 'cpu_workers', 'parallel_for', 'in_parallel_region',
+           'serial_region', 'blas_limits', 'kernel_pool', 'Affinity', 'affinity_from_config']
 
 
 def kernel_threads() -> int:
-    """Threads one operator may use: ``OMP_NUM_THREADS``, else every core of the process.
+    """Threads one operator may use: ``OMP_NUM_THREADS``, else the cores of the process
+    divided among the engine's CPU workers (all of them for one worker).
 
     >>> kernel_threads() >= 1
     True
     """
-    return config.get('OMP_NUM_THREADS') or config.cpu_count()
+    asked = config.get('OMP_NUM_THREADS')
+    if asked is not None:
+        return asked
+    return max(1, config.cpu_count() // cpu_workers())
+
+
+def cpu_workers() -> int:
+    """Engine threads that may run CPU operators at once (the NaiveEngine runs them on the
+    pushing thread)."""
+    if config.get('MXNET_ENGINE_TYPE') == 'NaiveEngine':
+        return 1
+    return config.get('MXNET_CPU_WORKER_NTHREADS')
 
 
 @dataclass(frozen=True)
@@ -60,7 +78,10 @@ def pin_current_thread(core: int) -> None:
 
 
 class BlasLimit:
-    """Limits the BLAS and OpenMP thread pools to ``OMP_NUM_THREADS`` while an engine runs.
+    """Sets the BLAS and OpenMP thread pools to ``OMP_NUM_THREADS`` while an engine runs;
+    without it, lowers any pool above :func:`kernel_threads` to that (several engine workers
+    each running a GEMM on every core would oversubscribe them), leaving smaller pools (a
+    user's ``OPENBLAS_NUM_THREADS``) as they are.
 
     Under ``MXNET_ENFORCE_DETERMINISM`` they get one thread: OpenBLAS splits a GEMM's sums by
     thread count, so other counts give other bits.
@@ -68,17 +89,32 @@ class BlasLimit:
 
     def __init__(self):
         self._limits = None
-        threads = config.get('OMP_NUM_THREADS')
-        if config.get('MXNET_ENFORCE_DETERMINISM'):
-            threads = 1
-        if threads is not None:
+        limits = blas_limits()
+        if limits is not None:
             from threadpoolctl import threadpool_limits
-            self._limits = threadpool_limits(limits=threads)
+            self._limits = threadpool_limits(limits=limits)
 
     def restore(self) -> None:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+def blas_limits(pools: list | None = None):
+    """What :class:`BlasLimit` passes to threadpoolctl: a thread count for every pool, a dict
+    of library prefix -> count for the pools to lower, or None to change nothing. `pools`
+    are threadpoolctl's ``threadpool_info()`` records (read when not given)."""
+    if config.get('MXNET_ENFORCE_DETERMINISM'):
+        return 1
+    asked = config.get('OMP_NUM_THREADS')
+    if asked is not None:
+        return asked
+    if pools is None:
+        from threadpoolctl import threadpool_info
+        pools = threadpool_info()
+    target = kernel_threads()
+    lower = {pool['prefix']: target for pool in pools if pool['num_threads'] > target}
+    return lower or None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,7 +146,6 @@ class KernelPool:
     def __init__(self, nthreads: int, affinity: Affinity | None):
         self.nthreads = nthreads
         self._tasks = SimpleQueue()
-        self._local = threading.local()
         self._threads = []
         for index in range(1, nthreads):
             core = affinity.core_for(index, nthreads) if affinity else None
@@ -120,7 +155,7 @@ class KernelPool:
             self._threads.append(thread)
 
     def _work(self, core):
-        self._local.helper = True
+        _region.active = True
         if core is not None:
             pin_current_thread(core)
         while True:
@@ -135,18 +170,18 @@ class KernelPool:
                 error = exc
             latch.finish(error)
 
-    def in_helper(self) -> bool:
-        return getattr(self._local, 'helper', False)
-
     def run(self, n, fn):
         chunks = self.nthreads
         bounds = [n * i // chunks for i in range(chunks + 1)]
         latch = _Latch(chunks - 1)
         for i in range(1, chunks):
             self._tasks.put((fn, bounds[i], bounds[i + 1], latch))
+        # the caller's chunk is inside the split too: work it nests must not split again
+        outer, _region.active = _region.active, True
         try:
             fn(bounds[0], bounds[1])
         finally:
+            _region.active = outer
             latch.done.acquire()
         if latch.error is not None:
             raise latch.error
@@ -157,6 +192,39 @@ class KernelPool:
         for thread in self._threads:
             thread.join()
         self._threads = []
+
+
+class _Region(threading.local):
+    active = False      # this thread runs a chunk of a split: helpers always, callers during it
+
+
+_region = _Region()
+
+
+@contextlib.contextmanager
+def serial_region():
+    """Run a block as if inside a chunk of a split: the ``parallel_for`` calls it makes run
+    serially (the operator tuner times kernels on one thread this way).
+
+    >>> with serial_region():
+    ...     in_parallel_region()
+    True
+    """
+    outer = _region.active
+    _region.active = True
+    try:
+        yield
+    finally:
+        _region.active = outer
+
+
+def in_parallel_region() -> bool:
+    """Whether this thread runs a chunk of a ``parallel_for`` split (nested work runs serially).
+
+    >>> in_parallel_region()
+    False
+    """
+    return _region.active
 
 
 _pool: KernelPool | None = None
@@ -187,12 +255,13 @@ def forget_kernel_pool() -> None:
     _pool_lock = threading.Lock()
 
 
-def parallel_for(n: int, fn) -> None:
+def parallel_for(n: int, fn, split: bool | None = None) -> None:
     """Run ``fn(start, stop)`` over ``[0, n)``: split across the kernel threads from
-    ``MXNET_CPU_PARALLEL_SIZE`` elements on, else in one call on this thread.
+    ``MXNET_CPU_PARALLEL_SIZE`` elements on, else in one call on this thread. A caller that
+    decided for itself (the operator tuner) passes `split`.
 
     Chunks are disjoint, cover ``[0, n)`` and run concurrently: NumPy releases the GIL inside
-    ufuncs that write into ``out=`` slices.
+    ufuncs that write into ``out=`` slices. Inside a chunk, nested calls run serially.
 
     >>> import numpy as np
     >>> x, y = np.arange(10.0), np.empty(10)
@@ -200,12 +269,18 @@ def parallel_for(n: int, fn) -> None:
     >>> y[-1]
     np.float64(18.0)
     """
-    pool = _pool
-    if n < config.get('MXNET_CPU_PARALLEL_SIZE') or (pool is not None and pool.in_helper()):
+    if split is None:
+        split = n >= config.get('MXNET_CPU_PARALLEL_SIZE')
+    if not split or _region.active:
         fn(0, n)
         return
-    pool = pool or _kernel_pool()
+    pool = _pool or _kernel_pool()
     if pool.nthreads == 1:
         fn(0, n)
         return
     pool.run(n, fn)
+
+
+def kernel_pool() -> KernelPool:
+    """The running kernel pool (started from configuration on first use)."""
+    return _pool or _kernel_pool()

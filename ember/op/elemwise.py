@@ -1,8 +1,8 @@
 """Element-wise operators: arithmetic, comparison and unary math, with and without broadcasting.
 
-Kernels write into ``out`` with ufuncs. On the CPU an array of at least
-``MXNET_CPU_PARALLEL_SIZE`` elements is split into chunks that ``engine.parallel_for`` runs on
-the kernel threads (NumPy releases the GIL inside ufuncs).
+Kernels write into ``out`` with ufuncs. On the CPU an array is split into chunks that
+``engine.parallel_for`` runs on the kernel threads (NumPy releases the GIL inside ufuncs) when
+the operator tuner (:mod:`ember.op.tuning`) says it pays.
 
 MXNet's rules kept here: a scalar is cast to the array's dtype before the operation
 (``int32 + 1.5`` adds 1), comparisons return 0/1 in the input dtype, and ``mod`` follows Python's
@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from ember import accel, config, engine
+from ember.op import tuning
 from ember.op.registry import Param, ShapeError, elemwise_shape, p_float, register, same_shape
 
 __all__ = ['apply_ufunc', 'broadcast_shapes', 'scalar_for']
@@ -34,17 +35,51 @@ SCALAR = (Param('scalar', p_float, doc='the scalar operand'),)
 # Running a ufunc, split across threads when the array is large.
 
 def apply_ufunc(ufunc, args, out, **kw):
-    """``ufunc(*args, out=out)``, split by ``parallel_for`` from ``MXNET_CPU_PARALLEL_SIZE``.
+    """``ufunc(*args, out=out)``, split by ``parallel_for`` where the operator tuner says it
+    pays (``MXNET_CPU_PARALLEL_SIZE`` elements for dtypes it does not tune).
 
     Array arguments either have ``out``'s shape or broadcast to it; scalars pass through.
     """
-    size = out.size
-    if type(out) is not np.ndarray or size < config.get('MXNET_CPU_PARALLEL_SIZE'):
+    if type(out) is not np.ndarray or not _worth_splitting(ufunc, args, out, kw):
         ufunc(*args, out=out, **kw)
     elif all(_same_shape_or_scalar(a, out.shape) for a in args):
         _split_flat(ufunc, args, out, kw)
     else:
         _split_rows(ufunc, args, out, kw)
+
+
+def _worth_splitting(ufunc, args, out, kw):
+    size = out.size
+    if size < tuning.MIN_SIZE and size < config.get('MXNET_CPU_PARALLEL_SIZE'):
+        return False        # small for either rule: the common case stays cheap
+
+    def prepare(sample_size):
+        sample = [tuning.prefix_sample(a, out.shape, sample_size) for a in args]
+        sample_out = np.empty(sample_size, out.dtype)
+        return lambda: ufunc(*sample, out=sample_out, **kw)
+    arrays = 0
+    for arg in args:
+        if isinstance(arg, np.ndarray):
+            arrays += 1
+    return tuning.should_split(_tuned_name(ufunc, arrays), out.dtype, size, prepare)
+
+
+_TUNED_NAMES: dict = {}      # (kernel, array operands) -> the tuner's name
+_NAMED: dict = {}            # base name -> the kernel that has it
+
+
+def _tuned_name(ufunc, arrays):
+    """The tuner's name of a kernel called with `arrays` array operands: 'add/2', 'add/1'
+    (with a scalar). A kernel whose name another kernel already has gets its identity too."""
+    name = _TUNED_NAMES.get((ufunc, arrays))
+    if name is None:
+        base = getattr(ufunc, '__name__', None) or getattr(getattr(ufunc, 'fn', None),
+                                                           '__name__', None)
+        base = base or type(ufunc).__name__
+        if _NAMED.setdefault(base, ufunc) is not ufunc:
+            base = f'{base}@{id(ufunc):x}'
+        name = _TUNED_NAMES[(ufunc, arrays)] = f'{base}/{arrays}'
+    return name
 
 
 def _same_shape_or_scalar(arg, shape):
@@ -58,7 +93,7 @@ def _split_flat(ufunc, args, out, kw):
     def chunk(start, stop):
         parts = [a[start:stop] if isinstance(a, np.ndarray) else a for a in flat_args]
         ufunc(*parts, out=flat_out[start:stop], **kw)
-    engine.parallel_for(out.size, chunk)
+    engine.parallel_for(out.size, chunk, split=True)
 
 
 def _split_rows(ufunc, args, out, kw):
@@ -75,7 +110,7 @@ def _split_rows(ufunc, args, out, kw):
         parts = [a[first:last] if isinstance(a, np.ndarray) and a.shape[0] == rows > 1 else a
                  for a in args]
         ufunc(*parts, out=out[first:last], **kw)
-    engine.parallel_for(out.size, chunk)
+    engine.parallel_for(out.size, chunk, split=True)
 
 
 def scalar_for(dtype, value):
