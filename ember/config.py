@@ -883,6 +883,14 @@ NATIVE_DEFAULTS = (
 _NATIVE_DEFAULTS = {default.name: default for default in NATIVE_DEFAULTS}
 
 
+def native_value(name: str) -> str | None:
+    """The environment's value now of a variable in ``NATIVE_DEFAULTS`` (None when unset)."""
+    if name not in _NATIVE_DEFAULTS:
+        raise KeyError(f'{name} is not a native variable Ember sets; expected one of '
+                       f'{", ".join(_NATIVE_DEFAULTS)}')
+    return os.environ.get(name)
+
+
 def set_native_default(name: str) -> bool:
     """Put Ember's value of the native library variable `name` (see ``NATIVE_DEFAULTS``) into
     this process's environment unless the user set it, or a variable it yields to; return

@@ -157,8 +157,19 @@ def render_text(rows: list[dict]) -> str:
             if 'error' in row:
                 lines.append(f"    error: {row['error']}")
         lines.append('')
+    lines.extend(_native_lines())
     lines.extend(_unknown_lines())
     return '\n'.join(lines).rstrip('\n')
+
+
+def _native_lines() -> list[str]:
+    """The other libraries' variables Ember sets before they load, and their values now."""
+    lines = ['Set by Ember for native libraries (unless you set them)']
+    for default in config.NATIVE_DEFAULTS:
+        now = config.native_value(default.name)
+        lines.append(f'  {default.name} = {now if now is not None else "(unset yet)"}   '
+                     f'Ember sets {default.value} for {default.library}: {default.why}')
+    return lines + ['']
 
 
 def _unknown_lines() -> list[str]:
@@ -257,4 +268,13 @@ def render_markdown() -> str:
         parts += [f'## {_title(section)}', '', _HEADER]
         parts += [_table_row(var) for var in members]
         parts.append('')
+    parts += ['## Set by Ember for native libraries', '',
+              'Variables of other libraries, put into the environment before the library '
+              'loads unless you set them (or a variable they give way to).', '',
+              '| Variable | Ember sets | Library | Why | Gives way to |',
+              '|---|---|---|---|---|']
+    parts += [f'| `{d.name}` | `{d.value}` | {d.library} | {d.why} | '
+              f'{", ".join(f"`{y}`" for y in d.yields_to) or "-"} |'
+              for d in config.NATIVE_DEFAULTS]
+    parts.append('')
     return '\n'.join(parts)
