@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember import config, engine
-from ember.op import registry
+from ember.op import registry, tuning
 from ember.op.nn._common import assign_shape
 from ember.op.nn.activation import ACTIVATIONS
+from ember.op.nn import convolution
 from ember.op.nn.convolution import CONV_PARAMS
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
 from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
@@ -231,7 +232,7 @@ class _Program:
                     views = self._views(buffers, dtypes, (views_size,))
                 self.block([x[begin:end] for x in flat_ins], [o[begin:end] for o in flat_outs],
                            views, ctx)
-        engine.parallel_for(outs[0].size, chunk)
+        engine.parallel_for(outs[0].size, chunk, self._worth_splitting(ins, outs, ctx, dtypes))
 
     def _run_rows(self, ins, outs, ctx, dtypes):
         # broadcast inputs cannot be flattened: blocks are runs of rows of the first axis
@@ -249,7 +250,19 @@ class _Program:
                 views = self._views(buffers, dtypes, (end - row,) + shape[1:])
                 self.block([x[row:end] for x in full_ins], [o[row:end] for o in outs], views,
                            ctx)
-        engine.parallel_for(outs[0].size, chunk)
+        engine.parallel_for(outs[0].size, chunk, self._worth_splitting(ins, outs, ctx, dtypes))
+
+    def _worth_splitting(self, ins, outs, ctx, dtypes):
+        """The operator tuner's decision, timing the chain on samples of its inputs."""
+        shape = outs[0].shape
+
+        def prepare(size):
+            sample_ins = [tuning.prefix_sample(x, shape, size) for x in ins]
+            sample_outs = [np.empty(size, o.dtype) for o in outs]
+            views = self._views(self._buffers(np, size, dtypes), dtypes, (size,))
+            return lambda: self.block(sample_ins, sample_outs, views, ctx)
+        name = '_FusedElemwise[' + ','.join(step.op.name for step in self.chain.steps) + ']'
+        return tuning.should_split(name, outs[0].dtype, outs[0].size, prepare)
 
 
 def _assign_slots(chain):
@@ -355,30 +368,12 @@ def _sg_conv_infer(attrs, in_shapes):
 
 
 def _sg_conv_kernel(attrs, ins, outs, ctx):
-    xp, out = ctx.xp, outs[0]
-    conv = registry.get('Convolution').kernel
-    if not attrs['with_sum']:
-        conv(attrs, ins, outs, ctx)
-    elif _overlaps(xp, out, ins[-1]):
-        # The output took the residual's memory: convolve a few samples aside at a time (a
-        # whole-batch temporary was 98 MB in ResNet-50), then accumulate.
-        step = max(1, _ASIDE_BYTES // max(out[:1].nbytes, 1))
-        for lo in range(0, out.shape[0], step):
-            chunk = out[lo:lo + step]
-            result = xp.empty_like(chunk)
-            conv(attrs, [ins[0][lo:lo + step]] + list(ins[1:-1]), [result], ctx)
-            xp.add(chunk, result, out=chunk)
-    else:
-        conv(attrs, ins[:-1], outs, ctx)
-        xp.add(out, ins[-1], out=out)
-    _activate(xp, out, attrs['act_type'])
-
-
-_ASIDE_BYTES = 8 << 20
-
-
-def _overlaps(xp, a, b):
-    return a is b or bool(xp.may_share_memory(a, b))
+    # one call: oneDNN applies the residual and activation as post-ops, the NumPy algorithms
+    # in their last pass over the output (the residual may be the output itself)
+    count = len(_conv_inputs(attrs)) - attrs['with_sum']
+    bias = None if attrs['no_bias'] else ins[2]
+    residual = ins[count] if attrs['with_sum'] else None
+    convolution.forward(attrs, ins[0], ins[1], bias, outs[0], ctx, residual, attrs['act_type'])
 
 
 register('_sg_conv', _sg_conv_kernel, infer_shape=_sg_conv_infer, inputs=_conv_inputs,

@@ -1,12 +1,25 @@
 """Convolution and Deconvolution over 1-D, 2-D and 3-D data.
 
-A convolution is im2col (a copy of every window into a patch matrix) followed by one batched
-GEMM per group; a 1x1, stride-1 convolution is the GEMM alone. Deconvolution is the adjoint:
-its forward pass is the convolution's data gradient and vice versa.
+Convolution's forward pass (and ``_sg_conv``'s, with its residual and activation) is
+:func:`forward`: on the CPU one of the algorithms of :mod:`ember.op.nn.conv_algorithms`
+(oneDNN, im2col + GEMM, Winograd), picked per layer by
+``MXNET_CUDNN_AUTOTUNE_DEFAULT`` or the operator's ``cudnn_tune``. Its backward pass runs
+through oneDNN when enabled, else as below.
+
+The generic kernels below work on any array module: im2col (a copy of every window into a
+patch matrix) followed by one batched GEMM per group; a 1x1, stride-1 convolution is the GEMM
+alone. Deconvolution is the adjoint: its forward pass is the convolution's data gradient and
+vice versa.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ember import config, engine
 from ember.base import prod
+from ember.op.nn import conv_algorithms, onednn_provider
+from ember.op.nn.activation import ACTIVATIONS
+from ember.op.nn.conv_algorithms import ConvCall, ConvProblem
 from ember.op.nn._common import (
     as_shape, assign_shape, channel_first, check_layout, col2im, dilated, im2col, interior,
     is_channel_last, join_layout, layout_param, make_window, outputs_of, padded_input,
@@ -14,7 +27,8 @@ from ember.op.nn._common import (
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional, p_shape, register, same_type)
 
-__all__ = ['conv_forward', 'conv_backward_data', 'conv_backward_weight']
+__all__ = ['forward', 'problem_of', 'conv_forward', 'conv_backward_data',
+           'conv_backward_weight']
 
 _TUNE = p_optional(p_enum('off', 'limited_workspace', 'fastest'))
 
@@ -25,9 +39,12 @@ CONV_PARAMS = (
     shape_param('pad', doc='Zero padding on both sides; () means 0.'),
     Param('num_filter', p_int, REQUIRED, 'Output channels.'),
     Param('num_group', p_int, 1, 'Groups of channels convolved independently.'),
-    Param('workspace', p_int, 1024, 'MB of scratch one call may use (Ember caps it at 16).'),
+    Param('workspace', p_int, 1024, 'MB of scratch an algorithm may need to be considered by '
+          'measurement; one call uses at most 16 MB, working a few samples at a time.'),
     Param('no_bias', p_bool, False),
-    Param('cudnn_tune', _TUNE, None, 'Accepted for compatibility.'),
+    Param('cudnn_tune', _TUNE, None, 'Algorithm choice for this operator: off (the rule), '
+          'limited_workspace or fastest (measured within or without the workspace limit); '
+          'None follows MXNET_CUDNN_AUTOTUNE_DEFAULT.'),
     Param('cudnn_off', p_bool, False, 'Accepted for compatibility.'),
     layout_param(),
 )
@@ -38,7 +55,8 @@ DECONV_PARAMS = CONV_PARAMS[:4] + (
 ) + CONV_PARAMS[4:6] + (
     Param('workspace', p_int, 512, 'Accepted for compatibility.'),
     Param('no_bias', p_bool, True),
-) + CONV_PARAMS[8:]
+    Param('cudnn_tune', _TUNE, None, 'Accepted for compatibility.'),
+) + CONV_PARAMS[9:]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,35 +314,142 @@ def _add_bias(y, bias):
 # ----------------------------------------------------------------------------------------------
 # Convolution.
 
-def _conv_kernel(attrs, ins, outs, ctx):
+def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None):
+    """out = act(conv(data, weight) + bias + residual) for Convolution's `attrs`, with arrays
+    laid out as ``attrs['layout']`` says (OHWI weights for channel-last data). `residual`
+    (shaped like `out`) may be `out` itself; `bias` is None with no_bias.
+
+    >>> import numpy as np
+    >>> from ember.op import registry
+    >>> attrs = registry.get('Convolution').parse_attrs({'kernel': (1, 1), 'num_filter': 1})
+    >>> x, w = np.ones((1, 2, 2, 2), np.float32), np.ones((1, 2, 1, 1), np.float32)
+    >>> out = np.empty((1, 1, 2, 2), np.float32)
+    >>> forward(attrs, x, w, np.array([0.5], np.float32), out, registry.KernelContext(None))
+    >>> out.ravel()
+    array([2.5, 2.5, 2.5, 2.5], dtype=float32)
+    """
+    if ctx.xp is not np:
+        _generic_forward(attrs, data, weight, bias, out, ctx, residual, act_type)
+        return
+    calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type), ctx)
+    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
+                                       attrs['workspace'] << 20, onednn_provider.enabled(),
+                                       calls.trial, ctx.deterministic)
+    if not calls.run(algorithm):
+        calls.run(conv_algorithms.numpy_rule(calls.problem))
+
+
+class _Calls:
+    """Runs algorithms on one call's arrays: the call itself, and the trials of measurement."""
+
+    def __init__(self, call, ctx):
+        self.call, self.ctx = call, ctx
+        self.problem = problem_of(call.attrs, call.x)
+        self.budget = workspace_bytes(call.attrs)
+        self._trial = None
+
+    def run(self, algorithm, call=None):
+        threads = _threads(algorithm.name, self.ctx.deterministic)
+        return algorithm.run(self.problem, call or self.call, self.budget, self._alloc, threads)
+
+    def trial(self, algorithm):
+        """Runs the convolution alone; into the output, unless it holds the residual (then
+        into a temporary)."""
+        if self._trial is None:
+            c = self.call
+            aliased = c.residual is not None and np.may_share_memory(c.out, c.residual)
+            out = np.empty_like(c.out) if aliased else c.out
+            self._trial = ConvCall(c.attrs, c.x, c.weight, c.bias, out)
+        return self.run(algorithm, self._trial)
+
+    def _alloc(self, specs):
+        return scratch(self.ctx, np, *specs)
+
+
+def problem_of(attrs, data) -> ConvProblem:
+    """The :class:`~ember.op.nn.conv_algorithms.ConvProblem` of a Convolution call."""
+    layout = attrs['layout']
+    batch, channels, size_in = split_layout(data.shape, layout)
+    stride, dilate, pad = spatial_defaults('Convolution', attrs, len(size_in))
+    return ConvProblem(is_channel_last(layout), batch, channels, attrs['num_filter'],
+                       attrs['num_group'], tuple(attrs['kernel']), stride, dilate, pad,
+                       tuple(size_in), data.dtype.name)
+
+
+_TUNE_MODES = {'off': '0', 'limited_workspace': '1', 'fastest': '2'}
+
+
+def _tune_mode(attrs):
+    """The operator's cudnn_tune, else MXNET_CUDNN_AUTOTUNE_DEFAULT."""
+    tune = attrs.get('cudnn_tune')
+    return _TUNE_MODES[tune] if tune is not None else config.get('MXNET_CUDNN_AUTOTUNE_DEFAULT')
+
+
+def _threads(algorithm, deterministic):
+    """Kernel threads of a NumPy algorithm: the operator's, at most MXNET_CPU_NNPACK_NTHREADS
+    for the fast (Winograd) kernels, and one under MXNET_ENFORCE_DETERMINISM (GEMMs over other
+    row splits round differently)."""
+    if deterministic:
+        return 1
+    threads = engine.kernel_threads()
+    if algorithm.startswith('winograd'):
+        threads = min(threads, config.get('MXNET_CPU_NNPACK_NTHREADS'))
+    return max(1, threads)
+
+
+def _generic_forward(attrs, data, weight, bias, out, ctx, residual, act_type):
+    """Any array module: im2col + GEMM, then bias, residual (aside, since it may be `out`'s
+    memory) and activation."""
     xp, layout = ctx.xp, attrs['layout']
-    x = channel_first(xp, ins[0], layout)
-    y = channel_first(xp, outs[0], layout)
+    target = out if residual is None else xp.empty_like(out)
+    x, y = channel_first(xp, data, layout), channel_first(xp, target, layout)
     window = _conv_window('Convolution', attrs, x.shape[2:])
-    if is_channel_last(layout) and window.is_pointwise and attrs['num_group'] == 1:
-        # (N*spatial, C) x (C, F): channel-last data is already the patch matrix
-        rows = as_shape(xp, ins[0], (-1, ins[0].shape[-1]))
-        weight = ins[1].reshape(ins[1].shape[0], -1)
-        xp.matmul(rows, weight.T, out=as_shape(xp, outs[0], (-1, outs[0].shape[-1])))
-    else:
-        weight = weight_channel_first(xp, ins[1], layout)
-        conv_forward(xp, x, weight, window, attrs['num_group'], y, ctx, workspace_bytes(attrs))
-    if not attrs['no_bias']:
-        _add_bias(y, ins[2])
+    conv_forward(xp, x, weight_channel_first(xp, weight, layout), window, attrs['num_group'],
+                 y, ctx, workspace_bytes(attrs))
+    if bias is not None:
+        _add_bias(y, bias)
+    if residual is not None:
+        xp.add(target, residual, out=out)
+    if act_type == 'relu':
+        xp.maximum(out, 0, out=out)
+    elif act_type is not None:
+        out[...] = ACTIVATIONS[act_type][0](xp, out)
+
+
+def _conv_kernel(attrs, ins, outs, ctx):
+    forward(attrs, ins[0], ins[1], None if attrs['no_bias'] else ins[2], outs[0], ctx)
 
 
 def _conv_backward_kernel(attrs, ins, outs, ctx):
-    xp, layout, groups = ctx.xp, attrs['layout'], attrs['num_group']
-    dy, x = channel_first(xp, ins[0], layout), channel_first(xp, ins[1], layout)
-    weight = weight_channel_first(xp, ins[2], layout)
-    window = _conv_window('Convolution', attrs, x.shape[2:])
-    budget = workspace_bytes(attrs)
-    conv_backward_data(xp, dy, weight, window, groups, channel_first(xp, outs[0], layout), ctx,
-                       budget)
-    conv_backward_weight(xp, dy, x, window, groups, weight_channel_first(xp, outs[1], layout),
-                         ctx, budget)
-    if not attrs['no_bias']:
-        outs[2][...] = dy.sum(axis=_spatial_axes(dy.ndim))
+    dy, x, weight = ins
+    dbias = None if attrs['no_bias'] else outs[2]
+    onednn = ctx.xp is np and onednn_provider.enabled()
+    if not (onednn and onednn_provider.convolution_backward_data(attrs, dy, weight, outs[0])):
+        _numpy_backward_data(attrs, dy, weight, outs[0], ctx)
+    # oneDNN splits the weight gradient's sum over the batch by thread count: other counts,
+    # other bits, which MXNET_ENFORCE_DETERMINISM forbids
+    weights_by_onednn = onednn and not ctx.deterministic
+    if not (weights_by_onednn and onednn_provider.convolution_backward_weights(
+            attrs, dy, x, outs[1], dbias)):
+        _numpy_backward_weights(attrs, dy, x, outs[1], dbias, ctx)
+
+
+def _numpy_backward_data(attrs, dy, weight, dx, ctx):
+    xp, layout = ctx.xp, attrs['layout']
+    dxc = channel_first(xp, dx, layout)
+    window = _conv_window('Convolution', attrs, dxc.shape[2:])
+    conv_backward_data(xp, channel_first(xp, dy, layout), weight_channel_first(xp, weight, layout),
+                       window, attrs['num_group'], dxc, ctx, workspace_bytes(attrs))
+
+
+def _numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx):
+    xp, layout = ctx.xp, attrs['layout']
+    dyc, xc = channel_first(xp, dy, layout), channel_first(xp, x, layout)
+    window = _conv_window('Convolution', attrs, xc.shape[2:])
+    conv_backward_weight(xp, dyc, xc, window, attrs['num_group'],
+                         weight_channel_first(xp, dweight, layout), ctx, workspace_bytes(attrs))
+    if dbias is not None:
+        dbias[...] = dyc.sum(axis=_spatial_axes(dyc.ndim))
 
 
 def _conv_gradient(F, attrs, inputs, outputs, out_grads):

@@ -1,0 +1,272 @@
+"""Convolution algorithms on the CPU and the choice between them per layer.
+
+Algorithms (each declares which problems it supports and the scratch it needs):
+
+``onednn``
+    oneDNN's convolution (``MXNET_MKLDNN_ENABLED`` and the library present; float32), with the
+    residual as a sum post-op and the activation as an eltwise post-op.
+``gemm``
+    im2col and one GEMM per group (NCHW or NHWC, any dims, groups, stride, dilation); a 1x1
+    stride-1 convolution is the GEMM alone.
+``winograd2``, ``winograd4``
+    Winograd F(2x2, 3x3) and F(4x4, 3x3) (3x3, stride 1, no dilation, one group).
+
+``MXNET_CUDNN_AUTOTUNE_DEFAULT`` picks one per call:
+
+0, the rule (:func:`rule`): oneDNN whenever it runs (measured fastest, or within a few per
+    cent, on every ResNet-50 layer with NHWC data); else the NumPy rule: Winograd F(2x2, 3x3)
+    for 3x3 stride-1 layers with at least 32 input and output channels, at least
+    ``WINOGRAD_MIN_TILES`` 2x2 output tiles in the batch and transformed weights of at most
+    ``WINOGRAD_MAX_WEIGHT_BYTES``; im2col + GEMM for everything else (1x1 as one GEMM).
+1, measurement: every supported algorithm whose scratch for one sample fits the ``workspace``
+    attribute (MB) runs on the call's own inputs (a warm-up, then the best of two), once per
+    problem (shape, layout, dtype, groups, window; :class:`ConvProblem`); the fastest
+    (:func:`fastest`: oneDNN unless beaten by ``SWITCH_MARGIN``) is kept in a process-wide
+    cache (:func:`clear_choices` empties it). When nothing fits, the algorithm with the least
+    scratch runs.
+2, measurement as in 1 without the workspace filter.
+
+Problems under ``MEASURE_MIN_FLOPS`` take the rule (too short to time), and so do calls under
+``MXNET_ENFORCE_DETERMINISM``: timing noise must not change the bits of a result.
+
+The NumPy algorithms split their output over the operator's kernel threads, each part with
+single-threaded GEMMs (:mod:`ember.op.nn.conv_common`); Winograd over at most
+``MXNET_CPU_NNPACK_NTHREADS`` of them; every one on a single thread under determinism.
+
+>>> p = ConvProblem(channel_last=True, batch=8, channels=64, filters=64, groups=1,
+...                 kernel=(3, 3), stride=(1, 1), dilate=(1, 1), pad=(1, 1),
+...                 size_in=(56, 56), dtype='float32')
+>>> rule(p, onednn=False).name, rule(p, onednn=True).name
+('winograd2', 'onednn')
+>>> sorted(a.name for a in candidates(p, onednn=False))
+['gemm', 'winograd2', 'winograd4']
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ember.base import prod
+from ember.op.nn import conv_gemm, conv_winograd
+from ember.op.nn._common import make_window
+
+__all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'ALGORITHMS', 'candidates', 'rule', 'numpy_rule',
+           'choose', 'measure', 'fastest', 'clear_choices', 'choices', 'MEASURE_MIN_FLOPS']
+
+# Below this many FLOPs a call is too short to time reliably; the rule decides.
+MEASURE_MIN_FLOPS = 2_000_000
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """Everything about a convolution call that may change which algorithm is fastest."""
+    channel_last: bool
+    batch: int
+    channels: int
+    filters: int
+    groups: int
+    kernel: tuple
+    stride: tuple
+    dilate: tuple
+    pad: tuple
+    size_in: tuple
+    dtype: str
+
+    @functools.cached_property
+    def window(self):
+        size_out = tuple((n + 2 * p - (d * (k - 1) + 1)) // s + 1 for n, p, k, d, s in
+                         zip(self.size_in, self.pad, self.kernel, self.dilate, self.stride))
+        return make_window(self.kernel, self.stride, self.dilate, self.pad, self.size_in,
+                           size_out)
+
+    @property
+    def size_out(self):
+        return self.window.size_out
+
+    @property
+    def dtype_size(self):
+        return 8 if self.dtype == 'float64' else (2 if self.dtype == 'float16' else 4)
+
+    @property
+    def flops(self):
+        """Multiply-adds times two of the direct convolution."""
+        return (2 * self.batch * self.filters * (self.channels // self.groups)
+                * prod(self.kernel) * prod(self.size_out))
+
+
+@dataclass
+class ConvCall:
+    """The arrays of one call: ``out = act(conv(x, weight) + bias + residual)``; x, weight
+    and out are NCHW/OIHW or (channel-last problems) NHWC/OHWI; `attrs` are Convolution's."""
+    attrs: dict
+    x: object
+    weight: object
+    bias: object
+    out: object
+    residual: object = None
+    act_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """``run(problem, call, budget, alloc, threads) -> bool`` (False: declined, nothing
+    written); ``scratch(problem, batch)`` is its scratch in bytes for `batch` samples."""
+    name: str
+    supports: Callable
+    scratch: Callable
+    run: Callable
+
+
+def _run_gemm(problem, call, budget, alloc, threads):
+    conv_gemm.gemm(call.x, call.weight, call.bias, call.out, problem.window, problem.groups,
+                   problem.channel_last, call.residual, call.act_type, budget, alloc, threads)
+    return True
+
+
+def _winograd(m):
+    def run(problem, call, budget, alloc, threads):
+        conv_winograd.winograd(call.x, call.weight, call.bias, call.out, problem.window,
+                               problem.channel_last, m, call.residual, call.act_type, budget,
+                               alloc, threads)
+        return True
+    return Algorithm(f'winograd{m}', conv_winograd.supports,
+                     lambda problem, batch: conv_winograd.scratch_bytes(problem, batch, m), run)
+
+
+def _run_onednn(problem, call, budget, alloc, threads):
+    from ember.op.nn import onednn_provider
+    return onednn_provider.convolution_forward(call.attrs, call.x, call.weight, call.bias,
+                                               call.out, call.residual, call.act_type)
+
+
+def _onednn_supports(problem):
+    return problem.dtype == 'float32' and len(problem.kernel) in (1, 2, 3)
+
+
+ALGORITHMS = {a.name: a for a in (
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn),
+    Algorithm('gemm', lambda problem: True, conv_gemm.gemm_scratch, _run_gemm),
+    _winograd(2),
+    _winograd(4),
+)}
+
+
+def candidates(problem, onednn):
+    """The algorithms that can run `problem` (oneDNN only when `onednn` is on)."""
+    return [a for a in ALGORITHMS.values()
+            if (onednn or a.name != 'onednn') and a.supports(problem)]
+
+
+def rule(problem, onednn):
+    """The algorithm of ``MXNET_CUDNN_AUTOTUNE_DEFAULT=0`` (see the module docstring)."""
+    if onednn and _onednn_supports(problem):
+        return ALGORITHMS['onednn']
+    return numpy_rule(problem)
+
+
+def numpy_rule(problem):
+    """The NumPy algorithm of the rule: Winograd F(2x2, 3x3) where it has enough tiles to
+    amortise its weight transform, channels to amortise its tile transforms and transformed
+    weights small enough to leave scratch for the tiles; im2col + GEMM everywhere else."""
+    if (conv_winograd.supports(problem) and min(problem.channels, problem.filters) >= 32
+            and _tiles(problem, 2) >= WINOGRAD_MIN_TILES
+            and 16 * problem.channels * problem.filters * problem.dtype_size
+            <= WINOGRAD_MAX_WEIGHT_BYTES):
+        return ALGORITHMS['winograd2']
+    return ALGORITHMS['gemm']
+
+
+# From benchmarks/conv_algos.py on a 2-core Zen 3 (NHWC, 2 threads): F(2x2) beats im2col +
+# GEMM by 1.1-1.4x from 196 2x2 tiles in the batch on (28x28 at batch 1), and loses at 49
+# (14x14 at batch 1); F(4x4) is never clearly ahead of F(2x2). 512x512 weights transformed
+# (16 MB) leave no room for tiles in a 16 MB workspace.
+WINOGRAD_MIN_TILES = 100
+WINOGRAD_MAX_WEIGHT_BYTES = 8 << 20
+
+
+def _tiles(problem, m):
+    return problem.batch * prod(-(-o // m) for o in problem.size_out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement and the cache of choices
+
+_CHOICES: dict = {}
+_choices_lock = threading.Lock()
+
+
+def choices() -> dict:
+    """A copy of the cache: (problem, mode, workspace limit, oneDNN on) -> algorithm name."""
+    with _choices_lock:
+        return dict(_CHOICES)
+
+
+def clear_choices() -> None:
+    """Forget every measured choice (the next call of each problem measures again)."""
+    with _choices_lock:
+        _CHOICES.clear()
+
+
+def measure(problem, algorithms, trial) -> dict:
+    """Seconds per call of each algorithm: ``trial(algorithm)`` runs it once on the call's
+    inputs (False when it declines); a warm-up, then the best of two runs."""
+    seconds = {}
+    for algorithm in algorithms:
+        if not trial(algorithm):
+            continue
+        best = float('inf')
+        for _ in range(2):
+            start = time.perf_counter()
+            trial(algorithm)
+            best = min(best, time.perf_counter() - start)
+        seconds[algorithm.name] = best
+    return seconds
+
+
+def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
+    """The algorithm for `problem` under ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` = `mode` ('0', '1' or
+    '2'), with `workspace_limit` bytes (mode 1); `trial(algorithm)` runs a candidate for
+    :func:`measure`."""
+    if mode == '0' or deterministic or problem.flops < MEASURE_MIN_FLOPS:
+        return rule(problem, onednn)
+    key = (problem, mode, workspace_limit if mode == '1' else None, onednn)
+    name = _CHOICES.get(key)
+    if name is None:
+        name = _measured_choice(problem, mode, workspace_limit, onednn, trial)
+        with _choices_lock:
+            _CHOICES[key] = name
+    return ALGORITHMS[name]
+
+
+def _measured_choice(problem, mode, workspace_limit, onednn, trial):
+    able = candidates(problem, onednn)
+    fitting = [a for a in able if mode == '2' or a.scratch(problem, 1) <= workspace_limit]
+    if not fitting:
+        return min(able, key=lambda a: a.scratch(problem, 1)).name
+    seconds = measure(problem, fitting, trial)
+    if not seconds:
+        return numpy_rule(problem).name
+    return fastest(seconds)
+
+
+# A NumPy algorithm must beat oneDNN by this fraction to be chosen over it: timed alone it
+# does not pay for the switches between oneDNN's OpenMP threads and the kernel threads that it
+# brings into a network (resnet50_v1 at batch 8: 19.6 img/s with the plainly fastest
+# algorithms, 20.2 with oneDNN throughout).
+SWITCH_MARGIN = 0.1
+
+
+def fastest(seconds: dict) -> str:
+    """The name of the fastest measured algorithm, oneDNN unless another beats it by
+    ``SWITCH_MARGIN``.
+
+    >>> fastest({'onednn': 1.0, 'gemm': 0.95}), fastest({'onednn': 1.0, 'gemm': 0.8})
+    ('onednn', 'gemm')
+    """
+    best = min(seconds, key=seconds.get)
+    if 'onednn' in seconds and seconds[best] > seconds['onednn'] * (1 - SWITCH_MARGIN):
+        return 'onednn'
+    return best

@@ -1,0 +1,378 @@
+"""The CPU convolution algorithms and how MXNET_CUDNN_AUTOTUNE_DEFAULT, the workspace limit,
+MXNET_CPU_NNPACK_NTHREADS and MXNET_ENFORCE_DETERMINISM choose between them.
+
+Every algorithm is checked against a float64 direct convolution (NCHW and NHWC, groups,
+stride, dilation, padding, bias, and the residual + ReLU of ``_sg_conv``, in place too); the
+choice is checked by spying on the measuring function and on the Winograd kernel.
+"""
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config, engine
+from ember.op import registry
+from ember.op.nn import conv_algorithms, conv_common, conv_winograd, onednn_provider
+from ember.op.nn.convolution import problem_of
+
+CONV = registry.get('Convolution')
+SG_CONV = registry.get('_sg_conv')
+
+
+def direct(x, w, stride, pad, dilate, groups):
+    """float64 NCHW reference: one einsum per kernel tap over the zero-padded input."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, width = x.shape
+    f, cg, kh, kw = w.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    oh = (h + 2 * pad[0] - dilate[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (width + 2 * pad[1] - dilate[1] * (kw - 1) - 1) // stride[1] + 1
+    out, fg = np.zeros((n, f, oh, ow)), f // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                top, left = i * dilate[0], j * dilate[1]
+                patch = padded[:, g * cg:(g + 1) * cg,
+                               top:top + stride[0] * (oh - 1) + 1:stride[0],
+                               left:left + stride[1] * (ow - 1) + 1:stride[1]]
+                out[:, g * fg:(g + 1) * fg] += np.einsum(
+                    'nchw,fc->nfhw', patch, w[g * fg:(g + 1) * fg, :, i, j])
+    return out
+
+
+class Case:
+    """A convolution in both layouts with its float64 expectation (NCHW)."""
+
+    def __init__(self, batch, channels, filters, size, kernel, stride=1, pad=0, dilate=1,
+                 groups=1, seed=0):
+        rng = np.random.default_rng(seed)
+        self.x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+        self.w = rng.standard_normal((filters, channels // groups, kernel, kernel)).astype(
+            np.float32)
+        self.bias = rng.standard_normal(filters).astype(np.float32)
+        self.kwargs = dict(kernel=(kernel, kernel), stride=(stride, stride), pad=(pad, pad),
+                           dilate=(dilate, dilate), num_filter=filters, num_group=groups)
+        self.expected = direct(self.x, self.w, (stride,) * 2, (pad,) * 2, (dilate,) * 2,
+                               groups) + self.bias[None, :, None, None]
+        self.residual = rng.standard_normal(self.expected.shape).astype(np.float32)
+
+    def arrays(self, layout):
+        """x, w, expected conv + bias and residual in `layout` (OHWI weights for NHWC)."""
+        if layout == 'NCHW':
+            return self.x, self.w, self.expected, self.residual
+        last = (0, 2, 3, 1)
+        return (np.ascontiguousarray(self.x.transpose(last)),
+                np.ascontiguousarray(self.w.transpose(last)), self.expected.transpose(last),
+                np.ascontiguousarray(self.residual.transpose(last)))
+
+    def attrs(self, op, layout, **extra):
+        return op.parse_attrs(dict(self.kwargs, layout=layout, **extra))
+
+
+CASES = {
+    '3x3 pad': Case(2, 8, 8, 9, 3, pad=1),
+    '3x3 odd': Case(1, 16, 8, 7, 3, pad=1),
+    '3x3 stride 2': Case(2, 8, 8, 10, 3, stride=2, pad=1),
+    '3x3 dilate 2': Case(2, 8, 12, 9, 3, pad=2, dilate=2),
+    '3x3 groups': Case(2, 8, 8, 9, 3, groups=2),
+    '3x3 depthwise': Case(2, 6, 6, 5, 3, pad=1, groups=6),
+    '1x1': Case(2, 8, 8, 9, 1),
+    '1x1 stride 2': Case(2, 8, 8, 9, 1, stride=2),
+    '5x5': Case(3, 4, 6, 11, 5, pad=2),
+    '7x7 stride 2 rgb': Case(2, 3, 8, 17, 7, stride=2, pad=3),
+    '3x3 wide': Case(1, 64, 32, 14, 3, pad=1),
+    '3x3 large': Case(1, 8, 8, 100, 3, pad=1),    # the epilogue works in several blocks
+    '3x3 many filters': Case(2, 16, 200, 6, 3, pad=1),    # few rows: parts share filters
+    '1x1 many filters stride 2': Case(1, 32, 192, 9, 1, stride=2),
+}
+NAMES = ('gemm', 'winograd2', 'winograd4', 'onednn')
+
+
+def scratch(specs):
+    return [np.empty(shape, dtype) for shape, dtype in specs]
+
+
+def assert_close(out, expected):
+    """float32 tolerance: Winograd F(4x4)'s transforms round to ~1e-5 of the largest output."""
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def run_algorithm(name, case, layout, residual=False, act_type=None, budget=None, threads=2):
+    """(result, expectation) of algorithm `name` on `threads` kernel threads, or None when it
+    does not support the case."""
+    x, w, expected, res = case.arrays(layout)
+    attrs = case.attrs(CONV, layout)
+    problem = problem_of(attrs, x)
+    algorithm = conv_algorithms.ALGORITHMS[name]
+    if not algorithm.supports(problem) or (name == 'onednn' and not onednn_provider.enabled()):
+        return None
+    out = np.empty(expected.shape, np.float32)
+    call = conv_algorithms.ConvCall(attrs, x, w, case.bias, out)
+    if residual:
+        out[...] = res
+        call.residual, call.act_type = out, act_type   # in place, as _sg_conv may run
+        expected = np.maximum(expected + res, 0)
+    with config.override(MXNET_CPU_PARALLEL_SIZE=1):       # split even small cases
+        assert algorithm.run(problem, call, budget, scratch, threads)
+    return out, expected
+
+
+@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('case', list(CASES))
+@pytest.mark.parametrize('name', NAMES)
+def test_every_algorithm_matches_the_direct_convolution(name, case, layout, threads):
+    result = run_algorithm(name, CASES[case], layout, budget=1 << 14, threads=threads)
+    if result is None:
+        pytest.skip(f'{name} does not run {case}')
+    assert_close(*result)
+
+
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('name', NAMES)
+def test_a_whole_batch_at_once_matches_too(name, layout):
+    result = run_algorithm(name, CASES['3x3 large'], layout, residual=True, act_type='relu',
+                           threads=1)
+    if result is not None:
+        assert_close(*result)
+
+
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('name', NAMES)
+def test_residual_and_relu_are_applied_in_place(name, layout):
+    for case in ('3x3 pad', '1x1', '3x3 odd'):
+        result = run_algorithm(name, CASES[case], layout, residual=True, act_type='relu')
+        if result is not None:
+            assert_close(*result)
+
+
+def test_winograd_supports_only_unit_stride_undilated_3x3():
+    problems = {case: problem_of(CASES[case].attrs(CONV, 'NCHW'), CASES[case].x)
+                for case in CASES}
+    supported = {case for case, p in problems.items() if conv_winograd.supports(p)}
+    assert supported == {'3x3 pad', '3x3 odd', '3x3 wide', '3x3 large', '3x3 many filters'}
+
+
+def test_copy_windows_zero_fills_a_tap_that_lies_in_the_padding():
+    src = np.arange(6.0).reshape(1, 6)
+    dst = np.full((1, 2), 7.0)
+    conv_common.copy_windows(src, dst, (1,), (6,), (1,))
+    assert dst.tolist() == [[0.0, 0.0]]
+    conv_common.copy_windows(src, dst, (1,), (-3,), (3,))      # src[-3], src[0]
+    assert dst.tolist() == [[0.0, 0.0]]
+    conv_common.copy_windows(src, dst, (1,), (-1,), (3,))      # src[-1], src[2]
+    assert dst.tolist() == [[0.0, 2.0]]
+
+
+# ----------------------------------------------------------------------------------------------
+# Through the operators: _sg_conv's residual in place, every algorithm forced.
+
+@pytest.fixture
+def forced(monkeypatch):
+    """force(name): every convolution call runs algorithm `name`."""
+    def force(name):
+        monkeypatch.setattr(conv_algorithms, 'choose',
+                            lambda *args, **kwargs: conv_algorithms.ALGORITHMS[name])
+    return force
+
+
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('name', NAMES)
+def test_sg_conv_adds_its_residual_over_itself(forced, name, layout):
+    if name == 'onednn' and not onednn_provider.enabled():
+        pytest.skip('oneDNN is not available')
+    forced(name)
+    case = CASES['3x3 wide']
+    x, w, expected, res = case.arrays(layout)
+    attrs = case.attrs(SG_CONV, layout, with_sum=True, act_type='relu')
+    out = res.copy()
+    ctx = registry.KernelContext(None)
+    SG_CONV.kernel(attrs, [x, w, case.bias, out], [out], ctx)
+    assert_close(out, np.maximum(expected + res, 0))
+
+
+# ----------------------------------------------------------------------------------------------
+# MXNET_CUDNN_AUTOTUNE_DEFAULT
+
+@pytest.fixture
+def measured(monkeypatch):
+    """The candidates of every measurement, in order; the choice cache starts empty."""
+    calls = []
+    real = conv_algorithms.measure
+
+    def spy(problem, algorithms, trial):
+        calls.append([a.name for a in algorithms])
+        return real(problem, algorithms, trial)
+    monkeypatch.setattr(conv_algorithms, 'measure', spy)
+    conv_algorithms.clear_choices()
+    yield calls
+    conv_algorithms.clear_choices()
+
+
+def nd_conv(case, layout='NCHW', **extra):
+    x, w, expected, _ = case.arrays(layout)
+    y = mx.nd.Convolution(mx.nd.array(x), mx.nd.array(w), mx.nd.array(case.bias),
+                          layout=layout, **case.kwargs, **extra)
+    assert_close(y.asnumpy(), expected)
+
+
+BIG = Case(1, 128, 128, 8, 3, pad=1)    # 19 MFLOP: measured; Winograd's weights exceed 1 MB
+
+
+def test_value_0_picks_by_rule_and_never_measures(measured):
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        nd_conv(BIG)
+        nd_conv(BIG, 'NHWC')
+    assert measured == []
+
+
+def test_value_1_measures_once_per_problem_then_reuses_the_choice(measured):
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
+        for _ in range(3):
+            nd_conv(BIG)
+        nd_conv(BIG, 'NHWC')                # another layout: another problem
+    assert len(measured) == 2
+    assert 'gemm' in measured[0] and 'winograd4' in measured[0]
+    chosen = {key[0].channel_last: name for key, name in conv_algorithms.choices().items()}
+    assert set(chosen) == {False, True} and set(chosen.values()) <= set(NAMES)
+
+
+def test_value_2_measures_what_value_1_leaves_out_for_its_workspace(measured):
+    problem = problem_of(BIG.attrs(CONV, 'NCHW'), BIG.x)
+    winograd = conv_algorithms.ALGORITHMS['winograd4']
+    gemm = conv_algorithms.ALGORITHMS['gemm']
+    assert gemm.scratch(problem, 1) < 1 << 20 < winograd.scratch(problem, 1)
+    for mode in ('1', '2'):
+        with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=mode):
+            nd_conv(BIG, workspace=1)
+    limited, unlimited = measured
+    assert 'gemm' in limited and 'winograd4' not in limited and 'winograd2' not in limited
+    assert 'winograd4' in unlimited and 'winograd2' in unlimited
+
+
+@pytest.mark.parametrize('gemm_seconds, chosen', [(0.95, 'onednn'), (0.5, 'gemm')])
+def test_measurement_keeps_onednn_unless_clearly_beaten(monkeypatch, gemm_seconds, chosen):
+    monkeypatch.setattr(conv_algorithms, 'measure',
+                        lambda problem, algorithms, trial: {'onednn': 1.0, 'gemm': gemm_seconds})
+    conv_algorithms.clear_choices()
+    problem = problem_of(BIG.attrs(CONV, 'NHWC'), BIG.arrays('NHWC')[0])
+    try:
+        picked = conv_algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
+    finally:
+        conv_algorithms.clear_choices()
+    assert picked.name == chosen
+
+
+def test_cudnn_tune_of_the_operator_overrides_the_variable(measured):
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
+        nd_conv(BIG, cudnn_tune='off')
+    assert measured == []
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        nd_conv(BIG, cudnn_tune='fastest')
+    assert len(measured) == 1
+
+
+def test_small_problems_take_the_rule(measured):
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
+        nd_conv(CASES['3x3 pad'])
+    assert measured == []
+
+
+def test_the_rule_is_winograd_for_wide_3x3_and_gemm_elsewhere():
+    def rule(batch, channels, size, kernel=3, stride=1):
+        problem = conv_algorithms.ConvProblem(True, batch, channels, channels, 1,
+                                              (kernel, kernel), (stride, stride), (1, 1),
+                                              (kernel // 2,) * 2, (size, size), 'float32')
+        return conv_algorithms.numpy_rule(problem).name
+    assert rule(8, 64, 56) == rule(8, 128, 28) == rule(8, 256, 14) == rule(1, 128, 28)
+    assert rule(8, 128, 28) == 'winograd2'
+    assert rule(8, 128, 28, kernel=1) == rule(8, 128, 28, stride=2) == 'gemm'
+    assert rule(8, 16, 56) == 'gemm'           # few channels
+    assert rule(1, 256, 14) == 'gemm'          # 49 tiles
+    assert rule(8, 512, 7) == 'gemm'           # 16 MB of transformed weights
+
+
+def test_determinism_takes_the_rule_and_repeats_bit_for_bit(measured):
+    results = []
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1', MXNET_ENFORCE_DETERMINISM=True):
+        for _ in range(2):
+            x, w, _, _ = BIG.arrays('NHWC')
+            y = mx.nd.Convolution(mx.nd.array(x), mx.nd.array(w), mx.nd.array(BIG.bias),
+                                  layout='NHWC', **BIG.kwargs)
+            results.append(y.asnumpy().tobytes())
+    assert measured == [] and results[0] == results[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# MXNET_CPU_NNPACK_NTHREADS
+
+def test_nnpack_threads_reach_the_winograd_kernel(monkeypatch):
+    seen = []
+    real = conv_winograd.winograd
+
+    def spy(*args, **kwargs):
+        seen.append(args[11] if len(args) > 11 else kwargs.get('threads'))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(conv_winograd, 'winograd', spy)
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0', MXNET_MKLDNN_ENABLED=False):
+        for threads in (1, 64):
+            with config.override(MXNET_CPU_NNPACK_NTHREADS=threads):
+                nd_conv(Case(4, 64, 64, 16, 3, pad=1), 'NHWC')
+    assert seen == [1, engine.kernel_threads()]       # capped at the operator's threads
+
+
+def blas_threads():
+    from threadpoolctl import threadpool_info
+    return {pool['num_threads'] for pool in threadpool_info() if pool['user_api'] == 'blas'}
+
+
+@pytest.mark.skipif(config.cpu_count() < 2, reason='BLAS runs one thread on one core')
+def test_parts_run_their_gemms_on_one_blas_thread_each():
+    before, seen = blas_threads(), []
+    with config.override(MXNET_CPU_PARALLEL_SIZE=1):
+        conv_common.run_parts(2, 1000, lambda part: seen.append((part, blas_threads())))
+    assert sorted(seen) == [(0, {1}), (1, {1})] and blas_threads() == before
+
+
+@pytest.mark.skipif(config.cpu_count() < 2, reason='BLAS runs one thread on one core')
+def test_any_thread_limits_blas_whoever_set_it_before():
+    import threading
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(2, user_api='blas'):     # this thread now controls OpenBLAS
+        seen = []
+
+        def limited():
+            with conv_common.single_threaded_blas():
+                seen.append(blas_threads())
+        worker = threading.Thread(target=limited)
+        worker.start()
+        worker.join()
+        assert seen == [{1}] and blas_threads() == {2}
+
+
+# ----------------------------------------------------------------------------------------------
+# oneDNN: forward and backward go through the provider when it is enabled
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+@pytest.mark.parametrize('enabled', [True, False])
+def test_onednn_runs_forward_and_backward_when_enabled(monkeypatch, enabled):
+    calls = []
+    for name in ('convolution_forward', 'convolution_backward_data',
+                 'convolution_backward_weights'):
+        real = getattr(onednn_provider, name)
+        monkeypatch.setattr(onednn_provider, name,
+                            lambda *a, _real=real, _name=name, **k: calls.append(_name)
+                            or _real(*a, **k))
+    case = CASES['3x3 wide']
+    x, w = mx.nd.array(case.x), mx.nd.array(case.w)
+    x.attach_grad(), w.attach_grad()
+    with config.override(MXNET_MKLDNN_ENABLED=enabled, MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        with mx.autograd.record():
+            y = mx.nd.Convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=32, no_bias=True)
+        y.backward(mx.nd.ones(y.shape))
+        mx.nd.waitall()
+    expected = {'convolution_forward', 'convolution_backward_data',
+                'convolution_backward_weights'} if enabled else set()
+    assert set(calls) == expected
+    np.testing.assert_allclose(y.asnumpy(), case.expected - case.bias[None, :, None, None],
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.asnumpy()[0, 0, 1, 1], case.x[:, 0].sum(), rtol=1e-4)
