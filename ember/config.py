@@ -304,8 +304,8 @@ int_var('MXNET_CPU_WORKER_NTHREADS', 1, 'Worker threads on the CPU: how many ope
         read='startup')
 int_var('MXNET_CPU_PRIORITY_NTHREADS', 4, 'Threads of the CPU pool that runs operators pushed '
         'with a priority, highest first.', _THREADS, 'engine', low=1, read='startup')
-int_var('MXNET_CPU_NNPACK_NTHREADS', 4, 'Threads of the fast (Winograd) convolution kernels.',
-        _THREADS, 'op', low=1, status=KERNELS)
+int_var('MXNET_CPU_NNPACK_NTHREADS', 4, 'Threads of the Winograd convolution kernel (at most '
+        "the operator's kernel threads).", _THREADS, 'op', low=1)
 int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each data-loader worker '
         'process.', _THREADS, 'gluon', low=1, status=DATA)
 int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, 'Image-decoding threads in each data-loader worker '
@@ -421,9 +421,10 @@ bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log when a sparse array fa
 # Operators and kernels
 int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,
         high=2, read='startup', status=GPU)
-enum_var('MXNET_CUDNN_AUTOTUNE_DEFAULT', '1', ('0', '1', '2'), 'Convolution algorithm choice: '
-         '0 by rule, 1 by measurement within the workspace limit, 2 by measurement without it.',
-         _OPS, 'op', cache_key=True, status=KERNELS)
+enum_var('MXNET_CUDNN_AUTOTUNE_DEFAULT', '1', ('0', '1', '2'), 'Convolution algorithm (on the '
+         'CPU: oneDNN, im2col+GEMM, Winograd): 0 by rule, 1 by measuring those whose scratch '
+         'fits the workspace attribute (cached per layer shape), 2 by measuring all.',
+         _OPS, 'op', cache_key=True)
 bool_var('MXNET_CUDA_ALLOW_TENSOR_CORE', True, 'Allow Tensor Cores in CUDA kernels.', _GPU, 'op',
          read='startup', status=GPU)
 bool_var('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION', False, 'Let float32 kernels convert to '
