@@ -64,6 +64,13 @@ class TempSpace:
             self._handle.release(cache=False)
         self._handle = storage.manager(self.device).alloc(nbytes)
 
+    def release(self) -> None:
+        """Free the buffer (the next ``get`` allocates again): for a user that held it
+        once, such as an algorithm measured and not chosen."""
+        if self._handle is not None:
+            self._handle.release(cache=False)
+            self._handle = None
+
     @property
     def capacity(self) -> int:
         """Bytes of the current buffer (0 before the first ``get``)."""

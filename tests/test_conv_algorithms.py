@@ -376,3 +376,21 @@ def test_onednn_runs_forward_and_backward_when_enabled(monkeypatch, enabled):
     np.testing.assert_allclose(y.asnumpy(), case.expected - case.bias[None, :, None, None],
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(w.grad.asnumpy()[0, 0, 1, 1], case.x[:, 0].sum(), rtol=1e-4)
+
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
+    from ember import resource
+    monkeypatch.setattr(conv_algorithms, 'fastest', lambda seconds: 'onednn')
+    conv_algorithms.clear_choices()
+    x = mx.nd.array(np.random.default_rng(0).standard_normal((2, 32, 16, 16)), dtype='float32')
+    w = mx.nd.array(np.random.default_rng(1).standard_normal((32, 32, 3, 3)), dtype='float32')
+    try:
+        with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
+            mx.nd.Convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=32,
+                              no_bias=True).wait_to_read()
+        temps, _ = resource.copies(mx.cpu())
+        # Winograd and GEMM ran as candidates and took scratch; oneDNN needs none
+        assert all(t.capacity == 0 for t in temps)
+    finally:
+        conv_algorithms.clear_choices()
