@@ -12,7 +12,7 @@ from ember.passes import infer_shape, subgraph
 
 @pytest.fixture
 def channel_last(monkeypatch):
-    monkeypatch.setattr(subgraph, 'channel_last_pays', lambda: True)
+    monkeypatch.setattr(subgraph, 'channel_last_pays', lambda device=None: True)
 
 
 def _resnet_like():
@@ -122,13 +122,15 @@ def test_without_weight_values_convolutions_stay_channel_first(channel_last):
 
 
 def test_off_without_the_fast_kernels(monkeypatch):
-    monkeypatch.setattr(subgraph, 'channel_last_pays', lambda: False)
+    monkeypatch.setattr(subgraph, 'channel_last_pays', lambda device=None: False)
     net = _resnet_like()
     values = _values(net, (2, 3, 8, 8))
     graph, _ = subgraph.run(_graph(net, values), values)
     assert all(layout in (None, 'NCHW') for _, layout, _ in _ops(graph))
 
 
-def test_channel_last_pays_follows_mkldnn_enabled():
+def test_channel_last_pays_on_the_cpu_with_either_provider():
+    assert subgraph.channel_last_pays(mx.cpu())
     with config.override(MXNET_MKLDNN_ENABLED=0):
-        assert subgraph.channel_last_pays() is False
+        assert subgraph.channel_last_pays(mx.cpu())
+    assert not subgraph.channel_last_pays(mx.gpu(0))
