@@ -385,11 +385,14 @@ def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
     conv_algorithms.clear_choices()
     x = mx.nd.array(np.random.default_rng(0).standard_normal((2, 32, 16, 16)), dtype='float32')
     w = mx.nd.array(np.random.default_rng(1).standard_normal((32, 32, 3, 3)), dtype='float32')
+    temps, _ = resource.copies(mx.cpu())
+    mx.nd.waitall()
+    for temp in temps:                   # earlier operators' scratch
+        temp.release()
     try:
         with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
             mx.nd.Convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=32,
                               no_bias=True).wait_to_read()
-        temps, _ = resource.copies(mx.cpu())
         # Winograd and GEMM ran as candidates and took scratch; oneDNN needs none
         assert all(t.capacity == 0 for t in temps)
     finally:
