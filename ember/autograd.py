@@ -17,6 +17,7 @@ gradients of gradients work wherever the rules are built from differentiable ope
 from __future__ import annotations
 
 import threading
+import weakref
 
 from ember import ndarray as nd
 from ember.base import EmberError
@@ -124,6 +125,23 @@ def _record_op(op, attrs, inputs, outputs):
     def grad_fn(out_grads):
         return op.gradient(nd, attrs, list(inputs), saved_outputs, out_grads)
     _attach(grad_fn, inputs, outputs, op.name, saved_outputs)
+
+
+# Gradients a grad_fn returned that still belong to it (a hybridized block's executor writes
+# them again at its next backward): stored into .grad they are copied anyway, but
+# autograd.grad copies them before handing them out. id -> array.
+_lent = weakref.WeakValueDictionary()
+
+
+def lend(arrays):
+    """Mark gradients returned by a grad_fn as owned by it: ``grad()`` returns copies."""
+    for array in arrays:
+        if array is not None:
+            _lent[id(array)] = array
+
+
+def _own(array):
+    return array.copy() if _lent.get(id(array)) is array else array
 
 
 def _attach(grad_fn, inputs, outputs, name, saved_outputs=()):
@@ -302,7 +320,7 @@ def grad(heads, variables, head_grads=None, retain_graph=None, create_graph=Fals
         gradient = leaf_grads.get(id(var._ag))
         if gradient is None:
             gradient = nd.zeros(var.shape, ctx=var.context, dtype=var.dtype)
-        result.append(gradient)
+        result.append(_own(gradient))
     return result[0] if single else result
 
 

@@ -448,3 +448,25 @@ def test_recurrent_layer_in_a_hybridized_container_infers_its_shapes():
 def test_unknown_hybridize_flags_are_refused_at_once():
     with pytest.raises(TypeError, match=r"unknown flags \['static_aloc'\]"):
         Projection().hybridize(static_aloc=True)
+
+
+def test_gradients_of_a_hybridized_block_are_not_overwritten_by_its_next_backward():
+    import numpy as np
+    import ember as mx
+    from ember import autograd, gluon
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize()
+    net.hybridize(static_alloc=True, static_shape=True)
+    x = mx.nd.ones((2, 4))
+    x.attach_grad()
+    with autograd.record():
+        y = net(x).sum()
+    first = autograd.grad(y, [x])[0]
+    kept = first.asnumpy().copy()
+    with autograd.record():
+        y2 = (net(x * 3) * 5).sum()
+    y2.backward()                        # the same executor writes its gradients again
+    np.testing.assert_array_equal(first.asnumpy(), kept)
+    np.testing.assert_allclose(x.grad.asnumpy(), kept * 15, rtol=1e-5)
+    weight_grad = net.weight.grad().asnumpy()
+    np.testing.assert_allclose(weight_grad, np.full((3, 4), 2 * 3 * 5.0), rtol=1e-5)

@@ -220,8 +220,12 @@ class _Bound:
         with self._bulk_scope():
             self.executor.backward(out_grads=list(out_grads))
         grad_dict = self.executor.grad_dict
-        return [grad_dict[name].copy() if self._reqs[name] != 'null' else None
-                for name in self._input_names]
+        # lent, not copied: backward() copies them into .grad (a copy here would be a second
+        # pass and a second copy of every gradient), autograd.grad() copies them itself
+        grads = [grad_dict[name] if self._reqs[name] != 'null' else None
+                 for name in self._input_names]
+        autograd.lend(grads)
+        return grads
 
 
 def _like(array):
