@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember import engine
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis, outputs_of
 from ember.op.registry import (
@@ -103,7 +104,7 @@ def _bn_kernel(attrs, ins, outs, ctx):
     axis = attrs['axis'] % x.ndim
     axes, acc = _other_axes(x.ndim, axis), accumulation_dtype(x.dtype, ctx.safe_accumulation)
     if _uses_batch_stats(attrs, ctx):
-        mean, var = x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
+        mean, var = _batch_moments(x, axis, axes, acc)
         _update_moving(attrs, moving_mean, moving_var, mean, var)
     else:
         mean, var = moving_mean.astype(acc), moving_var.astype(acc)
@@ -113,12 +114,42 @@ def _bn_kernel(attrs, ins, outs, ctx):
     outs[2][...] = invstd
 
 
+def _batch_moments(x, axis, axes, acc):
+    """Per-channel mean and biased variance over `axes`. Channel-first contiguous data is
+    reduced per block of channels, the blocks spread over the kernel threads (NumPy's
+    mean/var over axes (0, 2, 3) ran on one thread at a third of the speed: 660 ms of a
+    resnet50 training step at batch 16)."""
+    if axis != 1 or x.ndim < 3 or not x.flags.c_contiguous or acc != x.dtype:
+        return x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
+    rows = x.reshape(x.shape[0], x.shape[1], -1)
+    count = rows.shape[0] * rows.shape[2]
+    mean, var = np.empty(x.shape[1], acc), np.empty(x.shape[1], acc)
+
+    def block(lo, hi):
+        part = rows[:, lo:hi]
+        centre = part.sum(axis=(0, 2)) / count
+        deviation = part - centre[:, None]
+        mean[lo:hi] = centre
+        var[lo:hi] = np.einsum('nci,nci->c', deviation, deviation) / count
+    engine.parallel_for(x.shape[1], block, split=x.size >= _SPLIT_SIZE and x.shape[1] > 1)
+    return mean, var
+
+
+_SPLIT_SIZE = 1 << 16        # elements: below it a split costs more than it saves
+
+
 def _normalize(attrs, x, gamma, beta, mean, invstd, out):
     """out = x normalised with `mean` and `invstd`, scaled and shifted: the lines that
     ``_bn_apply`` repeats bit for bit when the mirror pass recomputes a training BatchNorm."""
     scale = invstd if attrs['fix_gamma'] else gamma * invstd
     shape = _broadcast_shape(x.ndim, attrs['axis'] % x.ndim, -1)
-    out[...] = x * scale.reshape(shape) + (beta - mean * scale).reshape(shape)
+    scale, shift = scale.reshape(shape), (beta - mean * scale).reshape(shape)
+    if out.dtype != scale.dtype or out.dtype != shift.dtype or x.dtype != out.dtype:
+        out[...] = x * scale + shift
+        return
+    # the same two roundings as x * scale + shift, without two full-size temporaries
+    np.multiply(x, scale, out=out)
+    np.add(out, shift, out=out)
 
 
 def _update_moving(attrs, moving_mean, moving_var, mean, var):
