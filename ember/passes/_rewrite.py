@@ -20,7 +20,8 @@ import dataclasses
 from ember.base import EmberError
 from ember.symbol.graph import Entry, Graph, prune
 
-__all__ = ['Rewriter', 'forward_count', 'graph_level_attrs', 'unique_name']
+__all__ = ['Rewriter', 'forward_count', 'graph_level_attrs', 'unique_name',
+           'without_identities']
 
 
 class Rewriter:
@@ -63,6 +64,20 @@ class Rewriter:
         outputs = [self.new(e) for e in self.graph.outputs]
         graph = prune(Graph(self.nodes, outputs)).replace(attrs=graph_level_attrs(self.graph))
         return _recount_forward(graph)
+
+
+def without_identities(graph: Graph, positions) -> Graph:
+    """`graph` without the nodes at `positions`, each an identity: its first output is its
+    first input, and readers of it read that input instead (`graph` itself when none)."""
+    if not positions:
+        return graph
+    rewriter = Rewriter(graph)
+    for position, node in enumerate(graph.nodes):
+        if position in positions:
+            rewriter.alias(Entry(position, 0), rewriter.new(node.inputs[0]))
+        else:
+            rewriter.copy(position)
+    return rewriter.finish()
 
 
 def forward_count(graph: Graph):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ember import symbol as F
 from ember.base import EmberError
-from ember.passes._rewrite import Rewriter
+from ember.passes._rewrite import without_identities
 from ember.symbol.graph import Entry, prune
 from ember.symbol.infer import FLAG_OF_TYPE, infer_shapes, infer_types
 from ember.symbol.name import NameManager
@@ -123,16 +123,8 @@ def _without_identity_reductions(full, forward):
                   and shapes[full.entry_id(node.inputs[0])] is not None
                   and shapes[full.entry_id(node.inputs[0])]
                   == shapes[full.entry_id(node.inputs[1])]}
-    if not identities:
-        return full
-    rewriter = Rewriter(full)
-    for position, node in enumerate(full.nodes):
-        if position in identities:
-            rewriter.alias(Entry(position, 0), rewriter.new(node.inputs[0]))
-        else:
-            rewriter.copy(position)
     _log.debug('gradient: %d same-shape reductions dropped', len(identities))
-    return rewriter.finish()
+    return without_identities(full, identities)
 
 
 def _declared_shape(node):

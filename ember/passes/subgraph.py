@@ -51,7 +51,7 @@ import numpy as np
 from ember import config
 from ember.op import registry
 from ember.op.nn._common import is_channel_last
-from ember.passes._rewrite import Rewriter, unique_name
+from ember.passes._rewrite import Rewriter, unique_name, without_identities
 from ember.symbol.graph import Entry, Node, consumers, make_node
 from ember.symbol.infer import FLAG_OF_TYPE, infer_shapes
 
@@ -140,15 +140,7 @@ def _remove_identities(graph):
     removable = {position for position, node in enumerate(graph.nodes)
                  if _is_identity(node) and position not in reads.outputs
                  and (node.num_outputs == 1 or reads.unread(Entry(position, 1)))}
-    if not removable:
-        return graph
-    rewriter = Rewriter(graph)
-    for position, node in enumerate(graph.nodes):
-        if position in removable:
-            rewriter.alias(Entry(position, 0), rewriter.new(node.inputs[0]))
-        else:
-            rewriter.copy(position)
-    return rewriter.finish()
+    return without_identities(graph, removable)
 
 
 def _is_identity(node):
