@@ -142,3 +142,32 @@ def test_library_path_is_read_from_the_environment_at_start_up(tmp_path):
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert f'MXNET_LIBRARY_PATH={missing!r}: no such file' in out
+
+
+def _resident_mb():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc malloc_trim')
+def test_returning_free_heap_gives_freed_holes_back():
+    from ember.backend.cpu import return_free_heap
+    # 100 KB blocks sit below malloc's mmap threshold, on the heap; freeing every other one
+    # leaves holes the heap cannot shrink over, which only a trim returns
+    pairs = [(np.ones(25_000, np.float32), np.ones(25_000, np.float32)) for _ in range(1000)]
+    kept = [b for _, b in pairs]
+    del pairs
+    before = _resident_mb()
+    assert return_free_heap()
+    assert _resident_mb() < before - 50
+    del kept
+
+
+def test_binding_returns_the_heap_it_used(monkeypatch):
+    from ember import symbol as sym
+    from ember.executor import executor
+    calls = []
+    monkeypatch.setattr(executor, 'return_free_heap', lambda: calls.append(1))
+    net = sym.FullyConnected(sym.var('x'), num_hidden=2, name='fc')
+    net.simple_bind(device.cpu(), x=(1, 3)).forward()
+    assert calls == [1]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember import engine
+from ember.backend.cpu import return_free_heap
 from ember.base import EmberError
 from ember.executor import pipeline
 from ember.executor.program import Program
@@ -241,6 +242,9 @@ class Executor:
                                             **{n: a for n, a in heads.values()}})
         bound.update(self._direct_gradients(graph))
         program = Program(graph, self._ctx, bound, self._commits(graph))
+        # binding made and dropped host temporaries (folded and transposed weights): return
+        # their pages now, or the process keeps them for good
+        return_free_heap()
         return _Compiled(graph, program, {i: a for i, (_, a) in heads.items()}, folded,
                          sources)
 
