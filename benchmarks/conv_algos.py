@@ -82,6 +82,7 @@ class Layer:
                                                    np.float32) * 0.05}
         self.data['NHWC'] = np.ascontiguousarray(self.data['NCHW'].transpose(0, 2, 3, 1))
         self.weight['NHWC'] = np.ascontiguousarray(self.weight['NCHW'].transpose(0, 2, 3, 1))
+        self.weight_var = engine.get().new_var()   # stands for the weights' engine variable
         self.bias = rng.standard_normal(filters).astype(np.float32)
         op = registry.get('Convolution')
         self.attrs = {layout: op.parse_attrs(dict(kernel=(kernel, kernel),
@@ -109,7 +110,7 @@ class Layer:
         out = np.empty(_out_shape(self.problem[layout]), np.float32)
         return lambda: onednn_provider.convolution_forward(
             self.attrs[layout], self.data[layout], self.weight[layout], self.bias, out,
-            weight_version=1)
+            weight_version=(self.weight_var, 0))
 
 
 def _out_shape(problem):

@@ -81,6 +81,7 @@ class Case:
         self.nhwc = np.ascontiguousarray(self.nchw.transpose(0, 2, 3, 1))
         self.weight = rng.standard_normal((filters, channels, kernel, kernel), np.float32)
         self.weight_nhwc = np.ascontiguousarray(self.weight.transpose(0, 2, 3, 1))
+        self.weight_var = engine.get().new_var()   # stands for the weights' engine variable
         shape = (batch, filters, self.out_size, self.out_size)
         self.out_nchw = np.empty(shape, np.float32)
         self.out_nhwc = np.empty((batch, self.out_size, self.out_size, filters), np.float32)
@@ -92,7 +93,7 @@ class Case:
         attrs = self.attrs(layout)
         data, weight, out = ((self.nhwc, self.weight_nhwc, self.out_nhwc) if layout == 'NHWC'
                              else (self.nchw, self.weight, self.out_nchw))
-        version = 0 if keep_weights else None
+        version = (self.weight_var, 0) if keep_weights else None
 
         def call():
             if not onednn_provider.convolution_forward(attrs, data, weight, None, out,

@@ -535,15 +535,46 @@ def test_weight_version_keeps_the_reordered_weights_until_it_changes():
     data, weight = conv_inputs((1, 8, 6, 6), kwargs)
     attrs, (before,) = numpy_outputs('Convolution', [data, weight], **kwargs)
     out = empty_like(before)
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=1)
+    var, other = engine.get().new_var(), engine.get().new_var()
+    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 1))
     np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
     weight *= 2                      # changed in place: the same version still means the old
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=1)
+    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 1))
     np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=2)
+    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 2))
     np.testing.assert_allclose(out, 2 * before, rtol=RTOL, atol=ATOL)
+    weight *= 2                      # another array's variable at the same address: fresh
+    assert provider.convolution_forward(attrs, data, weight, None, out,
+                                        weight_version=(other, 2))
+    np.testing.assert_allclose(out, 4 * before, rtol=RTOL, atol=ATOL)
+    weight /= 4
     assert provider.convolution_forward(attrs, data, weight, None, out)   # no version: fresh
-    np.testing.assert_allclose(out, 2 * before, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
+def test_kept_weights_are_per_array_and_go_with_their_variable():
+    # layers of one shape share a primitive; each weight keeps its own reordered copy
+    onednn.clear_cache()
+    kwargs = dict(kernel=(1, 1), num_filter=4, no_bias=True)
+    data, first = conv_inputs((1, 4, 3, 3), kwargs)
+    second = first * 3
+    attrs, (expected,) = numpy_outputs('Convolution', [data, first], **kwargs)
+    out = empty_like(expected)
+    vars_ = [engine.get().new_var(), engine.get().new_var()]
+    for _ in range(2):
+        for weight, var, scale in ((first, vars_[0], 1), (second, vars_[1], 3)):
+            assert provider.convolution_forward(attrs, data, weight, None, out,
+                                                weight_version=(var, 0))
+            np.testing.assert_allclose(out, scale * expected, rtol=RTOL, atol=ATOL)
+    (primitive,) = [p for key, p in onednn._cache.entries.items() if key[0] == 'conv']
+    binding = next(b for b in primitive.bindings if b.arg == onednn.ARG_WEIGHTS)
+    assert len(binding.kept) == 2
+    del vars_[1], var                # that array's variable is gone: its copy goes next time
+    third = first * 5
+    assert provider.convolution_forward(attrs, data, third, None, out,
+                                        weight_version=(engine.get().new_var(), 0))
+    assert len(binding.kept) == 2
 
 
 @needs_onednn

@@ -468,8 +468,9 @@ class _Binding:
     user_memory: int | None        # a second object on the caller's buffer, when reordering
     reorder: int | None            # user -> inner (inputs) or inner -> user (outputs)
     offset: int = 0                # where the inner buffer sits in the workspace
-    kept: np.ndarray | None = None  # a reordered constant input, kept between runs
-    kept_key: tuple | None = None  # (address, version) of the user's data it was made from
+    # reordered copies of inputs the caller says are unchanged: address of the caller's
+    # data -> (weak reference to its engine variable, its version, the copy)
+    kept: dict | None = None
     is_output: bool = False
 
     def __post_init__(self):
@@ -532,9 +533,9 @@ class Primitive:
             versions: dict | None = None) -> None:
         """Execute on `arrays` (argument id -> float32 array laid out as described at build
         time); `accumulate` is what a sum post-op adds to. `versions` maps input argument ids
-        to tokens that the caller changes whenever that input's contents change: such an
-        input's reordered copy is kept and reused while its address and token stay the same
-        (weights in inference)."""
+        to ``(engine variable, version)`` of the caller's array: such an input's reordered copy
+        is kept and reused while its address, variable and version stay the same (weights in
+        inference, :meth:`ember.op.registry.KernelContext.input_version`)."""
         library = self.library
         stream = library.stream()
         with self.lock:
@@ -651,15 +652,30 @@ def _stage_in(library, stream, binding, address, base):
 
 
 def _stage_kept(library, stream, binding, address, version):
-    key = (address, version)
-    if binding.kept is None:
-        binding.kept = np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)
-    kept = -_address(binding.kept) % _ALIGN + _address(binding.kept)
-    library.memory_set_data_handle(binding.inner_memory, kept)
-    if binding.kept_key != key:
+    """Run on the kept reordered copy of the input at `address`, reordering it again only
+    when `version`, ``(engine variable, version)``, is not the one the copy was made from.
+    Primitives are shared by layers of the same shape, so copies are kept per address."""
+    var, number = version
+    kept = binding.kept
+    if kept is None:
+        kept = binding.kept = {}
+    entry = kept.get(address)
+    if entry is not None and entry[0]() is var and entry[1] == number:
+        buffer = entry[2]
+        fresh = False
+    else:
+        # copies of arrays that are gone make room first
+        for gone in [a for a, e in kept.items() if e[0]() is None]:
+            del kept[gone]
+        buffer = entry[2] if entry is not None else \
+            np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)
+        kept[address] = (weakref.ref(var), number, buffer)
+        fresh = True
+    library.memory_set_data_handle(binding.inner_memory,
+                                   -_address(buffer) % _ALIGN + _address(buffer))
+    if fresh:
         library.memory_set_data_handle(binding.user_memory, address)
         _execute_reorder(library, stream, binding)
-        binding.kept_key = key
 
 
 def _bind_out(library, binding, address, base):

@@ -11,7 +11,8 @@ from ember.base import EmberError
 from ember.device import cpu
 from ember.engine import segment as _segment
 from ember.engine.threads import BlasLimit, affinity_from_config, kernel_threads
-from ember.engine.var import Failure, Op, Var, first_failure, push_site, raise_failure
+from ember.engine.var import (WRITE, Failure, Op, Var, first_failure, push_site,
+                              raise_failure)
 
 __all__ = ['Engine', 'NaiveEngine', 'Settings']
 
@@ -171,6 +172,25 @@ class Engine:
         if pending:
             first = min(range(len(pending)), key=lambda i: pending[i].seq)
             raise_failure(pending[first], errors[first])
+
+    def settled_versions(self, variables) -> tuple | None:
+        """The versions of `variables` when none of them has a write pushed and not finished
+        (an imperative bulk segment is pushed first), else None. Taken under the engine's
+        lock, so a write finishing meanwhile is seen either as pending or as done.
+
+        >>> from ember import engine
+        >>> eng = engine.get()
+        >>> var = eng.new_var()
+        >>> eng.push(lambda: None, writes=[var]); eng.wait_for_var(var)
+        >>> eng.settled_versions([var])
+        (1,)
+        """
+        _segment.flush()
+        with self._lock:
+            for var in variables:
+                if var.writing or (var.queue and any(mode == WRITE for _, mode in var.queue)):
+                    return None
+            return tuple(var.version for var in variables)
 
     def wait_idle(self) -> None:
         """Wait for every pushed operation without raising."""

@@ -76,6 +76,9 @@ class Program:
         self.xp = backend.for_device(device).xp
         self.arena = storage.manager(device).alloc(max(self._plan.planned_bytes, ALIGNMENT))
         self.entries = self._entry_arrays(bound)
+        # entry ids some operator reads or the graph outputs; the rest may stay unwritten
+        self._read_entries = {graph.entry_id(e) for node in graph.nodes for e in node.inputs}
+        self._read_entries.update(graph.entry_id(e) for e in graph.outputs)
         info = graph.attrs.get('gradient')
         self.num_forward_nodes = len(graph.nodes) if info is None else info.num_forward_nodes
         steps = {position: self._op_step(position) for position, node in enumerate(graph.nodes)
@@ -156,7 +159,13 @@ class Program:
         if 'random' in node.op.resources:
             random = resource.random_stream(self.device)
             writes.append(random.var)
-        contexts = tuple(KernelContext(self.device, mode, self.xp, temp, random)
+        external = self._plan.storage
+        input_vars = tuple(x._var if external[graph.entry_id(e)] == EXTERNAL else None
+                           for x, e in zip(inputs, node.inputs))
+        unused = frozenset(index for index, entry in enumerate(graph.node_outputs(position))
+                           if graph.entry_id(entry) not in self._read_entries)
+        contexts = tuple(KernelContext(self.device, mode, self.xp, temp, random,
+                                       input_vars=input_vars, unused_outputs=unused)
                          for mode in (False, True))
         return _Step(position, f'{node.name}({node.op.name})', node.op.kernel, node.attrs,
                      tuple(x._data() for x in inputs), tuple(x._data() for x in outputs),

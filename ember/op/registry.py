@@ -32,6 +32,16 @@ imperative path per operator call, the graph executor per run of a program.
 ``ctx.deterministic``
     ``MXNET_ENFORCE_DETERMINISM``: use only bit-reproducible algorithms.
 
+Filled by the graph executor only (the imperative path leaves them empty):
+
+``ctx.unused_outputs``
+    Indices of outputs that no operator reads and that are not outputs of the graph (MXNet's
+    ``kNullOp`` request): a kernel may skip computing them, e.g. the data gradient of a
+    network's first convolution.
+``ctx.input_vars`` / ``ctx.input_version(i)``
+    The engine variables of inputs that are the graph's variables (parameters, folded
+    weights), whose version tells a kernel whether the input changed since it last saw it.
+
 A context built without them (a test calling a kernel directly) takes the configuration at
 construction.
 """
@@ -217,10 +227,30 @@ class KernelContext:
     temp: Any = None                  # resource.TempSpace when the operator asks for 'temp'
     random: Any = None                # resource.RandomStream when it asks for 'random'
     extra: dict = field(default_factory=dict)
+    # engine variables of inputs whose contents stay until written (a graph's variables: the
+    # executor fills it), None elsewhere; see input_version
+    input_vars: tuple = ()
+    # indices of outputs nobody reads (MXNet's null request): a kernel may leave them unwritten
+    unused_outputs: frozenset = frozenset()
     safe_accumulation: bool = field(
         default_factory=_config_at_construction('MXNET_SAFE_ACCUMULATION'))
     deterministic: bool = field(
         default_factory=_config_at_construction('MXNET_ENFORCE_DETERMINISM'))
+
+    def input_version(self, index: int):
+        """``(engine variable, version)`` of input `index` when its variable is known, else
+        None. The pair changes whenever the input is written, so a kernel may keep work
+        derived from the input (weights reordered for a library) as long as the pair it was
+        made from stays the same.
+
+        >>> from ember import engine
+        >>> var = engine.get().new_var()
+        >>> ctx = KernelContext(None, input_vars=(None, var))
+        >>> ctx.input_version(0), ctx.input_version(1) == (var, 0)
+        (None, True)
+        """
+        var = self.input_vars[index] if index < len(self.input_vars) else None
+        return None if var is None else (var, var.version)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,9 @@ class ConvCall:
     out: object
     residual: object = None
     act_type: str | None = None
+    # KernelContext.input_version of the weight in inference (None: it may change any time);
+    # lets oneDNN keep its reordered copy of the weight between calls
+    weight_version: object = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def _winograd(m):
 def _run_onednn(problem, call, budget, alloc, threads):
     from ember.op.nn import onednn_provider
     return onednn_provider.convolution_forward(call.attrs, call.x, call.weight, call.bias,
-                                               call.out, call.residual, call.act_type)
+                                               call.out, call.residual, call.act_type,
+                                               call.weight_version)
 
 
 def _onednn_supports(problem):

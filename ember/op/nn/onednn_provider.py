@@ -86,8 +86,9 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
 
     `bias` is None with ``no_bias``; `residual` (shaped like `out`, may be `out` itself) is
     added through oneDNN's sum post-op and `act_type` (an Activation name) applied after it.
-    `weight_version`, a token the caller changes whenever the weight's contents change, lets
-    the weight's reorder into oneDNN's blocked layout be kept between calls.
+    `weight_version`, ``(engine variable, version)`` of the weight array
+    (:meth:`~ember.op.registry.KernelContext.input_version`), lets the weight's reorder into
+    oneDNN's blocked layout be kept between calls while the pair stays the same.
     """
     act = _ACTIVATIONS.get(act_type) if act_type is not None else None
     if (act_type is not None and act is None) or data.ndim not in (3, 4, 5):
