@@ -567,14 +567,20 @@ def test_kept_weights_are_per_array_and_go_with_their_variable():
             assert provider.convolution_forward(attrs, data, weight, None, out,
                                                 weight_version=(var, 0))
             np.testing.assert_allclose(out, scale * expected, rtol=RTOL, atol=ATOL)
-    (primitive,) = [p for key, p in onednn._cache.entries.items() if key[0] == 'conv']
-    binding = next(b for b in primitive.bindings if b.arg == onednn.ARG_WEIGHTS)
-    assert len(binding.kept) == 2
+    size = onednn.kept_bytes()
+    assert size >= first.nbytes + second.nbytes
+    residual = np.ones_like(out)     # another primitive (a sum post-op), the same copy
+    assert provider.convolution_forward(attrs, data, first, None, out, residual=residual,
+                                        weight_version=(vars_[0], 0))
+    np.testing.assert_allclose(out, expected + 1, rtol=RTOL, atol=ATOL)
+    assert onednn.kept_bytes() == size
     del vars_[1], var                # that array's variable is gone: its copy goes next time
     third = first * 5
     assert provider.convolution_forward(attrs, data, third, None, out,
                                         weight_version=(engine.get().new_var(), 0))
-    assert len(binding.kept) == 2
+    assert onednn.kept_bytes() == size
+    onednn.clear_cache()
+    assert onednn.kept_bytes() == 0
 
 
 @needs_onednn

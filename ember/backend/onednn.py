@@ -468,9 +468,6 @@ class _Binding:
     user_memory: int | None        # a second object on the caller's buffer, when reordering
     reorder: int | None            # user -> inner (inputs) or inner -> user (outputs)
     offset: int = 0                # where the inner buffer sits in the workspace
-    # reordered copies of inputs the caller says are unchanged: address of the caller's
-    # data -> (weak reference to its engine variable, its version, the copy)
-    kept: dict | None = None
     is_output: bool = False
 
     def __post_init__(self):
@@ -543,7 +540,7 @@ class Primitive:
             for binding in self.bindings:
                 address = _address(arrays[binding.arg])
                 if versions and binding.arg in versions and binding.reorder is not None:
-                    _stage_kept(library, stream, binding, address, versions[binding.arg])
+                    _kept.stage(library, stream, binding, address, versions[binding.arg])
                 else:
                     _stage_in(library, stream, binding, address, base)
             for binding in self.outputs:
@@ -651,31 +648,63 @@ def _stage_in(library, stream, binding, address, base):
     _execute_reorder(library, stream, binding)
 
 
-def _stage_kept(library, stream, binding, address, version):
-    """Run on the kept reordered copy of the input at `address`, reordering it again only
-    when `version`, ``(engine variable, version)``, is not the one the copy was made from.
-    Primitives are shared by layers of the same shape, so copies are kept per address."""
-    var, number = version
-    kept = binding.kept
-    if kept is None:
-        kept = binding.kept = {}
-    entry = kept.get(address)
-    if entry is not None and entry[0]() is var and entry[1] == number:
-        buffer = entry[2]
-        fresh = False
-    else:
-        # copies of arrays that are gone make room first
-        for gone in [a for a, e in kept.items() if e[0]() is None]:
-            del kept[gone]
-        buffer = entry[2] if entry is not None else \
-            np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)
-        kept[address] = (weakref.ref(var), number, buffer)
-        fresh = True
-    library.memory_set_data_handle(binding.inner_memory,
-                                   -_address(buffer) % _ALIGN + _address(buffer))
-    if fresh:
-        library.memory_set_data_handle(binding.user_memory, address)
-        _execute_reorder(library, stream, binding)
+class _Kept:
+    """Reordered copies of inputs the caller says are unchanged (weights in inference), for
+    the whole process: the caller's address -> [weak reference to its engine variable, its
+    version, the layout of the copy, the copy]. Primitives are shared by layers of one shape
+    and a layer may use several (a measured algorithm's trial runs without the residual), so
+    copies are kept per array and layout, not per primitive."""
+
+    def __init__(self):
+        self.copies: dict = {}
+        self.lock = threading.Lock()
+
+    def stage(self, library, stream, binding, address, version):
+        """Point the primitive's input at the kept copy of the array at `address`, reordering
+        it again only when `version`, ``(engine variable, version)``, is not the one the copy
+        was made from."""
+        var, number = version
+        with self.lock:
+            entries = self.copies.setdefault(address, [])
+            entry = next((e for e in entries if e[2] == binding.inner_md), None)
+            fresh = entry is None or entry[0]() is not var or entry[1] != number
+            if entry is None:
+                self._drop_dead()
+                entry = [None, None, binding.inner_md,
+                         np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)]
+                self.copies.setdefault(address, []).append(entry)
+            entry[0], entry[1] = weakref.ref(var), number
+            buffer = entry[3]
+            library.memory_set_data_handle(binding.inner_memory,
+                                           -_address(buffer) % _ALIGN + _address(buffer))
+            if fresh:
+                library.memory_set_data_handle(binding.user_memory, address)
+                _execute_reorder(library, stream, binding)
+
+    def _drop_dead(self):
+        """Copies of arrays whose variable is gone make room first."""
+        for address in list(self.copies):
+            alive = [e for e in self.copies[address] if e[0] is not None and e[0]() is not None]
+            if alive:
+                self.copies[address] = alive
+            else:
+                del self.copies[address]
+
+    def nbytes(self) -> int:
+        with self.lock:
+            return sum(e[3].nbytes for entries in self.copies.values() for e in entries)
+
+    def clear(self):
+        with self.lock:
+            self.copies.clear()
+
+
+_kept = _Kept()
+
+
+def kept_bytes() -> int:
+    """Bytes held by reordered copies kept between calls (oneDNN's layouts of weights)."""
+    return _kept.nbytes()
 
 
 def _bind_out(library, binding, address, base):
@@ -722,19 +751,33 @@ def _user_or_any(md: MemoryDesc, choose: bool) -> MemoryDesc:
 
 def convolution(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
                 strides, dilates, pad_before, pad_after, post_ops=(), accumulate=None,
-                choose_layouts: bool = True) -> Primitive:
+                choose_layouts: bool = True, activations_as_given: bool = False) -> Primitive:
     """Forward-inference convolution. Weights are (F, C, *k) or grouped (G, F/G, C/G, *k);
     `dilates` counts like MXNet (1 = dense). With `choose_layouts` oneDNN picks the layouts of
     src, weights and dst (its fast kernels want blocked weights) and the data is reordered;
-    `accumulate` describes the addend of a sum post-op."""
+    `activations_as_given` keeps src and dst as they are where oneDNN implements that (its
+    kernels run as fast on channel-last activations, and the stem's blocked output would need
+    a scratch copy as large as the output, 100 MB for resnet50 at batch 32); `accumulate`
+    describes the addend of a sum post-op."""
     library = _lib()
     attr = _Attr(library, post_ops)
     mds = [_user_or_any(md, choose_layouts) for md in (src, weights, dst)]
-    pd = _create_pd(library.convolution_forward_primitive_desc_create, _FORWARD_INFERENCE,
-                    _CONVOLUTION_DIRECT, mds[0].handle, mds[1].handle,
-                    bias.handle if bias is not None else None, mds[2].handle,
-                    _dims_of(strides), _dims_of([d - 1 for d in dilates]),
-                    _dims_of(pad_before), _dims_of(pad_after), attr=attr)
+
+    def create(src_md, dst_md):
+        return _create_pd(library.convolution_forward_primitive_desc_create, _FORWARD_INFERENCE,
+                          _CONVOLUTION_DIRECT, src_md.handle, mds[1].handle,
+                          bias.handle if bias is not None else None, dst_md.handle,
+                          _dims_of(strides), _dims_of([d - 1 for d in dilates]),
+                          _dims_of(pad_before), _dims_of(pad_after), attr=attr)
+    pd = None
+    if activations_as_given:
+        try:
+            pd = create(src, dst)
+        except OneDNNError as exc:
+            if exc.status != UNIMPLEMENTED:
+                raise
+    if pd is None:
+        pd = create(mds[0], mds[2])
     inputs = {ARG_SRC: src, ARG_WEIGHTS: weights}
     if bias is not None:
         inputs[ARG_BIAS] = bias
@@ -1146,5 +1189,6 @@ def cache_size() -> int:
 
 
 def clear_cache() -> None:
-    """Drop every cached primitive."""
+    """Drop every cached primitive and kept reordered copy."""
     _cache.clear()
+    _kept.clear()

@@ -30,7 +30,7 @@ from ember.backend.onednn import (
     ARG_DIFF_WEIGHTS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE,
     ARG_DST_ITER, ARG_DST_ITER_C, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
     ARG_WORKSPACE, MemoryDesc, PostOp, has_plain_strides)
-from ember.op.nn._common import channel_first, reshape_view, spatial_defaults
+from ember.op.nn._common import channel_first, is_channel_last, reshape_view, spatial_defaults
 
 __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'convolution_backward_weights', 'fully_connected_forward', 'fully_connected_backward',
@@ -110,7 +110,8 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
         return onednn.convolution(
             MemoryDesc.of(x), MemoryDesc.of(w), None if bias is None else MemoryDesc.of(bias),
             MemoryDesc.of(y), stride, dilate, pad, pad, post_ops,
-            accumulate=None if r is None else MemoryDesc.of(r))
+            accumulate=None if r is None else MemoryDesc.of(r),
+            activations_as_given=is_channel_last(layout))
     arrays = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_DST: y}
     if bias is not None:
         arrays[ARG_BIAS] = bias
