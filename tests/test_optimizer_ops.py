@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import ember.ndarray as nd
+from ember import config
 from ember.device import cpu
 from ember.op import optimizer_ops, registry
 
@@ -301,8 +302,16 @@ def multi_inputs(state_names, dtype, shapes):
     return groups
 
 
+@pytest.mark.parametrize('parallel_size', [200000, 1], ids=['one-thread', 'threads-split'])
 @pytest.mark.parametrize('multi, single, state_names, dtype, extra', MULTI_CASES)
-def test_multi_update_equals_single_updates(multi, single, state_names, dtype, extra):
+def test_multi_update_equals_single_updates(multi, single, state_names, dtype, extra,
+                                            parallel_size):
+    # split: the kernel threads share the 20 elements, the cut falling inside a weight
+    with config.override(MXNET_CPU_PARALLEL_SIZE=parallel_size):
+        _check_multi_update(multi, single, state_names, dtype, extra)
+
+
+def _check_multi_update(multi, single, state_names, dtype, extra):
     shapes, lrs, wds = [(4,), (2, 3), (5, 1, 2)], (0.1, 0.2, 0.05), (0.0, 0.01, 0.1)
     groups = multi_inputs(state_names, dtype, shapes)
     expected = [[a.copy() for a in group] for group in groups]

@@ -29,6 +29,7 @@ import numbers
 
 import numpy as np
 
+from ember import engine
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, register,
                                same_shape, same_type)
 
@@ -104,8 +105,16 @@ def _sgd_step(xp, attrs, weight, grad):
 
 def _sgd_mom_step(xp, attrs, weight, grad, mom):
     lr = attrs['lr']
-    mom[...] = (attrs['momentum'] * mom - lr * attrs['wd'] * weight
-                - lr * _rescaled(xp, attrs, grad))
+    # mom = momentum*mom - lr*wd*weight - lr*g, rounded in that order, in place: four
+    # full-size temporaries fewer than the expression
+    step = _rescaled(xp, attrs, grad)
+    if step is grad:
+        step = step * lr
+    else:
+        xp.multiply(step, lr, out=step)
+    mom *= attrs['momentum']
+    mom -= (lr * attrs['wd']) * weight
+    mom -= step
     return weight + mom
 
 
@@ -257,9 +266,27 @@ def _update_kernel(step):
 
 def _multi_kernel(step, group):
     def kernel(attrs, ins, outs, ctx):
-        for i, out in enumerate(outs):
-            one = dict(attrs, lr=attrs['lrs'][i], wd=attrs['wds'][i])
-            out[...] = step(ctx.xp, one, *ins[group * i: group * (i + 1)])
+        settings = [dict(attrs, lr=attrs['lrs'][i], wd=attrs['wds'][i])
+                    for i in range(len(outs))]
+        if ctx.xp is not np or not all(a.flags.c_contiguous for a in (*ins, *outs)):
+            for i, out in enumerate(outs):
+                out[...] = step(ctx.xp, settings[i], *ins[group * i: group * (i + 1)])
+            return
+        # the steps are element-wise: the kernel threads share all weights' elements as one
+        # range (one thread per weight would leave a thread idle beside the largest one)
+        ends = np.cumsum([out.size for out in outs])
+
+        def run(start, stop):
+            first = int(np.searchsorted(ends, start, side='right'))
+            for i in range(first, len(outs)):
+                begin = int(ends[i - 1]) if i else 0
+                if begin >= stop:
+                    break
+                lo, hi = max(start, begin) - begin, min(stop, int(ends[i])) - begin
+                arrays = [a.reshape(-1)[lo:hi] for a in ins[group * i: group * (i + 1)]]
+                outs[i].reshape(-1)[lo:hi] = step(np, settings[i], *arrays)
+        total = int(ends[-1]) if len(ends) else 0
+        engine.parallel_for(total, run)
     return kernel
 
 
