@@ -110,7 +110,7 @@ class Layer:
         out = np.empty(_out_shape(self.problem[layout]), np.float32)
         return lambda: onednn_provider.convolution_forward(
             self.attrs[layout], self.data[layout], self.weight[layout], self.bias, out,
-            weight_version=(self.weight_var, 0))
+            weight_version=((self.weight_var, 0),))
 
 
 def _out_shape(problem):

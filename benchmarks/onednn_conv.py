@@ -93,7 +93,7 @@ class Case:
         attrs = self.attrs(layout)
         data, weight, out = ((self.nhwc, self.weight_nhwc, self.out_nhwc) if layout == 'NHWC'
                              else (self.nchw, self.weight, self.out_nchw))
-        version = (self.weight_var, 0) if keep_weights else None
+        version = ((self.weight_var, 0),) if keep_weights else None
 
         def call():
             if not onednn_provider.convolution_forward(attrs, data, weight, None, out,

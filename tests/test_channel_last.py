@@ -65,8 +65,13 @@ def test_convolutions_and_their_neighbours_run_channel_last(channel_last):
     names = [op for op, _, _ in ops]
     # one transpose into the region, and a reshape out of it after global pooling
     assert names.count('transpose') == 1 and names.count('Reshape') == 1
-    weights = {k: v.shape for k, v in params.items() if k.endswith('_ohwi')}
-    assert weights == {'c1_folded_weight_ohwi': (8, 3, 3, 3), 'c2_weight_ohwi': (8, 3, 3, 8)}
+    # the weights stay the variables they were, (F, C, kh, kw): no transposed copies
+    convs = {n.name: n for n in graph.nodes if n.op is not None and n.op.name == '_sg_conv'}
+    assert {name: n.attrs['weight_layout'] for name, n in convs.items()} == \
+        {'r1': 'OIHW', 'r2': 'OIHW'}
+    assert {graph.nodes[n.inputs[1].node].name for n in convs.values()} == {'c1_weight',
+                                                                           'c2_weight'}
+    assert not [k for k in params if k.endswith(('_ohwi', '_folded_weight'))]
 
 
 def test_results_match_the_channel_first_graph(channel_last):
@@ -104,14 +109,16 @@ def test_concat_on_channels_follows(channel_last):
     np.testing.assert_allclose(_run(net, values), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_a_shared_weight_is_stored_once(channel_last):
+def test_a_shared_weight_is_not_copied(channel_last):
     x = sym.var('data')
     w = sym.var('w')
     first = sym.Convolution(x, w, kernel=(1, 1), num_filter=3, no_bias=True, name='one')
     net = sym.Convolution(first, w, kernel=(1, 1), num_filter=3, no_bias=True, name='two')
     values = {'w': np.ones((3, 3, 1, 1), np.float32), 'data': np.ones((1, 3, 4, 4), np.float32)}
-    _, params = subgraph.run(_graph(net, values), values)
-    assert [k for k in params if k.endswith('_ohwi')] == ['w_ohwi']
+    graph, params = subgraph.run(_graph(net, values), values)
+    convs = [n for n in graph.nodes if n.op is not None and n.op.name == '_sg_conv']
+    assert len(convs) == 2 and all(graph.nodes[n.inputs[1].node].name == 'w' for n in convs)
+    assert sorted(params) == ['data', 'w']
 
 
 def test_without_weight_values_convolutions_stay_channel_first(channel_last):

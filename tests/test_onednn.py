@@ -536,20 +536,61 @@ def test_weight_version_keeps_the_reordered_weights_until_it_changes():
     attrs, (before,) = numpy_outputs('Convolution', [data, weight], **kwargs)
     out = empty_like(before)
     var, other = engine.get().new_var(), engine.get().new_var()
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 1))
+    assert provider.convolution_forward(attrs, data, weight, None, out,
+                                        weight_version=((var, 1),))
     np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
     weight *= 2                      # changed in place: the same version still means the old
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 1))
+    assert provider.convolution_forward(attrs, data, weight, None, out,
+                                        weight_version=((var, 1),))
     np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
-    assert provider.convolution_forward(attrs, data, weight, None, out, weight_version=(var, 2))
+    assert provider.convolution_forward(attrs, data, weight, None, out,
+                                        weight_version=((var, 2),))
     np.testing.assert_allclose(out, 2 * before, rtol=RTOL, atol=ATOL)
     weight *= 2                      # another array's variable at the same address: fresh
     assert provider.convolution_forward(attrs, data, weight, None, out,
-                                        weight_version=(other, 2))
+                                        weight_version=((other, 2),))
     np.testing.assert_allclose(out, 4 * before, rtol=RTOL, atol=ATOL)
     weight /= 4
     assert provider.convolution_forward(attrs, data, weight, None, out)   # no version: fresh
     np.testing.assert_allclose(out, before, rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('geometry', [
+    ((2, 3, 5, 5), dict(pad=(1, 1))),
+    # a 1x1 output: oneDNN reads this weight as it is laid out, with no reorder to keep
+    ((1, 8, 4, 4), dict(stride=(2, 2)))], ids=['reordered', 'read-as-is'])
+def test_a_scaled_weight_is_kept_scaled_and_follows_the_scale(layout, geometry):
+    # a BatchNorm folded in: weight * scale per output channel, the weight an OHWI view of
+    # OIHW memory for channel-last data (as the subgraph pass hands it over)
+    shape, extra = geometry
+    kwargs = dict(kernel=(3, 3), num_filter=4, no_bias=True, **extra)
+    data, weight = conv_inputs(shape, kwargs)
+    scale = np.array([1, -2, 0.5, 3], np.float32)
+    attrs, (expected,) = numpy_outputs('Convolution', [data, weight * scale[:, None, None, None]],
+                                       **kwargs)
+    if layout == 'NHWC':
+        attrs = dict(attrs, layout='NHWC')
+        data, weight = data.transpose(0, 2, 3, 1).copy(), weight.transpose(0, 2, 3, 1)
+        expected = expected.transpose(0, 2, 3, 1)
+    out = empty_like(expected)
+    w_var, s_var = engine.get().new_var(), engine.get().new_var()
+
+    def run(scale_version=None):
+        token = None if scale_version is None else ((w_var, 0), (s_var, scale_version))
+        assert provider.convolution_forward(attrs, data, weight, None, out,
+                                            weight_version=token, weight_scale=scale)
+        return out.copy()
+    onednn.clear_cache()
+    np.testing.assert_allclose(run(0), expected, rtol=RTOL, atol=ATOL)
+    kept = onednn.kept_bytes() > 0    # whether oneDNN reorders (and so keeps) this weight
+    scale *= 2                        # changed without a new version: a kept copy stays
+    np.testing.assert_allclose(run(0), expected if kept else 2 * expected, rtol=RTOL,
+                               atol=ATOL)
+    np.testing.assert_allclose(run(1), 2 * expected, rtol=RTOL, atol=ATOL)
+    scale *= 2                        # no token: the scale as given
+    np.testing.assert_allclose(run(), 4 * expected, rtol=RTOL, atol=ATOL)
 
 
 @needs_onednn
@@ -565,19 +606,19 @@ def test_kept_weights_are_per_array_and_go_with_their_variable():
     for _ in range(2):
         for weight, var, scale in ((first, vars_[0], 1), (second, vars_[1], 3)):
             assert provider.convolution_forward(attrs, data, weight, None, out,
-                                                weight_version=(var, 0))
+                                                weight_version=((var, 0),))
             np.testing.assert_allclose(out, scale * expected, rtol=RTOL, atol=ATOL)
     size = onednn.kept_bytes()
     assert size >= first.nbytes + second.nbytes
     residual = np.ones_like(out)     # another primitive (a sum post-op), the same copy
     assert provider.convolution_forward(attrs, data, first, None, out, residual=residual,
-                                        weight_version=(vars_[0], 0))
+                                        weight_version=((vars_[0], 0),))
     np.testing.assert_allclose(out, expected + 1, rtol=RTOL, atol=ATOL)
     assert onednn.kept_bytes() == size
     del vars_[1], var                # that array's variable is gone: its copy goes next time
     third = first * 5
     assert provider.convolution_forward(attrs, data, third, None, out,
-                                        weight_version=(engine.get().new_var(), 0))
+                                        weight_version=((engine.get().new_var(), 0),))
     assert onednn.kept_bytes() == size
     onednn.clear_cache()
     assert onednn.kept_bytes() == 0

@@ -530,19 +530,28 @@ class Primitive:
             versions: dict | None = None) -> None:
         """Execute on `arrays` (argument id -> float32 array laid out as described at build
         time); `accumulate` is what a sum post-op adds to. `versions` maps input argument ids
-        to ``(engine variable, version)`` of the caller's array: such an input's reordered copy
-        is kept and reused while its address, variable and version stay the same (weights in
-        inference, :meth:`ember.op.registry.KernelContext.input_version`)."""
+        to ``(token, prepare)``: such an input's reordered copy is kept and reused while its
+        address and token, ``((engine variable, version), ...)`` of what it is made from,
+        stay the same (weights in inference); `prepare`, None or a function returning the
+        array to reorder from instead (a scaled weight), runs only when it is reordered."""
         library = self.library
         stream = library.stream()
         with self.lock:
             base = _workspace(self.workspace_bytes)
+            prepared = []           # arrays made for this run, alive until it ends
             for binding in self.bindings:
                 address = _address(arrays[binding.arg])
-                if versions and binding.arg in versions and binding.reorder is not None:
-                    _kept.stage(library, stream, binding, address, versions[binding.arg])
-                else:
-                    _stage_in(library, stream, binding, address, base)
+                token, prepare = versions.get(binding.arg, (None, None)) if versions \
+                    else (None, None)
+                if token is not None and binding.reorder is not None:
+                    _kept.stage(library, stream, binding, address, token, prepare)
+                    continue
+                if prepare is not None:
+                    # the primitive reads the input as it is laid out: nothing to keep, but
+                    # it must read the prepared array, not the caller's
+                    prepared.append(prepare())
+                    address = _address(prepared[-1])
+                _stage_in(library, stream, binding, address, base)
             for binding in self.outputs:
                 _bind_out(library, binding, _address(arrays[binding.arg]), base)
             if self.accumulate is not None:
@@ -650,41 +659,47 @@ def _stage_in(library, stream, binding, address, base):
 
 class _Kept:
     """Reordered copies of inputs the caller says are unchanged (weights in inference), for
-    the whole process: the caller's address -> [weak reference to its engine variable, its
-    version, the layout of the copy, the copy]. Primitives are shared by layers of one shape
-    and a layer may use several (a measured algorithm's trial runs without the residual), so
-    copies are kept per array and layout, not per primitive."""
+    the whole process: the caller's address -> entries [weak references to the engine
+    variables the input is made from, their versions, the layout of the copy, the copy].
+    Primitives are shared by layers of one shape and a layer may use several (a measured
+    algorithm's trial runs without the residual), so copies are kept per array and layout,
+    not per primitive."""
 
     def __init__(self):
         self.copies: dict = {}
         self.lock = threading.Lock()
 
-    def stage(self, library, stream, binding, address, version):
+    def stage(self, library, stream, binding, address, token, prepare=None):
         """Point the primitive's input at the kept copy of the array at `address`, reordering
-        it again only when `version`, ``(engine variable, version)``, is not the one the copy
-        was made from."""
-        var, number = version
+        it again only when `token`, ``((engine variable, version), ...)``, is not the one
+        the copy was made from. `prepare()`, when given, returns the array to reorder from
+        (laid out like the one at `address`: the weight scaled by a folded BatchNorm)."""
+        variables = tuple(var for var, _ in token)
+        versions = tuple(version for _, version in token)
         with self.lock:
             entries = self.copies.setdefault(address, [])
-            entry = next((e for e in entries if e[2] == binding.inner_md), None)
-            fresh = entry is None or entry[0]() is not var or entry[1] != number
+            entry = next((e for e in entries if e[2] == binding.inner_md
+                          and tuple(r() for r in e[0]) == variables), None)
             if entry is None:
                 self._drop_dead()
-                entry = [None, None, binding.inner_md,
+                entry = [tuple(weakref.ref(v) for v in variables), None, binding.inner_md,
                          np.empty(binding.inner_md.nbytes + _ALIGN, np.uint8)]
                 self.copies.setdefault(address, []).append(entry)
-            entry[0], entry[1] = weakref.ref(var), number
+            fresh = entry[1] != versions
+            entry[1] = versions
             buffer = entry[3]
             library.memory_set_data_handle(binding.inner_memory,
                                            -_address(buffer) % _ALIGN + _address(buffer))
             if fresh:
-                library.memory_set_data_handle(binding.user_memory, address)
+                source = prepare() if prepare is not None else None
+                library.memory_set_data_handle(
+                    binding.user_memory, address if source is None else _address(source))
                 _execute_reorder(library, stream, binding)
 
     def _drop_dead(self):
-        """Copies of arrays whose variable is gone make room first."""
+        """Copies of arrays whose variables are gone make room first."""
         for address in list(self.copies):
-            alive = [e for e in self.copies[address] if e[0] is not None and e[0]() is not None]
+            alive = [e for e in self.copies[address] if all(r() is not None for r in e[0])]
             if alive:
                 self.copies[address] = alive
             else:

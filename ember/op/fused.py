@@ -36,7 +36,7 @@ import numpy as np
 
 from ember import config, engine
 from ember.op import registry, tuning
-from ember.op.nn._common import assign_shape
+from ember.op.nn._common import assign_shape, is_channel_last
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn import convolution
 from ember.op.nn.convolution import CONV_PARAMS
@@ -352,33 +352,72 @@ def _activate(xp, out, act_type):
 
 def _conv_inputs(attrs):
     names = ['data', 'weight'] + ([] if attrs['no_bias'] else ['bias'])
+    names += ['weight_scale'] if attrs['weight_scale'] else []
     return names + (['sum'] if attrs['with_sum'] else [])
 
 
+def _oihw_for_layout(attrs) -> bool:
+    """Whether the weight input stays (F, C, *k) while the data is channel-last."""
+    return attrs['weight_layout'] == 'OIHW' and is_channel_last(attrs['layout'])
+
+
+def _as_layout(shape):
+    """(F, C, *k) -> (F, *k, C): the weight shape that channel-last Convolution expects."""
+    return None if shape is None else (shape[0],) + tuple(shape[2:]) + (shape[1],)
+
+
+def _as_oihw(shape):
+    return None if shape is None else (shape[0], shape[-1]) + tuple(shape[1:-1])
+
+
 def _sg_conv_infer(attrs, in_shapes):
-    count = len(_conv_inputs(attrs)) - attrs['with_sum']
-    ins, outs = registry.get('Convolution').infer_shape(attrs, list(in_shapes[:count]))
+    names = _conv_inputs(attrs)
+    conv = [n for n in names if n in ('data', 'weight', 'bias')]
+    shapes = list(in_shapes[:len(conv)])
+    if _oihw_for_layout(attrs):
+        shapes[1] = _as_layout(shapes[1])
+    ins, outs = registry.get('Convolution').infer_shape(attrs, shapes)
+    ins = list(ins)
+    if _oihw_for_layout(attrs):
+        ins[1] = _as_oihw(ins[1])
+    filters = attrs['num_filter']
+    if attrs['weight_scale']:
+        ins.append(in_shapes[len(ins)])
+        assign_shape('_sg_conv', ins, len(ins) - 1, 'weight_scale', (filters,))
     if not attrs['with_sum']:
         return ins, outs
-    ins = list(ins) + [in_shapes[count]]
+    ins.append(in_shapes[len(ins)])
     if outs[0] is None:
-        return ins, [ins[count]]
-    assign_shape('_sg_conv', ins, count, 'sum (the residual)', outs[0])
+        return ins, [ins[-1]]
+    assign_shape('_sg_conv', ins, len(ins) - 1, 'sum (the residual)', outs[0])
     return ins, outs
 
 
 def _sg_conv_kernel(attrs, ins, outs, ctx):
     # one call: oneDNN applies the residual and activation as post-ops, the NumPy algorithms
     # in their last pass over the output (the residual may be the output itself)
-    count = len(_conv_inputs(attrs)) - attrs['with_sum']
-    bias = None if attrs['no_bias'] else ins[2]
-    residual = ins[count] if attrs['with_sum'] else None
-    convolution.forward(attrs, ins[0], ins[1], bias, outs[0], ctx, residual, attrs['act_type'])
+    at = {name: index for index, name in enumerate(_conv_inputs(attrs))}
+    weight = ins[1]
+    if _oihw_for_layout(attrs):
+        weight = weight.transpose((0,) + tuple(range(2, weight.ndim)) + (1,))   # a view
+    scale = at.get('weight_scale')
+    convolution.forward(attrs, ins[0], weight, ins[at['bias']] if 'bias' in at else None,
+                        outs[0], ctx, ins[at['sum']] if 'sum' in at else None,
+                        attrs['act_type'], None if scale is None else ins[scale],
+                        convolution.weight_token(ctx, 1, scale))
 
 
 register('_sg_conv', _sg_conv_kernel, infer_shape=_sg_conv_infer, inputs=_conv_inputs,
-         params=CONV_PARAMS + (Param('with_sum', p_bool, False, 'Add the last input (a '
-                                     'residual shaped like the output).'), _ACT),
+         params=CONV_PARAMS + (
+             Param('with_sum', p_bool, False, 'Add the last input (a residual shaped like the '
+                                              'output).'),
+             _ACT,
+             Param('weight_scale', p_bool, False,
+                   'An input after the bias scales the weight per output channel (a BatchNorm '
+                   'folded in): the convolution uses weight * weight_scale.'),
+             Param('weight_layout', p_optional(p_enum('OIHW')), None,
+                   "'OIHW': the weight stays (F, C, *k) for channel-last data; None: as "
+                   'layout says.')),
          inplace=lambda attrs: ((len(_conv_inputs(attrs)) - 1, 0),) if attrs['with_sum'] else (),
          resources=('temp',),
          doc='Convolution, plus a residual input when with_sum, then an activation, in one '

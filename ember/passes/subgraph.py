@@ -9,19 +9,21 @@ For inference only (``is_train=False``), in this order:
    feeds only the BatchNorm: ``w' = w * s`` and ``b' = (b - mean) * s + beta`` per output
    channel, with ``s = gamma / sqrt(var + eps)``. This needs the parameter values, so the pass
    takes them and returns the new ones, ``run(graph, params) -> (graph, params)``; the
-   executor runs it at bind time, when they are known (and again when they change). The
-   folded weight and bias are new variables ``<layer>_folded_weight`` and
-   ``<layer>_folded_bias`` (the originals may be shared or bound by the user). Without the
-   values a BatchNorm stays.
+   executor runs it at bind time, when they are known (and again when they change). A
+   convolution becomes ``_sg_conv`` with ``weight_scale``: its inputs are its own weight, the
+   new variables ``<layer>_folded_bias`` and ``<layer>_folded_scale`` (``s``), and it scales the
+   weight itself (oneDNN into the reordered copy it keeps), so no folded copy of the weights
+   is stored. A FullyConnected gets ``<layer>_folded_weight`` and ``<layer>_folded_bias`` (the
+   originals may be shared or bound by the user). Without the values a BatchNorm stays.
 3. Convolution, an element-wise add of a residual and an activation become one ``_sg_conv``
    node (either of the add and the activation may be missing), and FullyConnected with an
    activation one ``_sg_fc`` node (operators in :mod:`ember.op.fused`). ``_sg_conv`` may write
    its output over the residual (an in-place pair), like oneDNN's sum post-op.
 4. Where channel-last is the faster layout (:func:`channel_last_pays`: on the CPU, with
    either kernel provider), 2-D float32
-   convolutions whose weights are known switch to ``layout='NHWC'`` with their weights stored
-   OHWI (new variables ``<weight>_ohwi``, or the folded weight itself), and the operators around
-   them follow while they can: Pooling (``layout='NHWC'``), BatchNorm (``axis=3``), Concat on
+   convolutions whose weights are known become ``_sg_conv`` with ``layout='NHWC'``, their
+   weight the same variable (``weight_layout='OIHW'``: no transposed copy), and the operators
+   around them follow while they can: Pooling (``layout='NHWC'``), BatchNorm (``axis=3``), Concat on
    channels (``dim=3``) and same-shape element-wise operators. A ``transpose`` enters the
    channel-last region and another leaves it before any other reader (a ``Reshape`` when the
    spatial size is 1x1, as after global pooling), so activations stay NHWC from the stem to the
@@ -39,7 +41,7 @@ names stay. Shapes in ``attrs`` are dropped when nodes change (entry ids change)
 >>> values = dict(zip(names, [np.ones((2, 3, 1, 1), np.float32)] + [np.ones(2, np.float32)] * 4))
 >>> graph, params = subgraph.run(net.to_graph(), values)
 >>> [n.op.name for n in graph.nodes if n.op], sorted(params)
-(['_sg_conv'], ['c_folded_bias', 'c_folded_weight'])
+(['_sg_conv'], ['c_folded_bias', 'c_folded_scale', 'c_weight'])
 """
 from __future__ import annotations
 
@@ -180,7 +182,8 @@ def _foldable(graph, position, reads, params):
         return False
     if not all(reads.unread(Entry(position, i)) for i in (1, 2)):
         return False
-    needed = list(layer.inputs[1:]) + list(bn.inputs[1:])
+    # a convolution scales its own weight: only a FullyConnected's weight value is needed
+    needed = list(layer.inputs[1 + _is_op(layer, 'Convolution'):]) + list(bn.inputs[1:])
     return _channel_axis_fits(layer, bn.attrs['axis']) and all(
         graph.nodes[e.node].op is None and graph.nodes[e.node].name in params for e in needed)
 
@@ -196,15 +199,26 @@ def _channel_axis_fits(layer, axis):
 
 def _place_folded(graph, rewriter, bn_position, layer_position, params, folded, taken):
     bn, layer = graph.nodes[bn_position], graph.nodes[layer_position]
-    weight, bias = _folded_values(graph, bn, layer, params)
-    entries = []
-    for role, value in (('weight', weight), ('bias', bias)):
+    scale, bias = _folded_scale_and_bias(graph, bn, layer, params)
+    if _is_op(layer, 'Convolution'):
+        # the convolution scales its weight itself (oneDNN into the copy it keeps): a folded
+        # copy of every weight would cost as much memory as the weights
+        dtype = _dtype(graph, params, layer.inputs[1])
+        values = (('bias', bias.astype(dtype)), ('scale', scale.astype(dtype)))
+        op, attrs = registry.get('_sg_conv'), {**layer.attrs, 'no_bias': False,
+                                               'weight_scale': True}
+        inputs = [rewriter.new(layer.inputs[0]), rewriter.new(layer.inputs[1])]
+    else:
+        weight = _param(graph, params, layer.inputs[1])
+        scaled = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        values = (('weight', scaled.astype(weight.dtype)), ('bias', bias.astype(weight.dtype)))
+        op, attrs = layer.op, {**layer.attrs, 'no_bias': False}
+        inputs = [rewriter.new(layer.inputs[0])]
+    for role, value in values:
         name = unique_name(f'{layer.name}_folded_{role}', taken)
         folded[name] = value
-        entries.append(Entry(rewriter.add(_variable(name, value)), 0))
-    node = make_node(layer.op, bn.name, {**layer.attrs, 'no_bias': False},
-                     [rewriter.new(layer.inputs[0])] + entries, layer.user_attrs)
-    rewriter.place(bn_position, node)
+        inputs.append(Entry(rewriter.add(_variable(name, value)), 0))
+    rewriter.place(bn_position, make_node(op, bn.name, attrs, inputs, layer.user_attrs))
 
 
 def _variable(name, value):
@@ -215,18 +229,30 @@ def _variable(name, value):
     return Node(None, name, attr_text=text)
 
 
-def _folded_values(graph, bn, layer, params):
-    def value(entry):
-        return _host(params[graph.nodes[entry.node].name])
-    weight = value(layer.inputs[1])
-    bias = np.zeros(weight.shape[0]) if layer.attrs['no_bias'] else value(layer.inputs[2])
-    gamma, beta, mean, var = (value(e).astype(np.float64) for e in bn.inputs[1:])
+def _param(graph, params, entry):
+    return _host(params[graph.nodes[entry.node].name])
+
+
+def _dtype(graph, params, entry):
+    """The dtype of variable `entry`: of its value, else as inferred, else float32."""
+    name = graph.nodes[entry.node].name
+    if name in params:
+        return _host(params[name]).dtype
+    dtypes = graph.attrs.get('dtype')
+    known = dtypes[graph.entry_id(entry)] if dtypes is not None else None
+    return np.dtype(known) if known is not None else np.dtype(np.float32)
+
+
+def _folded_scale_and_bias(graph, bn, layer, params):
+    """Per output channel, in float64: ``s = gamma / sqrt(var + eps)`` and the bias
+    ``(b - mean) * s + beta``."""
+    gamma, beta, mean, var = (_param(graph, params, e).astype(np.float64)
+                              for e in bn.inputs[1:])
+    bias = 0 if layer.attrs['no_bias'] else _param(graph, params, layer.inputs[2])
     if bn.attrs['fix_gamma']:
         gamma = np.ones_like(gamma)
     scale = gamma / np.sqrt(var + bn.attrs['eps'])
-    new_weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-    new_bias = (bias - mean) * scale + beta
-    return new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)
+    return scale, (bias - mean) * scale + beta
 
 
 def _host(value):
@@ -239,7 +265,7 @@ def _host(value):
 def _fuse_layers(graph):
     reads, claimed, patterns = _Reads(graph), set(), {}
     for position, node in enumerate(graph.nodes):
-        if _is_op(node, 'Convolution', 'FullyConnected'):
+        if _is_op(node, 'Convolution', 'FullyConnected') or _bare_sg_conv(node):
             found = _layer_pattern(graph, position, reads, claimed)
             if found is not None:
                 members, fused = found
@@ -261,7 +287,8 @@ def _layer_pattern(graph, position, reads, claimed):
     """(member positions, fused node with old-graph inputs) for the layer at `position`."""
     layer, members, residual = graph.nodes[position], [position], None
     following = reads.sole_reader(position)
-    if _is_op(layer, 'Convolution') and following is not None and following not in claimed:
+    if (_is_op(layer, 'Convolution') or _bare_sg_conv(layer)) and following is not None \
+            and following not in claimed:
         residual = _residual(graph, graph.nodes[following], position)
         if residual is not None:
             members.append(following)
@@ -274,6 +301,12 @@ def _layer_pattern(graph, position, reads, claimed):
     if len(members) == 1:
         return None
     return members, _fused_node(graph, layer, graph.nodes[members[-1]], residual, act_type)
+
+
+def _bare_sg_conv(node):
+    """A folded convolution with no residual or activation taken in yet."""
+    return _is_op(node, '_sg_conv') and not node.attrs['with_sum'] and \
+        node.attrs['act_type'] is None
 
 
 def _residual(graph, node, layer_position):
@@ -326,7 +359,7 @@ class _ChannelLast:
         self.shapes = graph.attrs['shape']
         self.rewriter = Rewriter(graph)
         self.taken = {n.name for n in graph.nodes}
-        self.last, self.first_of, self.last_of, self.weights = {}, {}, {}, {}
+        self.last, self.first_of, self.last_of = {}, {}, {}
         self.switched = 0
 
     def shape(self, entry):
@@ -367,26 +400,17 @@ class _ChannelLast:
         inputs = tuple(self.to_first(e) for e in node.inputs)
         self.rewriter.place(position, dataclasses.replace(node, inputs=inputs))
 
-    def switch(self, position, attrs, inputs):
-        """Put old node `position` channel-last: new `attrs`, `inputs` already new entries;
-        its first output is channel-last, the others (statistics) keep their meaning."""
+    def switch(self, position, attrs, inputs, op=None):
+        """Put old node `position` channel-last: new `attrs`, `inputs` already new entries,
+        `op` when it changes; its first output is channel-last, the others (statistics) keep
+        their meaning."""
         node = self.graph.nodes[position]
-        new = make_node(node.op, node.name, attrs, inputs, node.user_attrs)
+        new = make_node(op or node.op, node.name, attrs, inputs, node.user_attrs)
         at = self.rewriter.add(new)
         self.last[Entry(position, 0)] = Entry(at, 0)
         for index in range(1, new.num_outputs):
             self.rewriter.alias(Entry(position, index), Entry(at, index))
         self.switched += 1
-
-    def weight_ohwi(self, entry):
-        """A new entry for the OHWI copy of weight variable `entry` (OIHW)."""
-        name = self.graph.nodes[entry.node].name
-        if name not in self.weights:
-            value = np.ascontiguousarray(_host(self.params[name]).transpose(_TO_LAST))
-            new_name = unique_name(f'{name}_ohwi', self.taken)
-            self.params[new_name] = value
-            self.weights[name] = Entry(self.rewriter.add(_variable(new_name, value)), 0)
-        return self.weights[name]
 
     def finish(self):
         for entry in self.graph.outputs:
@@ -436,17 +460,30 @@ def _switched_node(build, position, node):
 
 
 def _switched_conv(build, node):
+    """A channel-last ``_sg_conv`` for a Convolution or ``_sg_conv``: its weight stays the
+    variable it was (F, C, *k), ``weight_layout='OIHW'``, rather than a transposed copy: oneDNN
+    reorders it into its own layout anyway, and the NumPy algorithms keep the contiguous copy
+    they need only when they run."""
     weight = node.inputs[1]
     variable = build.graph.nodes[weight.node]
     if (len(node.attrs['kernel']) != 2 or node.attrs['layout'] not in (None, 'NCHW')
             or variable.op is not None or variable.name not in build.params
             or _host(build.params[variable.name]).dtype != np.float32):
         return None
-    inputs = [build.to_last(node.inputs[0]), build.weight_ohwi(weight)]
-    inputs += [build.rewriter.new(e) for e in node.inputs[2:2 + (not node.attrs['no_bias'])]]
-    if node.op.name == '_sg_conv' and node.attrs['with_sum']:
-        inputs.append(build.to_last(node.inputs[-1]))
-    return {**node.attrs, 'layout': 'NHWC'}, inputs
+    op = registry.get('_sg_conv')
+    attrs = {'with_sum': False, 'act_type': None, 'weight_scale': False, **node.attrs}
+    names = _sg_conv_inputs(node)
+    inputs = [build.to_last(node.inputs[0]), build.rewriter.new(weight)]
+    inputs += [build.to_last(e) if name == 'sum' else build.rewriter.new(e)
+               for name, e in zip(names[2:], node.inputs[2:])]
+    return {**attrs, 'layout': 'NHWC', 'weight_layout': 'OIHW'}, inputs, op
+
+
+def _sg_conv_inputs(node):
+    """The names of a Convolution's or ``_sg_conv``'s inputs, in order."""
+    if node.op.name == 'Convolution':
+        return ['data', 'weight'] + ([] if node.attrs['no_bias'] else ['bias'])
+    return node.op.input_names(node.attrs)
 
 
 def _same_shape_elemwise(build, position, node):

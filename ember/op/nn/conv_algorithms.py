@@ -108,9 +108,12 @@ class ConvCall:
     out: object
     residual: object = None
     act_type: str | None = None
-    # KernelContext.input_version of the weight in inference (None: it may change any time);
-    # lets oneDNN keep its reordered copy of the weight between calls
+    # ((engine variable, version), ...) of the weight's inputs in inference (None: they may
+    # change any time): lets an algorithm keep work derived from the weight between calls
     weight_version: object = None
+    # per output channel (a BatchNorm folded in): the weight used is weight * weight_scale;
+    # only oneDNN takes it this way, the other algorithms get the product (convolution.py)
+    weight_scale: object = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def _run_onednn(problem, call, budget, alloc, threads):
     from ember.op.nn import onednn_provider
     return onednn_provider.convolution_forward(call.attrs, call.x, call.weight, call.bias,
                                                call.out, call.residual, call.act_type,
-                                               call.weight_version)
+                                               call.weight_version, call.weight_scale)
 
 
 def _onednn_supports(problem):

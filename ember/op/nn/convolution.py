@@ -13,6 +13,10 @@ vice versa.
 """
 from __future__ import annotations
 
+import dataclasses
+import threading
+import weakref
+
 import numpy as np
 
 from ember import config, engine
@@ -27,7 +31,8 @@ from ember.op.nn._common import (
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional, p_shape, register, same_type)
 
-__all__ = ['forward', 'problem_of', 'conv_forward', 'conv_backward_data',
+__all__ = ['forward', 'weight_token', 'plain_weight_bytes', 'problem_of', 'conv_forward',
+           'conv_backward_data',
            'conv_backward_weight']
 
 _TUNE = p_optional(p_enum('off', 'limited_workspace', 'fastest'))
@@ -314,10 +319,15 @@ def _add_bias(y, bias):
 # ----------------------------------------------------------------------------------------------
 # Convolution.
 
-def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None):
-    """out = act(conv(data, weight) + bias + residual) for Convolution's `attrs`, with arrays
-    laid out as ``attrs['layout']`` says (OHWI weights for channel-last data). `residual`
-    (shaped like `out`) may be `out` itself; `bias` is None with no_bias.
+def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
+            weight_scale=None, weight_version=None):
+    """out = act(conv(data, weight * weight_scale) + bias + residual) for Convolution's
+    `attrs`, with arrays laid out as ``attrs['layout']`` says (OHWI weights for channel-last
+    data; any strides). `residual` (shaped like `out`) may be `out` itself; `bias` is None
+    with no_bias; `weight_scale` (per output channel, a folded BatchNorm) None for none.
+    `weight_version` (:func:`weight_token`) lets algorithms keep what they derive from the
+    weight between calls: oneDNN its reordered copy (made from the scaled weight), the others
+    the scaled, contiguous weight they need.
 
     >>> import numpy as np
     >>> from ember.op import registry
@@ -329,18 +339,77 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None):
     array([2.5, 2.5, 2.5, 2.5], dtype=float32)
     """
     if ctx.xp is not np:
+        if weight_scale is not None:
+            weight = weight * weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
         _generic_forward(attrs, data, weight, bias, out, ctx, residual, act_type)
         return
-    version = None if ctx.is_train else ctx.input_version(1)
-    calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type, version), ctx)
+    calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type, weight_version,
+                            weight_scale), ctx)
     algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
                                        attrs['workspace'] << 20, onednn_provider.enabled(),
                                        calls.trial, ctx.deterministic)
     if calls.measured and ctx.temp is not None and algorithm.scratch(calls.problem, 1) == 0:
         # the measured candidates' scratch (140 MB over resnet50) is not needed any more
         ctx.temp.release()
+    if algorithm.name == 'onednn':
+        # oneDNN keeps its own copy: a plain one made for measured candidates goes
+        _plain_weights.discard(weight_version)
     if not calls.run(algorithm):
         calls.run(conv_algorithms.numpy_rule(calls.problem))
+
+
+def weight_token(ctx, *indices):
+    """``((engine variable, version), ...)`` of the inputs at `indices` (None ones skipped)
+    that a convolution's weight is made from, in inference; None in training or when one of
+    them is not a variable of the graph (it may then change between any two calls)."""
+    if ctx.is_train:
+        return None
+    pairs = tuple(ctx.input_version(i) for i in indices if i is not None)
+    return None if not pairs or any(p is None for p in pairs) else pairs
+
+
+class _KeptByToken:
+    """Arrays derived from a weight, kept per weight token (:func:`weight_token`) while its
+    variables live and their versions stay: the scaled, contiguous weights that the NumPy
+    algorithms need when the graph hands a convolution its weight transposed or unscaled."""
+
+    def __init__(self):
+        self.entries: dict = {}         # variables' ids -> (weak references, versions, array)
+        self.lock = threading.Lock()
+
+    def get(self, token, make):
+        if token is None:
+            return make()
+        key = tuple(id(var) for var, _ in token)
+        versions = tuple(version for _, version in token)
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None and all(r() is v for r, (v, _) in zip(entry[0], token)) \
+                    and entry[1] == versions:
+                return entry[2]
+        array = make()
+        with self.lock:
+            for gone in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
+                del self.entries[gone]
+            self.entries[key] = (tuple(weakref.ref(v) for v, _ in token), versions, array)
+        return array
+
+    def discard(self, token):
+        if token is not None:
+            with self.lock:
+                self.entries.pop(tuple(id(var) for var, _ in token), None)
+
+    def nbytes(self) -> int:
+        with self.lock:
+            return sum(e[2].nbytes for e in self.entries.values())
+
+
+_plain_weights = _KeptByToken()
+
+
+def plain_weight_bytes() -> int:
+    """Bytes of scaled, contiguous weights kept for the NumPy algorithms."""
+    return _plain_weights.nbytes()
 
 
 class _Calls:
@@ -354,7 +423,21 @@ class _Calls:
 
     def run(self, algorithm, call=None):
         threads = _threads(algorithm.name, self.ctx.deterministic)
-        return algorithm.run(self.problem, call or self.call, self.budget, self._alloc, threads)
+        call = call or self.call
+        if algorithm.name != 'onednn' and (call.weight_scale is not None
+                                           or not call.weight.flags.c_contiguous):
+            call = dataclasses.replace(call, weight=self._plain_weight(call), weight_scale=None)
+        return algorithm.run(self.problem, call, self.budget, self._alloc, threads)
+
+    def _plain_weight(self, call):
+        """The weight as the NumPy algorithms need it: scaled and contiguous."""
+        def make():
+            weight = call.weight
+            if call.weight_scale is not None:
+                scale = call.weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+                return np.ascontiguousarray(weight * scale)
+            return np.ascontiguousarray(weight)
+        return _plain_weights.get(call.weight_version, make)
 
     @property
     def measured(self) -> bool:
@@ -369,7 +452,8 @@ class _Calls:
             aliased = c.residual is not None and np.may_share_memory(c.out, c.residual)
             out = np.empty_like(c.out) if aliased else c.out
             self._trial = ConvCall(c.attrs, c.x, c.weight, c.bias, out,
-                                   weight_version=c.weight_version)
+                                   weight_version=c.weight_version,
+                                   weight_scale=c.weight_scale)
         return self.run(algorithm, self._trial)
 
     def _alloc(self, specs):
@@ -427,7 +511,8 @@ def _generic_forward(attrs, data, weight, bias, out, ctx, residual, act_type):
 
 
 def _conv_kernel(attrs, ins, outs, ctx):
-    forward(attrs, ins[0], ins[1], None if attrs['no_bias'] else ins[2], outs[0], ctx)
+    forward(attrs, ins[0], ins[1], None if attrs['no_bias'] else ins[2], outs[0], ctx,
+            weight_version=weight_token(ctx, 1))
 
 
 def _conv_backward_kernel(attrs, ins, outs, ctx):

@@ -81,25 +81,35 @@ def _run(key, build, arrays, accumulate=None, versions=None) -> bool:
 # Convolution
 
 def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=None,
-                        weight_version=None) -> bool:
-    """out = act(conv(data, weight) + bias + residual) for the Convolution operator's `attrs`.
+                        weight_version=None, weight_scale=None) -> bool:
+    """out = act(conv(data, weight * weight_scale) + bias + residual) for the Convolution
+    operator's `attrs`.
 
     `bias` is None with ``no_bias``; `residual` (shaped like `out`, may be `out` itself) is
     added through oneDNN's sum post-op and `act_type` (an Activation name) applied after it.
-    `weight_version`, ``(engine variable, version)`` of the weight array
-    (:meth:`~ember.op.registry.KernelContext.input_version`), lets the weight's reorder into
-    oneDNN's blocked layout be kept between calls while the pair stays the same.
+    `weight_scale` (per output channel; None for none) is a folded BatchNorm. `weight_version`,
+    ``((engine variable, version), ...)`` of the arrays the weight is made from
+    (:func:`ember.op.nn.convolution.weight_token`), lets the weight's reorder into oneDNN's
+    blocked layout, scaled, be kept between calls while it stays the same.
     """
     act = _ACTIVATIONS.get(act_type) if act_type is not None else None
     if (act_type is not None and act is None) or data.ndim not in (3, 4, 5):
         return False
-    if not _ready(data, weight, bias, out, residual):
+    if not _ready(data, weight, bias, out, residual, weight_scale):
         return False
     layout, groups = attrs['layout'], attrs['num_group']
+    prepare = None
+    if weight_scale is not None:
+        scale = weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+
+        def prepare():
+            # the product is laid out like the weight (order 'K'), so its descriptor is the
+            # weight's: the kept copy is made from it
+            return _conv_weight(np.multiply(weight, scale), layout, groups)
+        if weight_version is None:
+            weight, prepare = np.multiply(weight, scale), None
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
-    w = channel_first(np, weight, layout)
-    if groups > 1:
-        w = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
+    w = _conv_weight(weight, layout, groups)
     r = channel_first(np, residual, layout) if residual is not None else None
     stride, dilate, pad = spatial_defaults('Convolution', attrs, data.ndim - 2)
     post_ops = _conv_post_ops(r is not None, act)
@@ -115,8 +125,16 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     arrays = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_DST: y}
     if bias is not None:
         arrays[ARG_BIAS] = bias
-    versions = None if weight_version is None else {ARG_WEIGHTS: weight_version}
+    versions = None if weight_version is None else {ARG_WEIGHTS: (weight_version, prepare)}
     return _run(key, build, arrays, r, versions)
+
+
+def _conv_weight(weight, layout, groups):
+    """The weight as oneDNN describes it: (F, C, *k), or (G, F/G, C/G, *k) grouped."""
+    w = channel_first(np, weight, layout)
+    if groups > 1:
+        w = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
+    return w
 
 
 def _conv_views(attrs, data, weight):
