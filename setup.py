@@ -1,9 +1,20 @@
-"""Builds the optional compiled accelerator ``ember._accel``; everything else is in pyproject.toml.
+"""Builds the optional compiled modules; everything else is in pyproject.toml.
 
-``optional=True``: without a C compiler the build skips the extension and Ember runs the
-pure-Python implementation in ember/accel.py. Build in place for development with
-``python setup.py build_ext --inplace`` (``pip install -e .`` builds it too).
+``ember._accel`` (shape arithmetic) and ``ember._kernels`` (BatchNorm's CPU kernels) are
+``optional=True``: without a C compiler the build skips them and Ember runs the Python and
+NumPy implementations. Build in place for development with ``python setup.py build_ext
+--inplace`` (``pip install -e .`` builds them too).
 """
+import sys
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension('ember._accel', sources=['ember/_accel.c'], optional=True)])
+# -ffp-contract=off: BatchNorm's output must round like NumPy's multiply then add (no FMA).
+# No -march flags: the module must run on any CPU of its architecture.
+KERNEL_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
+
+setup(ext_modules=[
+    Extension('ember._accel', sources=['ember/_accel.c'], optional=True),
+    Extension('ember._kernels', sources=['ember/_kernels.c'], optional=True,
+              extra_compile_args=KERNEL_FLAGS),
+])

@@ -3,8 +3,9 @@
 A training BatchNorm updates its moving statistics, so running it a second time (as
 :mod:`~ember.passes.mirror` recomputes nodes in the backward pass) would update them twice. This
 hidden operator instead takes the mean and inverse standard deviation the BatchNorm node gave as
-its hidden outputs 1 and 2 and applies them with BatchNorm's own formula, in the same order, so
-the recomputed output is bit-identical to the forward one.
+its hidden outputs 1 and 2 and applies them with the function BatchNorm's kernel ends with
+(``normalization._normalize``; its compiled kernel repeats the same float operations), so the
+recomputed output is bit-identical to the forward one.
 
 >>> import numpy as np
 >>> from ember.op import registry
@@ -22,7 +23,7 @@ array([[-2.,  0.],
 from __future__ import annotations
 
 from ember.op.nn._common import normalize_axis, outputs_of
-from ember.op.nn.normalization import BN_PARAMS, _broadcast_shape, _param_dtype
+from ember.op.nn.normalization import BN_PARAMS, _normalize, _param_dtype
 from ember.op.registry import register
 
 
@@ -42,12 +43,9 @@ def _apply_type(attrs, in_dtypes):
 
 
 def _apply_kernel(attrs, ins, outs, ctx):
-    """The last lines of BatchNorm's kernel, with its mean and invstd given."""
+    """The last step of BatchNorm's kernel, with its mean and invstd given."""
     x, gamma, beta, mean, invstd = ins
-    axis = attrs['axis'] % x.ndim
-    scale = invstd if attrs['fix_gamma'] else gamma * invstd
-    shape = _broadcast_shape(x.ndim, axis, -1)
-    outs[0][...] = x * scale.reshape(shape) + (beta - mean * scale).reshape(shape)
+    _normalize(attrs, x, gamma, beta, mean, invstd, outs[0])
 
 
 def _apply_gradient(F, attrs, inputs, outputs, out_grads):
