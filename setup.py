@@ -1,8 +1,8 @@
 """Builds the optional compiled modules; everything else is in pyproject.toml.
 
-``ember._accel`` (shape arithmetic) and ``ember._kernels`` (BatchNorm's CPU kernels) are
-``optional=True``: without a C compiler the build skips them and Ember runs the Python and
-NumPy implementations. Build in place for development with ``python setup.py build_ext
+``ember._accel`` (shape arithmetic), ``ember._kernels`` (BatchNorm's CPU kernels) and
+``ember._winograd`` (Winograd F(4x4, 3x3) convolution) are ``optional=True``: without a C
+compiler the build skips them and Ember runs the Python and NumPy implementations. Build in place for development with ``python setup.py build_ext
 --inplace`` (``pip install -e .`` builds them too).
 """
 import sys
@@ -12,9 +12,13 @@ from setuptools import Extension, setup
 # -ffp-contract=off: BatchNorm's output must round like NumPy's multiply then add (no FMA).
 # No -march flags: the module must run on any CPU of its architecture.
 KERNEL_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
+# Winograd's transforms and products want FMA contraction; its AVX2 path is chosen at run time.
+WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3']
 
 setup(ext_modules=[
     Extension('ember._accel', sources=['ember/_accel.c'], optional=True),
     Extension('ember._kernels', sources=['ember/_kernels.c'], optional=True,
               extra_compile_args=KERNEL_FLAGS),
+    Extension('ember._winograd', sources=['ember/_winograd.c'], optional=True,
+              extra_compile_args=WINOGRAD_FLAGS),
 ])

@@ -413,3 +413,23 @@ def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
         assert all(t.capacity == 0 for t in temps)
     finally:
         conv_algorithms.clear_choices()
+
+
+@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+@pytest.mark.parametrize('size, mode, measured', [
+    (7, '1', False),     # 512 channels at 7x7: 38 MB of transformed weights, 0.1 MB of output
+    (7, '2', True),      # mode 2 lifts the limits
+    (56, '1', True)])    # the same weights beside a 6 MB output
+def test_measurement_leaves_out_algorithms_keeping_much_memory_for_little_output(
+        size, mode, measured):
+    problem = conv_algorithms.ConvProblem(
+        channel_last=True, batch=1, channels=512, filters=512, groups=1, kernel=(3, 3),
+        stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(size, size), dtype='float32')
+    tried = []
+    conv_algorithms.clear_choices()
+    try:
+        conv_algorithms.choose(problem, mode, 1 << 40, True,
+                               lambda algorithm: tried.append(algorithm.name) or True)
+    finally:
+        conv_algorithms.clear_choices()
+    assert ('winograd4' in tried) == measured

@@ -705,6 +705,19 @@ class _Kept:
             else:
                 del self.copies[address]
 
+    def discard(self, token):
+        """Forget the copies made from the variables of `token` (their layer runs another
+        algorithm)."""
+        variables = tuple(var for var, _ in token)
+        with self.lock:
+            for address in list(self.copies):
+                kept = [e for e in self.copies[address]
+                        if tuple(r() for r in e[0]) != variables]
+                if kept:
+                    self.copies[address] = kept
+                else:
+                    del self.copies[address]
+
     def nbytes(self) -> int:
         with self.lock:
             return sum(e[3].nbytes for entries in self.copies.values() for e in entries)
@@ -720,6 +733,12 @@ _kept = _Kept()
 def kept_bytes() -> int:
     """Bytes held by reordered copies kept between calls (oneDNN's layouts of weights)."""
     return _kept.nbytes()
+
+
+def discard_kept(token) -> None:
+    """Forget the reordered copies made from the engine variables of `token`,
+    ``((variable, version), ...)``, as when their layer runs another algorithm."""
+    _kept.discard(token)
 
 
 def _bind_out(library, binding, address, base):

@@ -9,7 +9,9 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     im2col and one GEMM per group (NCHW or NHWC, any dims, groups, stride, dilation); a 1x1
     stride-1 convolution is the GEMM alone.
 ``winograd2``, ``winograd4``
-    Winograd F(2x2, 3x3) and F(4x4, 3x3) (3x3, stride 1, no dilation, one group).
+    Winograd F(2x2, 3x3) and F(4x4, 3x3) (3x3, stride 1, no dilation, one group); F(4x4) of
+    channel-last float32 data compiled (``ember._winograd``), its transformed weights kept
+    per weight version.
 
 ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` picks one per call:
 
@@ -19,12 +21,15 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     ``WINOGRAD_MIN_TILES`` 2x2 output tiles in the batch and transformed weights of at most
     ``WINOGRAD_MAX_WEIGHT_BYTES``; im2col + GEMM for everything else (1x1 as one GEMM).
 1, measurement: every supported algorithm whose scratch for one sample fits the ``workspace``
-    attribute (MB) runs on the call's own inputs (a warm-up, then the best of two), once per
+    attribute (MB), and whose memory kept between calls (Winograd's transformed weights) is at
+    most ``KEPT_ALWAYS`` or ``KEPT_PER_OUTPUT`` times the output's bytes, runs on the call's
+    own inputs (a
+    warm-up, then the best of two), once per
     problem (shape, layout, dtype, groups, window; :class:`ConvProblem`); the fastest
     (:func:`fastest`: oneDNN unless beaten by ``SWITCH_MARGIN``) is kept in a process-wide
     cache (:func:`clear_choices` empties it). When nothing fits, the algorithm with the least
     scratch runs.
-2, measurement as in 1 without the workspace filter.
+2, measurement as in 1 without the workspace and kept-memory filters.
 
 Problems under ``MEASURE_MIN_FLOPS`` take the rule (too short to time), and so do calls under
 ``MXNET_ENFORCE_DETERMINISM``: timing noise must not change the bits of a result.
@@ -112,7 +117,8 @@ class ConvCall:
     # change any time): lets an algorithm keep work derived from the weight between calls
     weight_version: object = None
     # per output channel (a BatchNorm folded in): the weight used is weight * weight_scale;
-    # only oneDNN takes it this way, the other algorithms get the product (convolution.py)
+    # oneDNN and the compiled Winograd take it this way (and any strides), the other
+    # algorithms get the contiguous product (convolution.py)
     weight_scale: object = None
 
 
@@ -124,6 +130,9 @@ class Algorithm:
     supports: Callable
     scratch: Callable
     run: Callable
+    # bytes it keeps between calls of an inference layer (transformed weights), beyond the
+    # copy of the weights every algorithm may keep
+    kept: Callable = lambda problem: 0
 
 
 def _run_gemm(problem, call, budget, alloc, threads):
@@ -136,10 +145,11 @@ def _winograd(m):
     def run(problem, call, budget, alloc, threads):
         conv_winograd.winograd(call.x, call.weight, call.bias, call.out, problem.window,
                                problem.channel_last, m, call.residual, call.act_type, budget,
-                               alloc, threads)
+                               alloc, threads, call.weight_version, call.weight_scale)
         return True
     return Algorithm(f'winograd{m}', conv_winograd.supports,
-                     lambda problem, batch: conv_winograd.scratch_bytes(problem, batch, m), run)
+                     lambda problem, batch: conv_winograd.scratch_bytes(problem, batch, m), run,
+                     lambda problem: conv_winograd.kept_weight_bytes(problem, m))
 
 
 def _run_onednn(problem, call, budget, alloc, threads):
@@ -188,8 +198,10 @@ def numpy_rule(problem):
 
 # From benchmarks/conv_algos.py on a 2-core Zen 3 (NHWC, 2 threads): F(2x2) beats im2col +
 # GEMM by 1.1-1.4x from 196 2x2 tiles in the batch on (28x28 at batch 1), and loses at 49
-# (14x14 at batch 1); F(4x4) is never clearly ahead of F(2x2). 512x512 weights transformed
-# (16 MB) leave no room for tiles in a 16 MB workspace.
+# (14x14 at batch 1); F(4x4) in NumPy is never clearly ahead of F(2x2). 512x512 weights
+# transformed (16 MB) leave no room for tiles in a 16 MB workspace. (The compiled F(4x4),
+# ember._winograd, beats oneDNN from batch 1-4 up: measurement finds it; the rule, which
+# needs no timing, stays with oneDNN where oneDNN runs.)
 WINOGRAD_MIN_TILES = 100
 WINOGRAD_MAX_WEIGHT_BYTES = 8 << 20
 
@@ -250,13 +262,29 @@ def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
 
 def _measured_choice(problem, mode, workspace_limit, onednn, trial):
     able = candidates(problem, onednn)
-    fitting = [a for a in able if mode == '2' or a.scratch(problem, 1) <= workspace_limit]
+    fitting = [a for a in able if mode == '2' or (a.scratch(problem, 1) <= workspace_limit
+                                                  and a.kept(problem) <= _kept_limit(problem))]
     if not fitting:
         return min(able, key=lambda a: a.scratch(problem, 1)).name
     seconds = measure(problem, fitting, trial)
     if not seconds:
         return numpy_rule(problem).name
     return fastest(seconds)
+
+
+# Mode 1 measures an algorithm that keeps memory between calls (Winograd's transformed
+# weights, 4x the weights in F(4x4)) only where that memory is at most KEPT_ALWAYS bytes, or
+# at most KEPT_PER_OUTPUT times the bytes of one call's output. Beyond both the layer is large
+# in weights and small in space: little time to save for much memory. On resnet50_v1 at
+# batch 8 the last stage's three 512-channel layers would keep 113 MB (RSS 525 MB against
+# MXNet's 463) to save 7 of 290 ms; the 256-channel layers keep 9 MB each.
+KEPT_ALWAYS = 16 << 20
+KEPT_PER_OUTPUT = 8
+
+
+def _kept_limit(problem) -> int:
+    output = problem.batch * problem.filters * prod(problem.size_out) * problem.dtype_size
+    return max(KEPT_ALWAYS, KEPT_PER_OUTPUT * output)
 
 
 # A NumPy algorithm must beat oneDNN by this fraction to be chosen over it: timed alone it

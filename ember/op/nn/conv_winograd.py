@@ -3,15 +3,24 @@
 Each m x m output tile comes from an (m+2) x (m+2) input tile: ``Y = A^T [(G g G^T) . (B^T d
 B)] A``. The products over input channels become (m+2)^2 GEMMs of (tiles, C) by (C, F): 36
 instead of 9 * 16 multiplies per 16 outputs for m = 4 (4x fewer), 16 instead of 9 * 4 for
-m = 2 (2.25x). All three transforms are GEMMs too, with the Kronecker product of the 1-D
-matrices on tile-position-major data ``(positions, tiles * channels)``: the gather copies
-each tile position straight from the unpadded input (zeros in the padding), and the last step
-scatters each output position back with bias, residual and activation applied
-(:func:`ember.op.nn.conv_common.finish`). Output tiles past the edge are computed and dropped.
+m = 2 (2.25x).
 
-``threads`` (``MXNET_CPU_NNPACK_NTHREADS``) kernel threads share the lines of tiles, each
-running the whole chain (gather, transforms, products, scatter) on its lines with
-single-threaded GEMMs, as NNPACK's threads do.
+F(4x4, 3x3) of channel-last float32 data runs in the compiled ``ember._winograd`` where it
+is built (setup.py): the separable 1-D transforms, vectorised over channels, and its own
+GEMM kernel, chunk by chunk so that a chunk's transformed tiles stay in the core's cache
+(:func:`ember._winograd.convolve`). Its transformed weights are packed once per weight
+version when the caller passes one (inference), as oneDNN keeps its reordered weights
+(:func:`kept_bytes`, :func:`discard_kept`). With ``threads`` kernel threads the parts are
+ranges of tiles, or of filters when the tiles are few.
+
+Everything else (F(2x2), NCHW, float64, no compiled module) runs in NumPy, where all three
+transforms are GEMMs with the Kronecker product of the 1-D matrices on tile-position-major
+data ``(positions, tiles * channels)``: the gather copies each tile position straight from
+the unpadded input (zeros in the padding), and the last step scatters each output position
+back with bias, residual and activation applied (:func:`ember.op.nn.conv_common.finish`).
+Output tiles past the edge are computed and dropped. ``threads`` kernel threads share the
+lines of tiles, each running the whole chain on its lines with single-threaded GEMMs, as
+NNPACK's threads do.
 
 >>> import numpy as np
 >>> from ember.op.nn._common import make_window
@@ -24,18 +33,32 @@ array([[4., 6., 6., 4.],
        [6., 9., 9., 6.],
        [6., 9., 9., 6.],
        [4., 6., 6., 4.]], dtype=float32)
+>>> exact = out.copy()
+>>> winograd(x, w, None, out, window, True, m=4)      # compiled where it is built
+>>> bool(np.allclose(out, exact, rtol=1e-5))
+True
 """
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
+from ember.base import prod
+from ember.engine import kernel_threads
 from ember.op.nn.conv_common import (
     copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
 
-__all__ = ['TILES', 'transforms', 'supports', 'winograd', 'scratch_bytes']
+try:
+    from ember import _winograd      # compiled F(4x4, 3x3) (setup.py; optional)
+except ImportError:                  # built without a C compiler: the NumPy code runs
+    _winograd = None
+
+__all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
+           'kept_weight_bytes', 'kept_bytes', 'discard_kept']
 
 TILES = (2, 4)
 
@@ -82,9 +105,26 @@ def _tiles(window, m):
     return tuple(-(-o // m) for o in window.size_out)
 
 
+def compiled(problem, m) -> bool:
+    """Whether F(m x m, 3 x 3) of `problem` runs in the compiled ``ember._winograd``."""
+    return (_winograd is not None and m == 4 and problem.channel_last
+            and problem.dtype == 'float32' and supports(problem))
+
+
+def kept_weight_bytes(problem, m) -> int:
+    """Bytes of transformed weights an inference layer keeps between calls (the compiled
+    F(4x4) path; the NumPy code transforms into scratch every call)."""
+    if not compiled(problem, m):
+        return 0
+    return prod(_packed_shape(problem.channels, problem.filters)) * 4
+
+
 def scratch_bytes(problem, batch, m):
-    """Two buffers of (tile positions, tiles * max(C, F)) for `batch` samples, plus the
-    transformed weights."""
+    """Compiled: each kernel thread's chunk of transformed tiles and products, plus the
+    transformed weights (scratch when the weights have no version). NumPy: two buffers of
+    (tile positions, tiles * max(C, F)) for `batch` samples, plus the transformed weights."""
+    if compiled(problem, m):
+        return _compiled_scratch(problem, batch)
     th, tw = _tiles(problem.window, m)
     a2, width = (m + 2) ** 2, max(problem.channels, problem.filters)
     return (2 * a2 * batch * th * tw * width + a2 * problem.channels * problem.filters) \
@@ -92,10 +132,19 @@ def scratch_bytes(problem, batch, m):
 
 
 def winograd(x, w, bias, out, window, channel_last, m=4, residual=None, act_type=None,
-             budget=None, alloc=None, threads=1):
-    """out = act(conv(x, w) + bias + residual); x, w, out NCHW/OIHW or (channel_last)
-    NHWC/OHWI; `threads` kernel threads share the lines of tiles."""
+             budget=None, alloc=None, threads=1, weight_version=None, weight_scale=None):
+    """out = act(conv(x, w * weight_scale) + bias + residual); x, w, out NCHW/OIHW or
+    (channel_last) NHWC/OHWI, `w` any strides; `weight_scale` per output channel or None;
+    `threads` kernel threads share the tiles. `weight_version`,
+    ``((engine variable, version), ...)`` of the arrays `w` is made from (inference), keeps
+    the compiled path's transformed weights between calls: the scaled, contiguous weight is
+    then made only when they are transformed."""
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
+    if _compiled_runs(x, bias, out, m, channel_last, residual) and w.dtype == np.float32:
+        _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc,
+                           threads, weight_version, weight_scale)
+        return
+    w = _plain(w, weight_scale)
     plan = _Plan(transforms(m, x.dtype.type), window, channel_last, x.shape[0],
                  x.shape[-1] if channel_last else x.shape[1], w.shape[0])
     items = x.shape[0] * plan.lines
@@ -215,3 +264,200 @@ def _scatter(tiles, out, bias, residual, act_type, plan, start, stop):
                 index = (slice(None),) + index
             res = None if residual is None else residual[sample][index]
             finish(out[sample][index], src, bias, res, act_type)
+
+
+# ----------------------------------------------------------------------------------------------
+# F(4x4, 3x3) of channel-last float32 data through ember._winograd
+
+def _plain(w, scale):
+    """`w` scaled per output channel (when `scale` is given) and contiguous."""
+    if scale is not None:
+        w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.ascontiguousarray(w)
+
+
+def _compiled_runs(x, bias, out, m, channel_last, residual):
+    arrays = [x, out] + [a for a in (bias, residual) if a is not None]
+    return (_winograd is not None and m == 4 and channel_last
+            and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+            and (residual is None or residual.shape == out.shape))
+
+
+# Filters per panel of the packed weights (PANEL in ember/_winograd.c).
+_PANEL = 16
+
+
+def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc, threads,
+                       weight_version, weight_scale=None):
+    if out.size == 0:
+        return
+    channels, filters = x.shape[-1], w.shape[0]
+    tiles = x.shape[0] * prod(_tiles(window, 4))
+    parts = _split(tiles, channels, filters, threads)
+    width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
+    u = _kept.get(w, weight_version)
+    in_scratch = u is None and weight_version is None
+    u_shape = _packed_shape(channels, filters)
+    chunk = _chunk(channels, width, len(parts), budget)
+    v, products, *scratch = alloc([((len(parts), 36 * chunk * channels), np.float32),
+                                   ((len(parts), 36 * chunk * width), np.float32)]
+                                  + [(u_shape, np.float32)] * in_scratch)
+    if u is None:
+        u = _packed_weights(_plain(w, weight_scale), weight_version, threads,
+                            scratch[0] if scratch else None)
+    relu = act_type == 'relu'
+
+    def part(index):
+        tile_lo, tile_hi, f_lo, f_hi = parts[index]
+        _winograd.convolve(x, u, out, bias, residual, relu, window.pad_before,
+                           (tile_lo, tile_hi), (f_lo, f_hi), chunk, v[index], products[index])
+    # each output takes C multiply-adds per tap: splitting pays from far fewer outputs than
+    # the elements from which an element-wise operator splits (MXNET_CPU_PARALLEL_SIZE)
+    run_parts(len(parts), out.size * channels, part)
+    if act_type is not None and not relu:
+        finish(out, out, act_type=act_type)
+
+
+def _compiled_scratch(problem, batch):
+    tiles = batch * prod(_tiles(problem.window, 4))
+    parts = _split(tiles, problem.channels, problem.filters, kernel_threads())
+    width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
+    chunk = min(tiles, _chunk(problem.channels, width, len(parts), None))
+    weights = prod(_packed_shape(problem.channels, problem.filters))
+    return (len(parts) * 36 * chunk * (problem.channels + width) + weights) * 4
+
+
+def _round_up(n, step):
+    return -(-n // step) * step
+
+
+# Transformed weights up to this size stay in the shared L3 cache between chunks: chunks
+# can then be short, so that their transformed tiles and products stay in L2. Larger ones
+# come from memory for every chunk, which must then be long enough to pay for them (the
+# fastest chunks measured on a 2-core Zen 3 with 1 MB of L2 per core and 32 MB of L3).
+_CACHED_WEIGHT_BYTES = 16 << 20
+_SHORT_CHUNK, _LONG_CHUNK = 6, 48
+
+
+def _weights_cached(channels, filters):
+    return 36 * channels * _round_up(filters, _PANEL) * 4 <= _CACHED_WEIGHT_BYTES
+
+
+def _chunk(channels, width, parts, budget):
+    """Tiles per chunk, with the chunks of all `parts` within `budget` bytes (the transformed
+    weights, scratch or not, are the weights' and not counted: shorter chunks would only
+    read them more often)."""
+    chunk = _SHORT_CHUNK if _weights_cached(channels, width) else _LONG_CHUNK
+    if budget is not None:
+        chunk = max(1, min(chunk, budget // parts // (36 * (channels + width) * 4)))
+    return chunk
+
+
+# Tiles from which a kernel thread takes a share of the tiles. With fewer, or fewer than a
+# long chunk while the weights come from memory, the threads share the filters instead: each
+# transforms every tile's inputs (a small cost then) and reads only its part of the weights.
+_MIN_TILES_PER_PART = 16
+
+
+def _split(tiles, channels, filters, threads):
+    """(tile_lo, tile_hi, f_lo, f_hi) of each part: ranges of tiles, or of whole panels of
+    filters."""
+    threads = max(1, threads or 1)
+    panels = -(-filters // _PANEL)
+    enough = _MIN_TILES_PER_PART if _weights_cached(channels, filters) else _LONG_CHUNK
+    if tiles // threads >= enough or panels < 2:
+        count = min(threads, tiles)
+        return [part_range(i, count, tiles) + (0, filters) for i in range(count)]
+    count = min(threads, panels)
+    return [(0, tiles) + tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
+            for i in range(count)]
+
+
+def _packed_shape(channels, filters):
+    """U's shape: the 36 tile positions' panels of 16 filters for each channel."""
+    return (36, -(-filters // _PANEL), channels, _PANEL)
+
+
+def _packed_weights(w, weight_version, threads, scratch=None):
+    """U = G g G^T of OHWI weights `w`, packed (zeros past the last filter), in `scratch`,
+    else in a new array kept for `weight_version`."""
+    shape = _packed_shape(w.shape[-1], w.shape[0])
+    u = np.empty(shape, np.float32) if scratch is None else scratch
+    parts = min(max(1, threads or 1), shape[1])
+    run_parts(parts, u.size, lambda i: _winograd.transform_weights(
+        w, u, part_range(i, parts, shape[1])))
+    if weight_version is not None:
+        _kept.keep(w, weight_version, u)
+    return u
+
+
+def kept_bytes() -> int:
+    """Bytes of transformed weights kept between calls."""
+    return _kept.nbytes()
+
+
+def discard_kept(weight_version) -> None:
+    """Forgets the transformed weights kept for `weight_version` (a weight token), as when
+    its layer runs another algorithm after measuring this one."""
+    _kept.discard(weight_version)
+
+
+class _KeptWeights:
+    """Transformed weights that the caller says are unchanged (inference), per weight token
+    (``((engine variable, version), ...)`` of the arrays the weight is made from): kept
+    while the variables live and their versions stay, so that a layer transforms its weights
+    once, not on every call (as oneDNN keeps its reordered weights)."""
+
+    def __init__(self):
+        self.entries: dict = {}     # variables' ids -> (weak references, versions, shape, U)
+        self.lock = threading.Lock()
+
+    def get(self, w, token):
+        """The kept U of `w` at `token`, or None."""
+        pairs = _pairs(token)
+        if pairs is None:
+            return None
+        with self.lock:
+            entry = self.entries.get(tuple(id(var) for var, _ in pairs))
+        if entry is None or entry[2] != w.shape or entry[1] != tuple(n for _, n in pairs) \
+                or any(ref() is not var for ref, (var, _) in zip(entry[0], pairs)):
+            return None
+        return entry[3]
+
+    def keep(self, w, token, u):
+        """Keeps `u`, the transform of `w` at `token`."""
+        pairs = _pairs(token)
+        with self.lock:
+            self._drop_dead()
+            self.entries[tuple(id(var) for var, _ in pairs)] = (
+                tuple(weakref.ref(var) for var, _ in pairs), tuple(n for _, n in pairs),
+                w.shape, u)
+
+    def discard(self, token):
+        """Forgets the U kept for `token` (its layer runs another algorithm)."""
+        pairs = _pairs(token)
+        if pairs is not None:
+            with self.lock:
+                self.entries.pop(tuple(id(var) for var, _ in pairs), None)
+
+    def _drop_dead(self):
+        for key in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
+            del self.entries[key]
+
+    def nbytes(self) -> int:
+        with self.lock:
+            return sum(e[3].nbytes for e in self.entries.values())
+
+    def clear(self):
+        with self.lock:
+            self.entries.clear()
+
+
+def _pairs(token):
+    """``((variable, version), ...)`` of a weight token; a single pair is accepted too."""
+    if token is None or not token:
+        return None
+    return token if isinstance(token[0], tuple) else (token,)
+
+
+_kept = _KeptWeights()

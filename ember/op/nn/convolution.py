@@ -20,8 +20,9 @@ import weakref
 import numpy as np
 
 from ember import config, engine
+from ember.backend import onednn
 from ember.base import prod
-from ember.op.nn import conv_algorithms, onednn_provider
+from ember.op.nn import conv_algorithms, conv_winograd, onednn_provider
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn.conv_algorithms import ConvCall, ConvProblem
 from ember.op.nn._common import (
@@ -348,12 +349,17 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
                                        attrs['workspace'] << 20, onednn_provider.enabled(),
                                        calls.trial, ctx.deterministic)
-    if calls.measured and ctx.temp is not None and algorithm.scratch(calls.problem, 1) == 0:
-        # the measured candidates' scratch (140 MB over resnet50) is not needed any more
+    if calls.measured and ctx.temp is not None:
+        # the measured candidates' scratch (140 MB over resnet50) is not needed any more: the
+        # winner's, if any, is allocated again at its own size by its first call
         ctx.temp.release()
-    if algorithm.name == 'onednn':
-        # oneDNN keeps its own copy: a plain one made for measured candidates goes
+    if calls.measured:
+        # what the losing candidates kept of the weight goes (the winner's stays)
         _plain_weights.discard(weight_version)
+        if algorithm.name != 'winograd4':
+            conv_winograd.discard_kept(weight_version)
+        if algorithm.name != 'onednn' and weight_version is not None:
+            onednn.discard_kept(weight_version)
     if not calls.run(algorithm):
         calls.run(conv_algorithms.numpy_rule(calls.problem))
 
@@ -424,8 +430,10 @@ class _Calls:
     def run(self, algorithm, call=None):
         threads = _threads(algorithm.name, self.ctx.deterministic)
         call = call or self.call
-        if algorithm.name != 'onednn' and (call.weight_scale is not None
-                                           or not call.weight.flags.c_contiguous):
+        takes_any_weight = algorithm.name == 'onednn' or (
+            algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
+        if not takes_any_weight and (call.weight_scale is not None
+                                     or not call.weight.flags.c_contiguous):
             call = dataclasses.replace(call, weight=self._plain_weight(call), weight_scale=None)
         return algorithm.run(self.problem, call, self.budget, self._alloc, threads)
 

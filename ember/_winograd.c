@@ -1,0 +1,726 @@
+/* ember._winograd: Winograd F(4x4, 3x3) convolution of channel-last float32 data.
+ *
+ * The output is cut into 4x4 tiles; tile (sample, r, c) covers output rows 4r..4r+3 and
+ * columns 4c..4c+3 and reads the 6x6 input patch from row 4r - pad_top, column 4c - pad_left.
+ * Tiles are numbered sample by sample, row by row. convolve() runs the tiles [tile_lo,
+ * tile_hi) and the filters [f_lo, f_hi) in chunks of `chunk` tiles, each chunk in three steps
+ * whose data stays in the core's cache:
+ *
+ *   input:   V = B^T d B of each tile, tile-position-major: V[p][t][c] for the 36 positions
+ *            p. Patch pixels outside the input read as zeros (the padding); no padded copy.
+ *   product: M[p] = V[p] U[p], 36 GEMMs (tiles x C) @ (C x F), U = G g G^T packed in panels
+ *            of 16 filters (transform_weights()); 6 tiles x 16 filters in registers, summed
+ *            over all channels, per step.
+ *   output:  Y = A^T M A of each tile, plus bias, plus residual, then relu, scattered to NHWC;
+ *            outputs past the bottom or right edge are dropped.
+ *
+ * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. The
+ * transforms are the separable 1-D ones, vectorised over 8 channels (GCC vector extensions).
+ * The kernels (the second half of this file, which includes itself once per build) are
+ * compiled twice: for AVX2 + FMA, chosen at run time where the CPU has them, and for the
+ * architecture's baseline (SSE2 on x86-64), so the module needs no -march flag.
+ */
+#ifndef ISA      /* the module; the kernels follow below the #else, included once per build */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define TILE 6          /* input patch (and transformed tile) side */
+#define OUT 4           /* output tile side */
+#define POSITIONS (TILE * TILE)
+#define LANES 8         /* floats per vector */
+#define PANEL 16        /* filters per packed weight panel: two vectors */
+#define ROWS 6          /* tiles per GEMM register block */
+#define MAX_BUFFERS 8
+
+/* Vectors pass only between always-inlined functions: no call between objects sees their ABI. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+typedef float vec __attribute__((vector_size(LANES * sizeof(float))));
+typedef int mask __attribute__((vector_size(LANES * sizeof(int))));
+typedef float unaligned_vec __attribute__((vector_size(LANES * sizeof(float)), aligned(4)));
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_AVX2_BUILD 1
+#else
+#define HAVE_AVX2_BUILD 0
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Loops over a tile's values or a register block, unrolled at any optimisation level so that
+ * their vectors stay in registers (GCC unrolls them by itself only from -O3). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define UNROLL _Pragma("GCC unroll 36")
+#else
+#define UNROLL
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* One call's work */
+
+typedef struct {
+    Py_ssize_t batch, height, width, channels;      /* input, NHWC */
+    Py_ssize_t out_h, out_w, filters;               /* output, NHWC */
+    Py_ssize_t pad_top, pad_left, tiles_h, tiles_w;
+} Geometry;
+
+typedef struct {
+    Geometry g;
+    const float *x, *u, *bias, *residual;
+    const float *zeros;         /* `channels` zeros, read for the padding */
+    float *out, *v, *m;         /* v: 36 * chunk * channels; m: 36 * chunk * width */
+    Py_ssize_t f_lo, f_hi;      /* filters: f_lo a multiple of PANEL */
+    Py_ssize_t width;           /* M's row: f_hi - f_lo rounded up to whole panels */
+    Py_ssize_t chunk;
+    int relu;
+} Conv;
+
+/* One tile of the output transform. */
+typedef struct {
+    float *out;                 /* the tile's first output pixel */
+    const float *residual;      /* the same pixel of the residual, or NULL */
+    Py_ssize_t rows, cols;      /* outputs inside the edges */
+    Py_ssize_t row_step;        /* values from one output row to the next */
+} OutputTile;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The kernels, compiled twice: for the baseline and, where GCC can, for AVX2 + FMA. The
+ * options must hold for the whole of each copy, inlined helpers included: GCC lowers a
+ * broadcast in a helper compiled without AVX to lane-by-lane inserts before inlining it. */
+
+#define ISA(name) name##_baseline
+#include "_winograd.c"
+#undef ISA
+
+#if HAVE_AVX2_BUILD
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define ISA(name) name##_avx2
+#include "_winograd.c"
+#undef ISA
+#pragma GCC pop_options
+#endif
+
+static int use_avx2 = 0;
+
+static void run(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
+#if HAVE_AVX2_BUILD
+    if (use_avx2) {
+        convolve_avx2(k, lo, hi);
+        return;
+    }
+#endif
+    convolve_baseline(k, lo, hi);
+}
+
+static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
+                        Py_ssize_t lo, Py_ssize_t hi) {
+#if HAVE_AVX2_BUILD
+    if (use_avx2) {
+        transform_weights_avx2(w, channels, filters, u, lo, hi);
+        return;
+    }
+#endif
+    transform_weights_baseline(w, channels, filters, u, lo, hi);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Arguments */
+
+typedef struct {
+    Py_buffer views[MAX_BUFFERS];
+    int count;
+} Buffers;
+
+static void release_all(Buffers *b) {
+    for (int i = 0; i < b->count; i++) {
+        PyBuffer_Release(&b->views[i]);
+    }
+    b->count = 0;
+}
+
+static int is_float32(const Py_buffer *view) {
+    const char *f = view->format;
+    if (f != NULL && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
+        f++;
+    }
+    return view->itemsize == 4 && f != NULL && f[0] == 'f' && f[1] == '\0';
+}
+
+/* `obj`'s memory as C-contiguous float32 values, held in `b` until release_all; NULL with an
+ * exception naming `name` otherwise. With `shape` the array must be 4-D: its shape is written
+ * there, or checked against it where `check` is set; without, it must hold at least `count`
+ * values. */
+static float *borrow(Buffers *b, PyObject *obj, const char *name, Py_ssize_t *shape,
+                     int check, Py_ssize_t count, int writable) {
+    Py_buffer *view = &b->views[b->count];
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        return NULL;
+    }
+    b->count++;
+    if (!is_float32(view)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
+                     name, view->format ? view->format : "B");
+        return NULL;
+    }
+    if (shape == NULL) {
+        if (view->len < count * (Py_ssize_t)sizeof(float)) {
+            PyErr_Format(PyExc_ValueError, "%s: expected at least %zd float32 values, got %zd",
+                         name, count, view->len / (Py_ssize_t)sizeof(float));
+            return NULL;
+        }
+        return (float *)view->buf;
+    }
+    if (view->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 4-D (NHWC) array, got %d dimensions",
+                     name, view->ndim);
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (check && view->shape[i] != shape[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: expected shape (%zd, %zd, %zd, %zd) like out",
+                         name, shape[0], shape[1], shape[2], shape[3]);
+            return NULL;
+        }
+        shape[i] = view->shape[i];
+    }
+    return (float *)view->buf;
+}
+
+static void set_geometry(Geometry *g, const Py_ssize_t *x, const Py_ssize_t *out) {
+    g->batch = x[0];
+    g->height = x[1];
+    g->width = x[2];
+    g->channels = x[3];
+    g->out_h = out[1];
+    g->out_w = out[2];
+    g->filters = out[3];
+    g->tiles_h = (g->out_h + OUT - 1) / OUT;
+    g->tiles_w = (g->out_w + OUT - 1) / OUT;
+}
+
+/* The ranges and sizes that the buffers are then checked against; 0 with an exception. */
+static int valid_ranges(const Conv *k, const Py_ssize_t *x, const Py_ssize_t *out,
+                        Py_ssize_t lo, Py_ssize_t hi) {
+    const Geometry *g = &k->g;
+    Py_ssize_t tiles = g->batch * g->tiles_h * g->tiles_w;
+    if (out[0] != x[0] || g->channels < 1 || g->filters < 1 || g->out_h < 1 || g->out_w < 1) {
+        PyErr_Format(PyExc_ValueError, "x (%zd, %zd, %zd, %zd) and out (%zd, %zd, %zd, %zd): "
+                     "expected the same batch and no empty dimension", x[0], x[1], x[2], x[3],
+                     out[0], out[1], out[2], out[3]);
+        return 0;
+    }
+    if (lo < 0 || hi < lo || hi > tiles) {
+        PyErr_Format(PyExc_ValueError, "tiles [%zd, %zd): expected 0 <= lo <= hi <= %zd", lo,
+                     hi, tiles);
+        return 0;
+    }
+    if (k->f_lo < 0 || k->f_lo % PANEL || k->f_hi <= k->f_lo || k->f_hi > g->filters) {
+        PyErr_Format(PyExc_ValueError, "filters [%zd, %zd): expected 0 <= lo < hi <= %zd, lo "
+                     "a multiple of %d", k->f_lo, k->f_hi, g->filters, PANEL);
+        return 0;
+    }
+    if (k->chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "chunk %zd: expected >= 1 tiles", k->chunk);
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Module functions */
+
+static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs,
+                      Py_ssize_t *os, Py_ssize_t lo, Py_ssize_t hi) {
+    /* objs: x, u, out, bias, residual, v, m */
+    if (!(k->x = borrow(b, objs[0], "x", xs, 0, 0, 0)) ||
+        !(k->out = borrow(b, objs[2], "out", os, 0, 0, 1))) {
+        return 0;
+    }
+    set_geometry(&k->g, xs, os);
+    if (!valid_ranges(k, xs, os, lo, hi)) {
+        return 0;
+    }
+    Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL;
+    k->width = (k->f_hi - k->f_lo + PANEL - 1) / PANEL * PANEL;
+    Py_ssize_t u_size = POSITIONS * panels * PANEL * k->g.channels;
+    return (k->u = borrow(b, objs[1], "u", NULL, 0, u_size, 0)) &&
+           (objs[3] == Py_None || (k->bias = borrow(b, objs[3], "bias", NULL, 0,
+                                                    k->g.filters, 0))) &&
+           (objs[4] == Py_None || (k->residual = borrow(b, objs[4], "residual", os, 1, 0,
+                                                        0))) &&
+           (k->v = borrow(b, objs[5], "v", NULL, 0, POSITIONS * k->chunk * k->g.channels, 1)) &&
+           (k->m = borrow(b, objs[6], "m", NULL, 0, POSITIONS * k->chunk * k->width, 1));
+}
+
+static PyObject *convolve(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    Py_ssize_t xs[4], os[4], lo, hi;
+    Conv k = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO:convolve", &objs[0], &objs[1],
+                          &objs[2], &objs[3], &objs[4], &k.relu, &k.g.pad_top, &k.g.pad_left,
+                          &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk, &objs[5], &objs[6])) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    if (!borrow_all(&k, &b, objs, xs, os, lo, hi)) {
+        release_all(&b);
+        return NULL;
+    }
+    float *zeros = PyMem_Calloc((size_t)k.g.channels, sizeof(float));
+    if (zeros == NULL) {
+        release_all(&b);
+        return PyErr_NoMemory();
+    }
+    k.zeros = zeros;
+    Py_BEGIN_ALLOW_THREADS
+    run(&k, lo, hi);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(zeros);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *transform_weights(PyObject *self, PyObject *args) {
+    PyObject *w, *u;
+    Py_ssize_t ws[4], lo, hi;
+    if (!PyArg_ParseTuple(args, "OO(nn):transform_weights", &w, &u, &lo, &hi)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const float *weights = borrow(&b, w, "w", ws, 0, 0, 0);
+    if (weights == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_ssize_t channels = ws[3], filters = ws[0], panels = (filters + PANEL - 1) / PANEL;
+    float *out = NULL;
+    if (ws[1] != 3 || ws[2] != 3 || channels < 1 || filters < 1) {
+        PyErr_Format(PyExc_ValueError, "w (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
+                     ws[0], ws[1], ws[2], ws[3]);
+    } else if (lo < 0 || hi < lo || hi > panels) {
+        PyErr_Format(PyExc_ValueError, "panels [%zd, %zd): expected 0 <= lo <= hi <= %zd", lo,
+                     hi, panels);
+    } else {
+        out = borrow(&b, u, "u", NULL, 0, POSITIONS * panels * PANEL * channels, 1);
+    }
+    if (out == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_weights(weights, channels, filters, out, lo, hi);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(use_avx2 ? "avx2" : "baseline");
+}
+
+static int avx2_supported(void) {
+#if HAVE_AVX2_BUILD
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* Tests run both builds on a CPU that has AVX2. */
+static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
+        return NULL;
+    }
+    int avx2 = strcmp(name, "avx2") == 0;
+    if (!avx2 && strcmp(name, "baseline") != 0) {
+        PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx2' or 'baseline'",
+                     name);
+        return NULL;
+    }
+    if (avx2 && !avx2_supported()) {
+        PyErr_SetString(PyExc_ValueError, "instruction set 'avx2': this build or CPU has no "
+                        "AVX2 + FMA; 'baseline' runs");
+        return NULL;
+    }
+    use_avx2 = avx2;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"convolve", convolve, METH_VARARGS,
+     "convolve(x, u, out, bias, residual, relu, (pad_top, pad_left), (tile_lo, tile_hi),\n"
+     "         (f_lo, f_hi), chunk, v, m)\n\n"
+     "out[..., f_lo:f_hi] = relu?(conv(x, w) + bias + residual) over the output tiles\n"
+     "[tile_lo, tile_hi), `chunk` tiles at a time. x, out, residual: NHWC float32; u: G w G^T\n"
+     "as (36, ceil(F / 16), C, 16); v, m: scratch of 36 * chunk * C and 36 * chunk *\n"
+     "round_up(f_hi - f_lo, 16) floats. bias and residual may be None."},
+    {"transform_weights", transform_weights, METH_VARARGS,
+     "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
+     "u = G w G^T of OHWI 3x3 float32 weights as (36, ceil(F / 16), C, 16), the panels of 16\n"
+     "filters [panel_lo, panel_hi) only; zeros past the last filter."},
+    {"instruction_set", instruction_set, METH_NOARGS,
+     "'avx2' where the AVX2 + FMA build runs, else 'baseline'."},
+    {"use_instruction_set", use_instruction_set, METH_VARARGS,
+     "use_instruction_set('avx2' or 'baseline'): the build that runs from now on."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ember._winograd",
+    .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__winograd(void) {
+    use_avx2 = avx2_supported();
+    return PyModule_Create(&module);
+}
+
+#else            /* ISA defined: the kernels of one build */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Vectors of n <= LANES floats: lanes past n read as zero and are not written. Callers pass
+ * n = LANES as a constant for whole vectors, which makes each access one instruction. */
+
+INLINE vec ISA(load)(const float *p, Py_ssize_t n) {
+    if (n == LANES) {
+        return *(const unaligned_vec *)p;
+    }
+    vec v = {0};
+    memcpy(&v, p, (size_t)n * sizeof(float));
+    return v;
+}
+
+INLINE void ISA(store)(float *p, const vec *v, Py_ssize_t n) {
+    if (n == LANES) {
+        *(unaligned_vec *)p = *v;
+    } else {
+        memcpy(p, v, (size_t)n * sizeof(float));
+    }
+}
+
+INLINE vec ISA(splat)(float s) {
+    vec v = {s, s, s, s, s, s, s, s};
+    return v;
+}
+
+/* max(v, 0) as np.maximum computes it: NaN stays NaN. */
+INLINE void ISA(relu)(vec *v) {
+    mask keep = (*v > 0) | (*v != *v);
+    *v = (vec)((mask)*v & keep);
+}
+
+/* B^T d for the 6 values d[0], d[step], ..., d[5 * step] (Lavin and Gray's F(4x4, 3x3)). */
+INLINE void ISA(input_1d)(const vec *d, Py_ssize_t step, vec *t) {
+    vec d0 = d[0], d1 = d[step], d2 = d[2 * step], d3 = d[3 * step], d4 = d[4 * step],
+        d5 = d[5 * step];
+    vec four = ISA(splat)(4.0f), five = ISA(splat)(5.0f), two = ISA(splat)(2.0f);
+    vec a = d3 + d4, b = d1 + d2, c = d4 - d3, e = d1 - d2, f = d4 - d2, g = d3 - d1;
+    t[0] = four * d0 - five * d2 + d4;
+    t[1] = a - four * b;
+    t[2] = c + four * e;
+    t[3] = f + two * g;
+    t[4] = f - two * g;
+    t[5] = four * d1 - five * d3 + d5;
+}
+
+/* A^T m for the 6 values m[0], m[step], ..., m[5 * step]. */
+INLINE void ISA(output_1d)(const vec *m, Py_ssize_t step, vec *o, Py_ssize_t out_step) {
+    vec m1 = m[step], m2 = m[2 * step], m3 = m[3 * step], m4 = m[4 * step];
+    vec sum12 = m1 + m2, diff12 = m1 - m2, sum34 = m3 + m4, diff34 = m3 - m4;
+    o[0] = m[0] + sum12 + sum34;
+    o[out_step] = diff12 + ISA(splat)(2.0f) * diff34;
+    o[2 * out_step] = sum12 + ISA(splat)(4.0f) * sum34;
+    o[3 * out_step] = diff12 + ISA(splat)(8.0f) * diff34 + m[5 * step];
+}
+
+/* (sample, tile row, tile column) of tile number t. */
+INLINE void ISA(tile_place)(const Geometry *g, Py_ssize_t t, Py_ssize_t *sample,
+                            Py_ssize_t *row, Py_ssize_t *col) {
+    Py_ssize_t per_sample = g->tiles_h * g->tiles_w;
+    *sample = t / per_sample;
+    *row = t % per_sample / g->tiles_w;
+    *col = t % g->tiles_w;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Input transform */
+
+/* Pointers to the 36 patch pixels of tile t (channel 0); padding points to `zeros`. */
+INLINE void ISA(patch_pixels)(const Conv *k, Py_ssize_t t, const float **pixel) {
+    const Geometry *g = &k->g;
+    Py_ssize_t sample, row, col;
+    ISA(tile_place)(g, t, &sample, &row, &col);
+    Py_ssize_t top = OUT * row - g->pad_top, left = OUT * col - g->pad_left;
+    const float *base = k->x + sample * g->height * g->width * g->channels;
+    UNROLL
+    for (int i = 0; i < TILE; i++) {
+        UNROLL
+        for (int j = 0; j < TILE; j++) {
+            Py_ssize_t y = top + i, x = left + j;
+            int inside = y >= 0 && y < g->height && x >= 0 && x < g->width;
+            pixel[i * TILE + j] = inside ? base + (y * g->width + x) * g->channels : k->zeros;
+        }
+    }
+}
+
+/* The n <= LANES channels from c of one tile. Each pass reads its 6 vectors and writes its 6
+ * results straight through, so only the intermediate (d B) goes to the stack. */
+INLINE void ISA(input_block)(const float **pixel, Py_ssize_t c, Py_ssize_t n, float *v,
+                             Py_ssize_t stride) {
+    vec rows[POSITIONS];
+    UNROLL
+    for (int i = 0; i < TILE; i++) {                /* d B: along each row of the patch */
+        vec d[TILE];
+        UNROLL
+        for (int j = 0; j < TILE; j++) {
+            d[j] = ISA(load)(pixel[i * TILE + j] + c, n);
+        }
+        ISA(input_1d)(d, 1, rows + i * TILE);
+    }
+    UNROLL
+    for (int j = 0; j < TILE; j++) {                /* B^T (d B): down each column */
+        vec t[TILE];
+        ISA(input_1d)(rows + j, TILE, t);
+        UNROLL
+        for (int i = 0; i < TILE; i++) {
+            ISA(store)(v + (i * TILE + j) * stride + c, &t[i], n);
+        }
+    }
+}
+
+/* V of the `count` tiles from `first`. */
+INLINE void ISA(input_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count) {
+    Py_ssize_t channels = k->g.channels, stride = count * channels;
+    const float *pixel[POSITIONS];
+    for (Py_ssize_t t = 0; t < count; t++) {
+        ISA(patch_pixels)(k, first + t, pixel);
+        float *v = k->v + t * channels;
+        Py_ssize_t c = 0;
+        for (; c + LANES <= channels; c += LANES) {
+            ISA(input_block)(pixel, c, LANES, v, stride);
+        }
+        if (c < channels) {
+            ISA(input_block)(pixel, c, channels - c, v, stride);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Products: M[p] (count x width) = V[p] (count x C) @ U[p] (C x width) */
+
+/* `rows` <= ROWS tiles by one panel of 16 filters, the sum over all channels in registers. */
+INLINE void ISA(product_block)(const float *v, Py_ssize_t channels, const float *panel,
+                               float *m, Py_ssize_t width, int rows) {
+    vec sum[ROWS][2];
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        sum[r][0] = sum[r][1] = ISA(splat)(0.0f);
+    }
+    for (Py_ssize_t c = 0; c < channels; c++) {
+        vec low = ISA(load)(panel + c * PANEL, LANES);
+        vec high = ISA(load)(panel + c * PANEL + LANES, LANES);
+        UNROLL
+        for (int r = 0; r < rows; r++) {
+            vec value = ISA(splat)(v[r * channels + c]);
+            sum[r][0] += value * low;
+            sum[r][1] += value * high;
+        }
+    }
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        ISA(store)(m + r * width, &sum[r][0], LANES);
+        ISA(store)(m + r * width + LANES, &sum[r][1], LANES);
+    }
+}
+
+/* The last block of a position has 1..ROWS tiles: one constant count per branch. */
+INLINE void ISA(product_tail)(const float *v, Py_ssize_t channels, const float *panel,
+                              float *m, Py_ssize_t width, Py_ssize_t rows) {
+    switch (rows) {
+    case 1: ISA(product_block)(v, channels, panel, m, width, 1); break;
+    case 2: ISA(product_block)(v, channels, panel, m, width, 2); break;
+    case 3: ISA(product_block)(v, channels, panel, m, width, 3); break;
+    case 4: ISA(product_block)(v, channels, panel, m, width, 4); break;
+    case 5: ISA(product_block)(v, channels, panel, m, width, 5); break;
+    default: ISA(product_block)(v, channels, panel, m, width, ROWS); break;
+    }
+}
+
+INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
+    Py_ssize_t channels = k->g.channels, width = k->width;
+    Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL, first_panel = k->f_lo / PANEL;
+    for (int p = 0; p < POSITIONS; p++) {
+        const float *v = k->v + p * count * channels;
+        float *m = k->m + p * count * width;
+        for (Py_ssize_t f = 0; f < width; f += PANEL) {
+            const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            Py_ssize_t t = 0;
+            for (; t + ROWS <= count; t += ROWS) {
+                ISA(product_block)(v + t * channels, channels, panel, m + t * width + f, width,
+                                   ROWS);
+            }
+            if (t < count) {
+                ISA(product_tail)(v + t * channels, channels, panel, m + t * width + f, width,
+                                  count - t);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Output transform */
+
+/* The n <= LANES filters from f (of the call's range) of one tile. */
+INLINE void ISA(output_block)(const Conv *k, const OutputTile *tile, const float *m,
+                              Py_ssize_t stride, Py_ssize_t f, Py_ssize_t n) {
+    vec cols[OUT * TILE];
+    UNROLL
+    for (int j = 0; j < TILE; j++) {                /* A^T M: down each column */
+        vec column[TILE];
+        UNROLL
+        for (int i = 0; i < TILE; i++) {
+            column[i] = ISA(load)(m + (i * TILE + j) * stride + f, n);
+        }
+        ISA(output_1d)(column, 1, cols + j, TILE);
+    }
+    Py_ssize_t channel = k->f_lo + f;
+    vec bias = k->bias ? ISA(load)(k->bias + channel, n) : ISA(splat)(0.0f);
+    for (Py_ssize_t i = 0; i < tile->rows; i++) {   /* (A^T M) A: along each row */
+        vec y[OUT];
+        ISA(output_1d)(cols + i * TILE, 1, y, 1);
+        for (Py_ssize_t j = 0; j < tile->cols; j++) {
+            Py_ssize_t at = i * tile->row_step + j * k->g.filters + channel;
+            vec value = y[j] + bias;
+            if (tile->residual) {
+                value += ISA(load)(tile->residual + at, n);
+            }
+            if (k->relu) {
+                ISA(relu)(&value);
+            }
+            ISA(store)(tile->out + at, &value, n);
+        }
+    }
+}
+
+/* Y of the `count` tiles from `first`. */
+INLINE void ISA(output_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count) {
+    const Geometry *g = &k->g;
+    Py_ssize_t filters = k->f_hi - k->f_lo, stride = count * k->width;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t sample, row, col;
+        ISA(tile_place)(g, first + t, &sample, &row, &col);
+        Py_ssize_t top = OUT * row, left = OUT * col;
+        Py_ssize_t at = ((sample * g->out_h + top) * g->out_w + left) * g->filters;
+        OutputTile tile = {
+            .out = k->out + at,
+            .residual = k->residual ? k->residual + at : NULL,
+            .rows = g->out_h - top < OUT ? g->out_h - top : OUT,
+            .cols = g->out_w - left < OUT ? g->out_w - left : OUT,
+            .row_step = g->out_w * g->filters,
+        };
+        const float *m = k->m + t * k->width;
+        Py_ssize_t f = 0;
+        for (; f + LANES <= filters; f += LANES) {
+            ISA(output_block)(k, &tile, m, stride, f, LANES);
+        }
+        if (f < filters) {
+            ISA(output_block)(k, &tile, m, stride, f, filters - f);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Weight transform: U = G g G^T, 16 filters (one panel) at a time */
+
+/* G g for the 3 values g[0], g[step], g[2 * step]. */
+INLINE void ISA(weight_1d)(const vec *g, Py_ssize_t step, vec *t, Py_ssize_t out_step) {
+    vec g0 = g[0], g1 = g[step], g2 = g[2 * step];
+    vec outer = g0 + g2, quarter = ISA(splat)(0.25f), sixth = ISA(splat)(1.0f / 6.0f);
+    vec near = ISA(splat)(1.0f / 24.0f) * g0 + sixth * g2, mid = ISA(splat)(1.0f / 12.0f) * g1;
+    t[0] = quarter * g0;
+    t[out_step] = -sixth * (outer + g1);
+    t[2 * out_step] = -sixth * (outer - g1);
+    t[3 * out_step] = near + mid;
+    t[4 * out_step] = near - mid;
+    t[5 * out_step] = g2;
+}
+
+/* The 36 vectors of one channel c for the filters [f, f + n) of OHWI weights, n <= LANES. */
+INLINE void ISA(weight_block)(const float *w, Py_ssize_t channels, Py_ssize_t filters,
+                              Py_ssize_t f, Py_ssize_t c, vec *u) {
+    float taps[9][LANES] = {{0}};
+    for (Py_ssize_t k = 0; k < LANES && f + k < filters; k++) {
+        UNROLL
+        for (int tap = 0; tap < 9; tap++) {         /* gather: filters lie 9 C values apart */
+            taps[tap][k] = w[((f + k) * 9 + tap) * channels + c];
+        }
+    }
+    vec g[9], rows[TILE * 3];
+    UNROLL
+    for (int tap = 0; tap < 9; tap++) {
+        g[tap] = ISA(load)(taps[tap], LANES);
+    }
+    UNROLL
+    for (int j = 0; j < 3; j++) {                   /* G g: down each column of taps */
+        ISA(weight_1d)(g + j, 3, rows + j, 3);
+    }
+    UNROLL
+    for (int i = 0; i < TILE; i++) {                /* (G g) G^T: along each row */
+        ISA(weight_1d)(rows + i * 3, 1, u + i * TILE, 1);
+    }
+}
+
+/* U as (36, panels, C, PANEL) of the panels [lo, hi); zeros past the last filter. A block
+ * of channels at a time goes through the stack, so that each position's rows are written as
+ * whole cache lines: the positions lie a power of two apart, in the same L1 set. */
+static void ISA(transform_weights)(const float *w, Py_ssize_t channels, Py_ssize_t filters,
+                                   float *u, Py_ssize_t lo, Py_ssize_t hi) {
+    Py_ssize_t panels = (filters + PANEL - 1) / PANEL;
+    enum { BLOCK = 8 };
+    for (Py_ssize_t panel = lo; panel < hi; panel++) {
+        for (Py_ssize_t c0 = 0; c0 < channels; c0 += BLOCK) {
+            Py_ssize_t n = channels - c0 < BLOCK ? channels - c0 : BLOCK;
+            vec block[POSITIONS][BLOCK][PANEL / LANES];
+            for (Py_ssize_t c = 0; c < n; c++) {
+                for (int half = 0; half < PANEL / LANES; half++) {
+                    vec out[POSITIONS];
+                    ISA(weight_block)(w, channels, filters, panel * PANEL + half * LANES,
+                                      c0 + c, out);
+                    UNROLL
+                    for (int p = 0; p < POSITIONS; p++) {
+                        block[p][c][half] = out[p];
+                    }
+                }
+            }
+            for (int p = 0; p < POSITIONS; p++) {
+                float *at = u + ((p * panels + panel) * channels + c0) * PANEL;
+                memcpy(at, block[p], (size_t)n * PANEL * sizeof(float));
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* A call's tiles, chunk by chunk */
+
+static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi) {
+    for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {
+        Py_ssize_t count = tile_hi - first < k->chunk ? tile_hi - first : k->chunk;
+        ISA(input_chunk)(k, first, count);
+        ISA(product_chunk)(k, count);
+        ISA(output_chunk)(k, first, count);
+    }
+}
+
+#endif

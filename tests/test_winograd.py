@@ -1,0 +1,316 @@
+"""The compiled Winograd F(4x4, 3x3) (ember._winograd) through conv_winograd.winograd.
+
+Checked against a float64 direct convolution on shapes that end in partial vectors, panels
+and tiles, with every padding, with bias, residual (in place) and activations, on both of the
+module's builds; the results do not depend on how the work is split; the transformed weights
+are kept per weight version; the NumPy code runs where the module cannot.
+"""
+import types
+import weakref
+
+import numpy as np
+import pytest
+
+import ember as mx
+from ember.op.nn import conv_algorithms, conv_winograd
+from ember.op.nn._common import make_window
+from ember.op.nn.activation import ACTIVATIONS
+
+_winograd = conv_winograd._winograd
+needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
+
+
+def direct(x, w, pad):
+    """float64 NHWC reference of a 3x3 stride-1 convolution: one einsum per tap."""
+    n, h, width, _ = x.shape
+    oh, ow = h + 2 * pad - 2, width + 2 * pad - 2
+    padded = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    return sum(np.einsum('nhwc,fc->nhwf', padded[:, i:i + oh, j:j + ow],
+                         w[:, i, j].astype(np.float64)) for i in range(3) for j in range(3))
+
+
+class Case:
+    """NHWC data, OHWI weights, bias, residual and the float64 conv + bias."""
+
+    def __init__(self, batch, size, channels, filters, pad, seed=0):
+        rng = np.random.default_rng(seed)
+        self.x = rng.standard_normal((batch,) + size + (channels,)).astype(np.float32)
+        self.w = rng.standard_normal((filters, 3, 3, channels)).astype(np.float32)
+        self.bias = rng.standard_normal(filters).astype(np.float32)
+        self.expected = direct(self.x, self.w, pad) + self.bias
+        self.residual = rng.standard_normal(self.expected.shape).astype(np.float32)
+        self.window = make_window((3, 3), (1, 1), (1, 1), (pad, pad), size,
+                                  self.expected.shape[1:3])
+
+    def run(self, residual=None, act_type=None, threads=2, budget=None, weight_version=None,
+            w=None):
+        out = np.empty(self.expected.shape, np.float32)
+        if residual is not None:
+            out[...] = residual
+            residual = out                          # in place, as _sg_conv runs it
+        conv_winograd.winograd(self.x, self.w if w is None else w, self.bias, out,
+                               self.window, True, 4, residual, act_type, budget,
+                               threads=threads, weight_version=weight_version)
+        return out
+
+
+CASES = {
+    'odd channels and filters': Case(2, (9, 11), 5, 21, 1),
+    'one tile': Case(1, (4, 4), 8, 16, 1),
+    'no padding': Case(3, (7, 6), 13, 3, 0),
+    'padding 2': Case(1, (5, 5), 16, 40, 2),
+    'many tiles': Case(2, (18, 14), 24, 32, 1),
+}
+
+
+def assert_close(out, expected):
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.fixture(params=['avx2', 'baseline'])
+def build(request):
+    """Each of the module's builds in turn (the AVX2 one where the CPU has it)."""
+    if _winograd is None:
+        pytest.skip('ember._winograd is not built')
+    before = _winograd.instruction_set()
+    try:
+        _winograd.use_instruction_set(request.param)
+    except ValueError:
+        pytest.skip(f'{request.param} does not run here')
+    yield request.param
+    _winograd.use_instruction_set(before)
+
+
+@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('case', CASES)
+def test_matches_the_direct_convolution(build, case, threads):
+    c = CASES[case]
+    assert_close(c.run(threads=threads), c.expected)
+    assert_close(c.run(c.residual, 'relu', threads), np.maximum(c.expected + c.residual, 0))
+
+
+@needs_module
+def test_an_empty_batch_writes_nothing():
+    c = CASES['one tile']
+    out = np.empty((0,) + c.expected.shape[1:], np.float32)
+    conv_winograd.winograd(c.x[:0], c.w, c.bias, out, c.window, True, 4, threads=2)
+    assert out.shape[0] == 0
+
+
+@needs_module
+@pytest.mark.parametrize('act_type', ['sigmoid', 'tanh'])
+def test_other_activations_follow_the_compiled_part(act_type):
+    c = CASES['odd channels and filters']
+    expected = ACTIVATIONS[act_type][0](np, c.expected + c.residual)
+    assert_close(c.run(c.residual, act_type), expected)
+
+
+@needs_module
+@pytest.mark.parametrize('case', CASES)
+def test_results_do_not_depend_on_threads_or_chunks(case):
+    c = CASES[case]
+    alone = c.run(threads=1)
+    np.testing.assert_array_equal(c.run(threads=4), alone)
+    np.testing.assert_array_equal(c.run(threads=2, budget=1), alone)    # one tile a chunk
+
+
+def test_few_tiles_split_the_filters_and_many_split_the_tiles():
+    assert conv_winograd._split(1, 8, 64, 2) == [(0, 1, 0, 32), (0, 1, 32, 64)]
+    assert conv_winograd._split(1, 8, 21, 4) == [(0, 1, 0, 16), (0, 1, 16, 21)]
+    assert conv_winograd._split(64, 8, 64, 2) == [(0, 32, 0, 64), (32, 64, 0, 64)]
+    # weights too large for the cache: each thread reads only its filters' part
+    assert conv_winograd._split(64, 512, 512, 2) == [(0, 64, 0, 256), (0, 64, 256, 512)]
+
+
+@needs_module
+def test_relative_error_on_resnet_like_data():
+    """He-initialised weights on relu'd inputs: F(4x4)'s float32 transforms lose ~1e-5."""
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.standard_normal((2, 14, 14, 128)), 0).astype(np.float32)
+    w = (rng.standard_normal((128, 3, 3, 128)) * np.sqrt(2 / (9 * 128))).astype(np.float32)
+    out = np.empty((2, 14, 14, 128), np.float32)
+    conv_winograd.winograd(x, w, None, out, make_window((3, 3), (1, 1), (1, 1), (1, 1),
+                                                        (14, 14), (14, 14)), True, 4)
+    expected = direct(x, w, 1)
+    error = np.abs(out - expected)
+    assert error.max() / np.abs(expected).max() < 1e-4
+    assert np.sqrt((error ** 2).mean() / (expected ** 2).mean()) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# Transformed weights kept per weight version
+
+class Var:
+    """Stands for an engine variable: weakly referenced, identified by itself."""
+
+
+@pytest.fixture
+def transforms(monkeypatch):
+    """The weight transforms that the compiled module runs (one entry per thread's part)."""
+    if _winograd is None:
+        pytest.skip('ember._winograd is not built')
+    calls = []
+
+    def transform_weights(w, u, panels):
+        calls.append(w.shape)
+        _winograd.transform_weights(w, u, panels)
+    spy = types.SimpleNamespace(convolve=_winograd.convolve,
+                                transform_weights=transform_weights)
+    monkeypatch.setattr(conv_winograd, '_winograd', spy)
+    yield calls
+    conv_winograd._kept.clear()
+
+
+def test_weights_are_transformed_once_per_version(transforms):
+    c, var = CASES['many tiles'], Var()
+    before = conv_winograd.kept_bytes()
+    first = c.run(threads=1, weight_version=((var, 0),))
+    assert len(transforms) == 1 and conv_winograd.kept_bytes() > before
+    np.testing.assert_array_equal(c.run(threads=1, weight_version=((var, 0),)), first)
+    assert len(transforms) == 1
+    changed = c.w * 2           # a new version of the same variable: transformed again
+    out = c.run(threads=1, weight_version=((var, 1),), w=changed)
+    assert len(transforms) == 2
+    assert_close(out, 2 * (c.expected - c.bias) + c.bias)
+
+
+def test_without_a_version_the_weights_are_transformed_every_call(transforms):
+    c = CASES['one tile']
+    before = conv_winograd.kept_bytes()
+    c.run(threads=1)
+    c.run(threads=1)
+    assert len(transforms) == 2 and conv_winograd.kept_bytes() == before
+
+
+def test_kept_weights_go_with_their_variable_or_when_discarded(transforms):
+    c, var, other = CASES['one tile'], Var(), Var()
+    c.run(weight_version=((var, 0),))
+    c.run(weight_version=((other, 0),))
+    kept = conv_winograd.kept_bytes()
+    conv_winograd.discard_kept(((other, 0),))
+    assert conv_winograd.kept_bytes() < kept
+    gone = weakref.ref(var)
+    del var
+    assert gone() is None
+    c.run(weight_version=((Var(), 0),))         # keeping another drops the dead one's copy
+    assert conv_winograd.kept_bytes() < kept
+
+
+# ----------------------------------------------------------------------------------------------
+# Where the compiled module does not run
+
+def test_without_the_module_the_numpy_code_runs(monkeypatch):
+    monkeypatch.setattr(conv_winograd, '_winograd', None)
+    c = CASES['odd channels and filters']
+    assert_close(c.run(c.residual, 'relu'), np.maximum(c.expected + c.residual, 0))
+
+
+@needs_module
+def test_float64_and_channel_first_data_take_the_numpy_code(monkeypatch):
+    monkeypatch.setattr(conv_winograd, '_winograd', None)      # would fail if called
+    c = CASES['no padding']
+    out = np.empty(c.expected.shape)
+    conv_winograd.winograd(c.x.astype(np.float64), c.w.astype(np.float64), c.bias, out,
+                           c.window, True, 4)
+    assert_close(out, c.expected)
+    out = np.empty(c.expected.transpose(0, 3, 1, 2).shape, np.float32)
+    conv_winograd.winograd(np.ascontiguousarray(c.x.transpose(0, 3, 1, 2)),
+                           np.ascontiguousarray(c.w.transpose(0, 3, 1, 2)), c.bias, out,
+                           c.window, False, 4)
+    assert_close(out, c.expected.transpose(0, 3, 1, 2))
+
+
+@needs_module
+def test_scratch_covers_what_a_call_takes():
+    c = CASES['many tiles']
+    taken = []
+
+    def alloc(specs):
+        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
+                         for shape, dtype in specs))
+        return [np.empty(shape, dtype) for shape, dtype in specs]
+    out = np.empty(c.expected.shape, np.float32)
+    conv_winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
+                           threads=mx.engine.kernel_threads())
+    problem = conv_algorithms.ConvProblem(True, 2, 24, 32, 1, (3, 3), (1, 1), (1, 1), (1, 1),
+                                          (18, 14), 'float32')
+    assert 0 < sum(taken) <= conv_winograd.scratch_bytes(problem, 2, 4)
+
+
+@needs_module
+def test_errors_name_the_argument_and_what_it_accepts():
+    c = CASES['one tile']
+    u = np.zeros(conv_winograd._packed_shape(8, 16), np.float32)
+    out = np.empty(c.expected.shape, np.float32)
+    scratch = np.empty(36 * 6 * 16, np.float32)
+    args = [c.x, u, out, None, None, False, (1, 1), (0, 1), (0, 16), 6, scratch, scratch]
+    for index, value, message in [
+            (0, c.x.astype(np.float64), "x: expected float32 values"),
+            (7, (0, 2), r"tiles \[0, 2\): expected 0 <= lo <= hi <= 1"),
+            (8, (8, 16), "a multiple of 16"),
+            (4, np.zeros((1, 2, 2, 16), np.float32), "residual: expected shape"),
+            (10, scratch[:10], "v: expected at least")]:
+        bad = list(args)
+        bad[index] = value
+        with pytest.raises((TypeError, ValueError), match=message):
+            _winograd.convolve(*bad)
+    with pytest.raises(ValueError, match='expected OHWI 3x3 weights'):
+        _winograd.transform_weights(np.zeros((16, 5, 5, 8), np.float32), u, (0, 1))
+    with pytest.raises(ValueError, match="expected 'avx2' or 'baseline'"):
+        _winograd.use_instruction_set('sse9')
+
+
+# ----------------------------------------------------------------------------------------------
+# Through a hybridized network in inference
+
+@needs_module
+def test_inference_keeps_the_transformed_weights_of_its_layers(monkeypatch, transforms):
+    monkeypatch.setattr(conv_algorithms, 'choose',
+                        lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(16, 3, padding=1, in_channels=8, layout='NHWC'),
+            mx.gluon.nn.Conv2D(16, 3, padding=1, in_channels=16, layout='NHWC'))
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(np.random.default_rng(0).standard_normal((2, 8, 8, 8)), dtype='float32')
+    expected = net(x).asnumpy()             # imperative: no versions, transformed each call
+    calls = len(transforms)
+    net.hybridize(static_alloc=True)
+    for _ in range(3):
+        assert_close(net(x).asnumpy(), expected)
+    assert len(transforms) - calls == 2     # each layer's weights once
+
+
+@needs_module
+def test_a_scaled_strided_weight_is_made_plain_only_to_transform_it(transforms):
+    # a folded BatchNorm's scale, the weight an OHWI view of OIHW memory (as _sg_conv passes)
+    c, var = CASES['odd channels and filters'], Var()
+    oihw = np.ascontiguousarray(c.w.transpose(0, 3, 1, 2))
+    scale = np.linspace(0.5, 2, c.w.shape[0]).astype(np.float32)
+    expected = (c.expected - c.bias) * scale + c.bias
+    for _ in range(2):
+        out = np.empty(c.expected.shape, np.float32)
+        conv_winograd.winograd(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, c.window, True, 4,
+                               threads=1, weight_version=((var, 0),), weight_scale=scale)
+        assert_close(out, expected)
+    assert len(transforms) == 1
+
+
+def test_a_measured_layer_keeps_only_what_its_winner_uses():
+    from ember import config, engine
+    from ember.backend import onednn
+    from ember.op.nn import convolution
+    from ember.op.registry import KernelContext
+    c = CASES['many tiles']
+    attrs = mx.op.registry.get('Convolution').parse_attrs(
+        dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
+    token = ((engine.get().new_var(), 0),)
+    before = (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes())
+    out = np.empty(c.expected.shape, np.float32)
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=2):
+        convolution.forward(dict(attrs, cudnn_tune=None), c.x, c.w, c.bias, out,
+                            KernelContext(None), weight_version=token)
+    assert_close(out, c.expected)
+    grown = [after > b for after, b in zip(
+        (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes()),
+        before)]
+    assert sum(grown) <= 1      # the winner's copy at most: the losers' went
