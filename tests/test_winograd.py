@@ -314,3 +314,15 @@ def test_a_measured_layer_keeps_only_what_its_winner_uses():
         (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes()),
         before)]
     assert sum(grown) <= 1      # the winner's copy at most: the losers' went
+
+
+def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transforms):
+    c, first, second = CASES['one tile'], Var(), Var()
+    conv_winograd._kept.clear()
+    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
+    for _ in range(2):
+        assert_close(c.run(threads=1, weight_version=((first, 0),)), c.expected)
+        assert_close(c.run(threads=1, weight_version=((second, 0),)), c.expected)
+    assert conv_winograd.kept_bytes() == size
+    assert len(transforms) == 3          # the first kept once, the second every call
