@@ -17,8 +17,8 @@ WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3']
 
 setup(ext_modules=[
     Extension('ember._accel', sources=['ember/_accel.c'], optional=True),
-    Extension('ember._kernels', sources=['ember/_kernels.c'], optional=True,
-              extra_compile_args=KERNEL_FLAGS),
-    Extension('ember._winograd', sources=['ember/_winograd.c'], optional=True,
-              extra_compile_args=WINOGRAD_FLAGS),
+    Extension('ember._kernels', sources=['ember/_kernels.c'], depends=['ember/_buffers.h'],
+              optional=True, extra_compile_args=KERNEL_FLAGS),
+    Extension('ember._winograd', sources=['ember/_winograd.c'], depends=['ember/_buffers.h'],
+              optional=True, extra_compile_args=WINOGRAD_FLAGS),
 ])

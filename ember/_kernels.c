@@ -20,13 +20,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "_buffers.h"
+
 #if !defined(__GNUC__)
 #error "ember._kernels is written with GCC/Clang vector types; without it Ember runs NumPy code"
 #endif
 
 #define LANES 16
 #define BLOCK 512
-#define MAX_BUFFERS 8
 
 typedef struct {
     Py_ssize_t outer, channels, inner;
@@ -296,39 +297,12 @@ static void normalize_channel(const Normalize *a, const Layout *s, Py_ssize_t c)
 /* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
-typedef struct {
-    Py_buffer views[MAX_BUFFERS];
-    int count;
-} Buffers;
-
-static void release_all(Buffers *b) {
-    for (int i = 0; i < b->count; i++) {
-        PyBuffer_Release(&b->views[i]);
-    }
-    b->count = 0;
-}
-
-static int is_float32(const Py_buffer *view) {
-    const char *f = view->format;
-    if (f != NULL && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
-        f++;
-    }
-    return view->itemsize == 4 && f != NULL && f[0] == 'f' && f[1] == '\0';
-}
-
 /* `obj`'s memory as `count` C-contiguous float32 values, held in `b` until release_all; NULL
  * with an exception naming `name` otherwise. */
 static float *borrow(Buffers *b, PyObject *obj, const char *name, Py_ssize_t count,
                      int writable) {
-    Py_buffer *view = &b->views[b->count];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return NULL;
-    }
-    b->count++;
-    if (!is_float32(view)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
-                     name, view->format ? view->format : "B");
+    Py_buffer *view = borrow_float32(b, obj, name, writable);
+    if (view == NULL) {
         return NULL;
     }
     if (view->len != count * (Py_ssize_t)sizeof(float)) {

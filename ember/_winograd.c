@@ -26,13 +26,14 @@
 #include <Python.h>
 #include <string.h>
 
+#include "_buffers.h"
+
 #define TILE 6          /* input patch (and transformed tile) side */
 #define OUT 4           /* output tile side */
 #define POSITIONS (TILE * TILE)
 #define LANES 8         /* floats per vector */
 #define PANEL 16        /* filters per packed weight panel: two vectors */
 #define ROWS 6          /* tiles per GEMM register block */
-#define MAX_BUFFERS 8
 
 /* Vectors pass only between always-inlined functions: no call between objects sees their ABI. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -131,41 +132,14 @@ static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters,
 /* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
-typedef struct {
-    Py_buffer views[MAX_BUFFERS];
-    int count;
-} Buffers;
-
-static void release_all(Buffers *b) {
-    for (int i = 0; i < b->count; i++) {
-        PyBuffer_Release(&b->views[i]);
-    }
-    b->count = 0;
-}
-
-static int is_float32(const Py_buffer *view) {
-    const char *f = view->format;
-    if (f != NULL && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
-        f++;
-    }
-    return view->itemsize == 4 && f != NULL && f[0] == 'f' && f[1] == '\0';
-}
-
 /* `obj`'s memory as C-contiguous float32 values, held in `b` until release_all; NULL with an
  * exception naming `name` otherwise. With `shape` the array must be 4-D: its shape is written
  * there, or checked against it where `check` is set; without, it must hold at least `count`
  * values. */
 static float *borrow(Buffers *b, PyObject *obj, const char *name, Py_ssize_t *shape,
                      int check, Py_ssize_t count, int writable) {
-    Py_buffer *view = &b->views[b->count];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return NULL;
-    }
-    b->count++;
-    if (!is_float32(view)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
-                     name, view->format ? view->format : "B");
+    Py_buffer *view = borrow_float32(b, obj, name, writable);
+    if (view == NULL) {
         return NULL;
     }
     if (shape == NULL) {

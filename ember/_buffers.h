@@ -1,0 +1,46 @@
+/* Buffer arguments of Ember's compiled kernel modules (ember/_kernels.c, ember/_winograd.c):
+ * the views a call holds, released together, and borrowing one as float32. Included once by each
+ * module after Python.h. */
+#ifndef EMBER_BUFFERS_H
+#define EMBER_BUFFERS_H
+
+#define MAX_BUFFERS 8
+
+typedef struct {
+    Py_buffer views[MAX_BUFFERS];
+    int count;
+} Buffers;
+
+static void release_all(Buffers *b) {
+    for (int i = 0; i < b->count; i++) {
+        PyBuffer_Release(&b->views[i]);
+    }
+    b->count = 0;
+}
+
+static int is_float32(const Py_buffer *view) {
+    const char *f = view->format;
+    if (f != NULL && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
+        f++;
+    }
+    return view->itemsize == 4 && f != NULL && f[0] == 'f' && f[1] == '\0';
+}
+
+/* `obj`'s memory as a C-contiguous float32 view, held in `b` until release_all (writable
+ * when asked); NULL with an exception naming `name` otherwise. */
+static Py_buffer *borrow_float32(Buffers *b, PyObject *obj, const char *name, int writable) {
+    Py_buffer *view = &b->views[b->count];
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        return NULL;
+    }
+    b->count++;
+    if (!is_float32(view)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
+                     name, view->format ? view->format : "B");
+        return NULL;
+    }
+    return view;
+}
+
+#endif
