@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import numpy as np
 
 from ember import engine
 from ember.op.nn.activation import ACTIVATIONS
 
-__all__ = ['copy_windows', 'copy_taps', 'segments', 'run_parts', 'part_range', 'finish',
+__all__ = ['KeptByToken', 'copy_windows', 'copy_taps', 'segments', 'run_parts', 'part_range', 'finish',
            'single_threaded_blas']
 
 # Elements one epilogue block touches: a few such blocks stay in a core's L2 cache.
@@ -181,3 +182,72 @@ def _finish_block(out, conv, bias, residual, act_type):
         out[...] = ACTIVATIONS[act_type][0](np, conv)
     elif conv is not out:
         out[...] = conv
+
+
+class KeptByToken:
+    """Arrays derived from a convolution's weight in inference (a scaled contiguous copy,
+    Winograd's transformed weights), kept per weight token ``((engine variable, version),
+    ...)`` of the arrays the weight is made from: an array is handed out while those variables
+    live and their versions stay; arrays of variables that are gone make room for new ones.
+
+    >>> from ember import engine
+    >>> kept, var = KeptByToken(), engine.get().new_var()
+    >>> kept.get(((var, 0),), lambda: np.ones(2)).sum(), kept.get(((var, 0),)) is not None
+    (np.float64(2.0), True)
+    >>> kept.get(((var, 1),)) is None          # a new version: the old array is stale
+    True
+    """
+
+    def __init__(self):
+        self.entries: dict = {}     # variables' ids -> (weak references, versions, array)
+        self.lock = threading.Lock()
+
+    def get(self, token, make=None):
+        """The array kept for `token`; else `make()` kept for it (returned as is when
+        `token` is None), or None without `make`."""
+        if token is not None:
+            key, versions = self._key(token), tuple(version for _, version in token)
+            with self.lock:
+                entry = self.entries.get(key)
+            if entry is not None and entry[1] == versions \
+                    and all(ref() is var for ref, (var, _) in zip(entry[0], token)):
+                return entry[2]
+        if make is None:
+            return None
+        array = make()
+        if token is not None:
+            self.keep(token, array)
+        return array
+
+    def keep(self, token, array):
+        with self.lock:
+            self._drop_dead()
+            self.entries[self._key(token)] = (tuple(weakref.ref(var) for var, _ in token),
+                                              tuple(version for _, version in token), array)
+
+    def has_room(self, nbytes, budget) -> bool:
+        """Whether `nbytes` more stay within `budget` bytes."""
+        with self.lock:
+            self._drop_dead()
+            return sum(e[2].nbytes for e in self.entries.values()) + nbytes <= budget
+
+    def discard(self, token):
+        if token is not None:
+            with self.lock:
+                self.entries.pop(self._key(token), None)
+
+    def nbytes(self) -> int:
+        with self.lock:
+            return sum(e[2].nbytes for e in self.entries.values())
+
+    def clear(self):
+        with self.lock:
+            self.entries.clear()
+
+    @staticmethod
+    def _key(token):
+        return tuple(id(var) for var, _ in token)
+
+    def _drop_dead(self):
+        for key in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
+            del self.entries[key]

@@ -41,8 +41,6 @@ True
 from __future__ import annotations
 
 import functools
-import threading
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +48,7 @@ import numpy as np
 from ember.base import prod
 from ember.engine import kernel_threads
 from ember.op.nn.conv_common import (
-    copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
+    KeptByToken, copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
 
 try:
     from ember import _winograd      # compiled F(4x4, 3x3) (setup.py; optional)
@@ -295,9 +293,12 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     tiles = x.shape[0] * prod(_tiles(window, 4))
     parts = _split(tiles, channels, filters, threads)
     width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
-    u = _kept.get(w, weight_version)
     u_shape = _packed_shape(channels, filters)
-    if u is None and weight_version is not None and not _kept.has_room(prod(u_shape) * 4):
+    u = _kept.get(weight_version)
+    if u is not None and u.shape != u_shape:
+        u = None
+    if u is None and weight_version is not None and \
+            not _kept.has_room(prod(u_shape) * 4, KEPT_BUDGET):
         weight_version = None       # past the budget: transformed into scratch every call
     in_scratch = u is None and weight_version is None
     chunk = _chunk(channels, width, len(parts), budget)
@@ -389,7 +390,7 @@ def _packed_weights(w, weight_version, threads, scratch=None):
     run_parts(parts, u.size, lambda i: _winograd.transform_weights(
         w, u, part_range(i, parts, shape[1])))
     if weight_version is not None:
-        _kept.keep(w, weight_version, u)
+        _kept.keep(weight_version, u)
     return u
 
 
@@ -404,74 +405,9 @@ def discard_kept(weight_version) -> None:
     _kept.discard(weight_version)
 
 
-class _KeptWeights:
-    """Transformed weights that the caller says are unchanged (inference), per weight token
-    (``((engine variable, version), ...)`` of the arrays the weight is made from): kept
-    while the variables live and their versions stay, so that a layer transforms its weights
-    once, not on every call (as oneDNN keeps its reordered weights)."""
-
-    def __init__(self):
-        self.entries: dict = {}     # variables' ids -> (weak references, versions, shape, U)
-        self.lock = threading.Lock()
-
-    def get(self, w, token):
-        """The kept U of `w` at `token`, or None."""
-        pairs = _pairs(token)
-        if pairs is None:
-            return None
-        with self.lock:
-            entry = self.entries.get(tuple(id(var) for var, _ in pairs))
-        if entry is None or entry[2] != w.shape or entry[1] != tuple(n for _, n in pairs) \
-                or any(ref() is not var for ref, (var, _) in zip(entry[0], pairs)):
-            return None
-        return entry[3]
-
-    def has_room(self, nbytes) -> bool:
-        """Whether `nbytes` more stay within ``KEPT_BUDGET`` (copies of arrays that are gone
-        make room first)."""
-        with self.lock:
-            self._drop_dead()
-            return sum(e[3].nbytes for e in self.entries.values()) + nbytes <= KEPT_BUDGET
-
-    def keep(self, w, token, u):
-        """Keeps `u`, the transform of `w` at `token`."""
-        pairs = _pairs(token)
-        with self.lock:
-            self._drop_dead()
-            self.entries[tuple(id(var) for var, _ in pairs)] = (
-                tuple(weakref.ref(var) for var, _ in pairs), tuple(n for _, n in pairs),
-                w.shape, u)
-
-    def discard(self, token):
-        """Forgets the U kept for `token` (its layer runs another algorithm)."""
-        pairs = _pairs(token)
-        if pairs is not None:
-            with self.lock:
-                self.entries.pop(tuple(id(var) for var, _ in pairs), None)
-
-    def _drop_dead(self):
-        for key in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
-            del self.entries[key]
-
-    def nbytes(self) -> int:
-        with self.lock:
-            return sum(e[3].nbytes for e in self.entries.values())
-
-    def clear(self):
-        with self.lock:
-            self.entries.clear()
-
-
-def _pairs(token):
-    """``((variable, version), ...)`` of a weight token; a single pair is accepted too."""
-    if token is None or not token:
-        return None
-    return token if isinstance(token[0], tuple) else (token,)
-
-
 # Bytes of transformed weights kept across all layers; layers past it transform theirs into
 # scratch on every call. F(4x4) keeps 4x a layer's weights: resnet152_v1's 36 layers of
 # 256 channels would keep 340 MB (RSS 912 MB against MXNet's 776); resnet50_v1 keeps 68 MB.
 KEPT_BUDGET = 128 << 20
 
-_kept = _KeptWeights()
+_kept = KeptByToken()

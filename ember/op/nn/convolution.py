@@ -14,8 +14,6 @@ vice versa.
 from __future__ import annotations
 
 import dataclasses
-import threading
-import weakref
 
 import numpy as np
 
@@ -25,6 +23,7 @@ from ember.base import prod
 from ember.op.nn import conv_algorithms, conv_winograd, onednn_provider
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn.conv_algorithms import ConvCall, ConvProblem
+from ember.op.nn.conv_common import KeptByToken
 from ember.op.nn._common import (
     as_shape, assign_shape, channel_first, check_layout, col2im, dilated, im2col, interior,
     is_channel_last, join_layout, layout_param, make_window, outputs_of, padded_input,
@@ -374,43 +373,9 @@ def weight_token(ctx, *indices):
     return None if not pairs or any(p is None for p in pairs) else pairs
 
 
-class _KeptByToken:
-    """Arrays derived from a weight, kept per weight token (:func:`weight_token`) while its
-    variables live and their versions stay: the scaled, contiguous weights that the NumPy
-    algorithms need when the graph hands a convolution its weight transposed or unscaled."""
-
-    def __init__(self):
-        self.entries: dict = {}         # variables' ids -> (weak references, versions, array)
-        self.lock = threading.Lock()
-
-    def get(self, token, make):
-        if token is None:
-            return make()
-        key = tuple(id(var) for var, _ in token)
-        versions = tuple(version for _, version in token)
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None and all(r() is v for r, (v, _) in zip(entry[0], token)) \
-                    and entry[1] == versions:
-                return entry[2]
-        array = make()
-        with self.lock:
-            for gone in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
-                del self.entries[gone]
-            self.entries[key] = (tuple(weakref.ref(v) for v, _ in token), versions, array)
-        return array
-
-    def discard(self, token):
-        if token is not None:
-            with self.lock:
-                self.entries.pop(tuple(id(var) for var, _ in token), None)
-
-    def nbytes(self) -> int:
-        with self.lock:
-            return sum(e[2].nbytes for e in self.entries.values())
-
-
-_plain_weights = _KeptByToken()
+# the scaled, contiguous weights the NumPy algorithms need when the graph hands a convolution
+# its weight transposed or unscaled
+_plain_weights = KeptByToken()
 
 
 def plain_weight_bytes() -> int:
