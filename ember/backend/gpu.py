@@ -73,7 +73,34 @@ class CupyBackend:
         self._cuda_device.synchronize()
 
     def make_generator(self, seed_sequence: np.random.SeedSequence):
-        """A CuPy generator (XORWOW) seeded from `seed_sequence`."""
+        """A CuPy generator (XORWOW) seeded from `seed_sequence`, with the methods of NumPy's
+        ``Generator`` that the operators call (see :class:`DeviceGenerator`)."""
         seed = int(seed_sequence.generate_state(1, np.uint64)[0] >> 1)  # fits a signed int64
         with self._cuda_device:
-            return self.xp.random.Generator(self.xp.random.XORWOW(seed))
+            return DeviceGenerator(self.xp, self.xp.random.Generator(self.xp.random.XORWOW(seed)))
+
+
+class DeviceGenerator:
+    """NumPy's ``Generator`` interface over a CuPy generator, drawing on the device.
+
+    CuPy's ``Generator`` lacks some of NumPy's methods (``normal``, ``negative_binomial``,
+    ``permutation``); they are built here from the ones it has, and every other method is
+    CuPy's own."""
+
+    def __init__(self, cupy, generator):
+        self._xp, self._gen = cupy, generator
+
+    def __getattr__(self, name):
+        return getattr(self._gen, name)
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return loc + scale * self._gen.standard_normal(size)
+
+    def negative_binomial(self, n, p, size=None):
+        """Failures before the n-th success: Poisson with a Gamma(n, (1-p)/p) mean."""
+        if p == 1:
+            return self._xp.zeros(size, dtype=np.int64)
+        return self._gen.poisson(self._gen.gamma(n, (1 - p) / p, size))
+
+    def permutation(self, n):
+        return self._xp.argsort(self._gen.random(n))

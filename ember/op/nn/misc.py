@@ -34,8 +34,12 @@ def _embedding_type(attrs, in_dtypes):
 
 def _embedding_kernel(attrs, ins, outs, ctx):
     """Rows of the table; indices outside [0, input_dim) are clipped, as MXNet does."""
-    index = ins[0].astype(np.int64)
-    ctx.xp.take(ins[1], index, axis=0, out=outs[0], mode='clip')
+    xp = ctx.xp
+    if xp is np:
+        xp.take(ins[1], ins[0].astype(np.int64), axis=0, out=outs[0], mode='clip')
+    else:  # CuPy's take has no mode: clip the indices first
+        index = xp.clip(ins[0].astype(np.int64), 0, ins[1].shape[0] - 1)
+        xp.take(ins[1], index, axis=0, out=outs[0])
 
 
 def _embedding_backward_kernel(attrs, ins, outs, ctx):
