@@ -20,3 +20,21 @@ def no_leaked_state():
     yield
     after = (config.snapshot(), device.current_device(), _engine_state())
     assert after == before, f'test left global state changed: {before} -> {after}'
+
+
+@pytest.fixture
+def force_conv(monkeypatch):
+    """force_conv(name, gradient=None): every convolution runs algorithm `name`
+    (``conv_algorithms.ALGORITHMS``); data gradients run `gradient`
+    (``DATA_GRADIENT_ALGORITHMS``), or the rule when None."""
+    from ember.op.nn import conv_algorithms, onednn_provider
+
+    def force(name, gradient=None):
+        def choose(problem, *args, **kwargs):
+            if not problem.gradient:
+                return conv_algorithms.ALGORITHMS[name]
+            if gradient is not None:
+                return conv_algorithms.DATA_GRADIENT_ALGORITHMS[gradient]
+            return conv_algorithms.rule(problem, onednn_provider.enabled())
+        monkeypatch.setattr(conv_algorithms, 'choose', choose)
+    return force

@@ -3,8 +3,11 @@ MXNET_CPU_NNPACK_NTHREADS and MXNET_ENFORCE_DETERMINISM choose between them.
 
 Every algorithm is checked against a float64 direct convolution (NCHW and NHWC, groups,
 stride, dilation, padding, bias, and the residual + ReLU of ``_sg_conv``, in place too); the
-choice is checked by spying on the measuring function and on the Winograd kernel.
+choice is checked by spying on the measuring function and on the Winograd kernel. The data
+gradient is chosen the same way among its own algorithms.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -180,12 +183,9 @@ def test_copy_windows_zero_fills_a_tap_that_lies_in_the_padding():
 # Through the operators: _sg_conv's residual in place, every algorithm forced.
 
 @pytest.fixture
-def forced(monkeypatch):
+def forced(force_conv):
     """force(name): every convolution call runs algorithm `name`."""
-    def force(name):
-        monkeypatch.setattr(conv_algorithms, 'choose',
-                            lambda *args, **kwargs: conv_algorithms.ALGORITHMS[name])
-    return force
+    return force_conv
 
 
 @pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
@@ -313,6 +313,67 @@ def test_determinism_takes_the_rule_and_repeats_bit_for_bit(measured):
                                   layout='NHWC', **BIG.kwargs)
             results.append(y.asnumpy().tobytes())
     assert measured == [] and results[0] == results[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# The data gradient, chosen like the convolution
+
+def data_gradient(case, layout, **extra):
+    """Convolution's data gradient of `case` for an output gradient of ones."""
+    x, w, _, _ = case.arrays(layout)
+    data = mx.nd.array(x)
+    data.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.Convolution(data, mx.nd.array(w), mx.nd.array(case.bias), layout=layout,
+                              **case.kwargs, **extra)
+    y.backward(mx.nd.ones(y.shape))
+    return data.grad.asnumpy()
+
+
+def gradient_choices():
+    return {key[0].channel_last: name for key, name in conv_algorithms.choices().items()
+            if key[0].gradient}
+
+
+def test_the_data_gradient_is_measured_among_its_own_algorithms(measured):
+    expected = {}
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        for layout in ('NCHW', 'NHWC'):
+            expected[layout] = data_gradient(BIG, layout)
+    assert measured == [] and gradient_choices() == {}
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
+        for layout in ('NCHW', 'NHWC'):
+            assert_close(data_gradient(BIG, layout), expected[layout])
+    gradients = [names for names in measured if 'winograd2' not in names]   # not forward
+    assert len(gradients) == 2
+    wanted = {'gemm', 'winograd4'} if conv_winograd._winograd is not None else {'gemm'}
+    if onednn_provider.enabled():
+        wanted.add('onednn')
+    assert all(set(names) == wanted for names in gradients)
+    assert set(gradient_choices()) == {False, True}
+
+
+def test_the_rule_and_determinism_keep_the_data_gradient_off_winograd(measured, force_conv):
+    problem = dataclasses.replace(problem_of(BIG.attrs(CONV, 'NCHW'), BIG.x), gradient=True)
+    assert rule_of(problem, onednn=True) == 'onednn'
+    assert rule_of(problem, onednn=False) == 'gemm'
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1', MXNET_ENFORCE_DETERMINISM=True):
+        data_gradient(BIG, 'NCHW')
+    assert measured == []
+
+
+def rule_of(problem, onednn):
+    return conv_algorithms.rule(problem, onednn).name
+
+
+@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('case', ['3x3 pad', '3x3 odd', '3x3 many filters'])
+def test_a_data_gradient_by_winograd_matches_the_rule(force_conv, case, layout):
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        expected = data_gradient(CASES[case], layout)
+    force_conv('gemm', gradient='winograd4')
+    assert_close(data_gradient(CASES[case], layout), expected)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,13 +11,11 @@ NUMPY_ALGORITHMS = ('gemm', 'winograd2', 'winograd4')
 
 
 @pytest.fixture
-def forced(monkeypatch):
-    """force(name): every convolution call runs NumPy algorithm `name` (oneDNN off)."""
-    def force(name):
-        monkeypatch.setattr(conv_algorithms, 'choose',
-                            lambda *args, **kwargs: conv_algorithms.ALGORITHMS[name])
+def forced(force_conv):
+    """force(name): every convolution call runs NumPy algorithm `name` (oneDNN off; data
+    gradients by the rule, NumPy's)."""
     with config.override(MXNET_MKLDNN_ENABLED=False):
-        yield force
+        yield force_conv
 
 
 def test_the_backward_chunks_cover_the_batch():

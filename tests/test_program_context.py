@@ -16,9 +16,11 @@ def _conv_net():
 
 def _data_grads_computed(monkeypatch, data_req):
     calls = []
-    real_numpy = convolution._numpy_backward_data
+    real_chosen, real_numpy = convolution._backward_data, convolution.numpy_backward_data
     real_onednn = onednn_provider.convolution_backward_data
-    monkeypatch.setattr(convolution, '_numpy_backward_data',
+    monkeypatch.setattr(convolution, '_backward_data',
+                        lambda *a: (calls.append('chosen'), real_chosen(*a)))
+    monkeypatch.setattr(convolution, 'numpy_backward_data',
                         lambda *a: (calls.append('numpy'), real_numpy(*a)))
     monkeypatch.setattr(onednn_provider, 'convolution_backward_data',
                         lambda *a: calls.append('onednn') or real_onednn(*a))

@@ -206,18 +206,89 @@ def test_without_the_module_the_numpy_code_runs(monkeypatch):
 
 
 @needs_module
-def test_float64_and_channel_first_data_take_the_numpy_code(monkeypatch):
+def test_float64_data_takes_the_numpy_code(monkeypatch):
     monkeypatch.setattr(conv_winograd, '_winograd', None)      # would fail if called
     c = CASES['no padding']
     out = np.empty(c.expected.shape)
     conv_winograd.winograd(c.x.astype(np.float64), c.w.astype(np.float64), c.bias, out,
                            c.window, True, 4)
     assert_close(out, c.expected)
-    out = np.empty(c.expected.transpose(0, 3, 1, 2).shape, np.float32)
-    conv_winograd.winograd(np.ascontiguousarray(c.x.transpose(0, 3, 1, 2)),
-                           np.ascontiguousarray(c.w.transpose(0, 3, 1, 2)), c.bias, out,
-                           c.window, False, 4)
-    assert_close(out, c.expected.transpose(0, 3, 1, 2))
+
+
+# ----------------------------------------------------------------------------------------------
+# Channel-first data, through channel-last copies; data gradients
+
+def _nchw(a):
+    return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+@needs_module
+@pytest.mark.parametrize('budget', [None, 1], ids=['whole batch', 'a sample at a time'])
+@pytest.mark.parametrize('case', ['odd channels and filters', 'no padding'])
+def test_channel_first_data_runs_compiled(monkeypatch, transforms, case, budget):
+    c = CASES[case]
+    convolved = []
+    spy = conv_winograd._winograd                # the transforms fixture's
+    real = spy.convolve
+    monkeypatch.setattr(spy, 'convolve', lambda *a: convolved.append(a[0].shape) or real(*a))
+    out = _nchw(c.residual)
+    conv_winograd.winograd(_nchw(c.x), _nchw(c.w), c.bias, out, c.window, False, 4,
+                           residual=out, act_type='relu', budget=budget, threads=2)
+    assert_close(out, _nchw(np.maximum(c.expected + c.residual, 0)))
+    panels = -(-c.w.shape[0] // 16)              # the weights once, however many chunks:
+    assert len(transforms) == min(2, panels)     # one entry per thread's panels
+    batches = {shape[0] for shape in convolved}
+    assert batches == ({c.x.shape[0]} if budget is None else {1})
+
+
+def direct_data_gradient(dy, w, pad):
+    """float64 NHWC reference: each tap scatters dy back through the weights."""
+    n, oh, ow, _ = dy.shape
+    h, width = oh - 2 * pad + 2, ow - 2 * pad + 2
+    padded = np.zeros((n, h + 2 * pad, width + 2 * pad, w.shape[-1]))
+    for i in range(3):
+        for j in range(3):
+            padded[:, i:i + oh, j:j + ow] += np.einsum('nhwf,fc->nhwc', dy, w[:, i, j])
+    return padded[:, pad:pad + h, pad:pad + width]
+
+
+@needs_module
+@pytest.mark.parametrize('channel_last', [True, False], ids=['NHWC', 'NCHW'])
+@pytest.mark.parametrize('pad', [0, 1, 2])
+def test_data_gradient_is_the_flipped_convolution(channel_last, pad):
+    rng = np.random.default_rng(pad)
+    x_shape, filters = (2, 9, 7, 12), 19
+    w = rng.standard_normal((filters, 3, 3, x_shape[-1])).astype(np.float32)
+    out_size = (x_shape[1] + 2 * pad - 2, x_shape[2] + 2 * pad - 2)
+    dy = rng.standard_normal((2,) + out_size + (filters,)).astype(np.float32)
+    window = make_window((3, 3), (1, 1), (1, 1), (pad, pad), x_shape[1:3], out_size)
+    expected = direct_data_gradient(dy.astype(np.float64), w.astype(np.float64), pad)
+    if channel_last:
+        dx = np.empty(x_shape, np.float32)
+        conv_winograd.data_gradient(dy, w, dx, window, True, threads=2)
+    else:
+        dx = np.empty(_nchw(np.empty(x_shape)).shape, np.float32)
+        conv_winograd.data_gradient(_nchw(dy), _nchw(w), dx, window, False, threads=2)
+        expected = _nchw(expected)
+    assert_close(dx, expected)
+
+
+@needs_module
+def test_gradient_support_follows_the_flipped_convolution():
+    def problem(**changes):
+        base = dict(channel_last=False, batch=2, channels=8, filters=8, groups=1,
+                    kernel=(3, 3), stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(9, 9),
+                    dtype='float32', gradient=True)
+        return conv_algorithms.ConvProblem(**{**base, **changes})
+    assert conv_winograd.supports_gradient(problem())
+    assert conv_winograd.supports_gradient(problem(pad=(2, 0)))
+    for unsupported in (dict(pad=(3, 1)), dict(stride=(2, 2)), dict(dtype='float64'),
+                        dict(groups=2), dict(kernel=(5, 5))):
+        assert not conv_winograd.supports_gradient(problem(**unsupported)), unsupported
+    # its scratch is that of the forward convolution with channels and filters swapped
+    wide = problem(channels=16, filters=64)
+    assert conv_winograd.gradient_scratch_bytes(wide, 1) == conv_winograd.scratch_bytes(
+        problem(channels=64, filters=16, gradient=False), 1, 4)
 
 
 @needs_module

@@ -31,6 +31,13 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     scratch runs.
 2, measurement as in 1 without the workspace and kept-memory filters.
 
+A problem with ``gradient`` set is the data gradient of its convolution (training's backward
+pass), chosen the same way among :data:`DATA_GRADIENT_ALGORITHMS`: oneDNN's backward-data
+primitive, NumPy's GEMM and col2im, and the compiled Winograd F(4x4, 3x3) of the equivalent
+forward convolution (3x3 and stride 1: :func:`ember.op.nn.conv_winograd.data_gradient`). The
+rule takes oneDNN, else NumPy; measurement finds Winograd where it pays (2-3x oneDNN on
+ResNet's 3x3 layers up to 256 channels at batch 16).
+
 Problems under ``MEASURE_MIN_FLOPS`` take the rule (too short to time), and so do calls under
 ``MXNET_ENFORCE_DETERMINISM``: timing noise must not change the bits of a result.
 
@@ -58,7 +65,8 @@ from ember.base import prod
 from ember.op.nn import conv_gemm, conv_winograd
 from ember.op.nn._common import make_window
 
-__all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'ALGORITHMS', 'candidates', 'rule', 'numpy_rule',
+__all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'ALGORITHMS', 'DATA_GRADIENT_ALGORITHMS',
+           'candidates', 'rule', 'numpy_rule',
            'choose', 'measure', 'fastest', 'clear_choices', 'choices', 'MEASURE_MIN_FLOPS']
 
 # Below this many FLOPs a call is too short to time reliably; the rule decides.
@@ -79,6 +87,8 @@ class ConvProblem:
     pad: tuple
     size_in: tuple
     dtype: str
+    # the data gradient of this convolution rather than the convolution itself
+    gradient: bool = False
 
     @functools.cached_property
     def window(self):
@@ -120,6 +130,8 @@ class ConvCall:
     # oneDNN and the compiled Winograd take it this way (and any strides), the other
     # algorithms get the contiguous product (convolution.py)
     weight_scale: object = None
+    # the kernel's context (its temp space), for algorithms that allocate their own scratch
+    ctx: object = None
 
 
 @dataclass(frozen=True)
@@ -171,23 +183,57 @@ ALGORITHMS = {a.name: a for a in (
 )}
 
 
+# The data gradient: ConvCall's x is the output gradient, out the data gradient.
+
+def _run_onednn_data(problem, call, budget, alloc, threads):
+    from ember.op.nn import onednn_provider
+    return onednn_provider.convolution_backward_data(call.attrs, call.x, call.weight, call.out)
+
+
+def _run_numpy_data(problem, call, budget, alloc, threads):
+    from ember.op.nn import convolution    # imports this module
+    convolution.numpy_backward_data(call.attrs, call.x, call.weight, call.out, call.ctx)
+    return True
+
+
+def _run_winograd_data(problem, call, budget, alloc, threads):
+    conv_winograd.data_gradient(call.x, call.weight, call.out, problem.window,
+                                problem.channel_last, budget, alloc, threads)
+    return True
+
+
+DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_data),
+    Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_data),
+    Algorithm('winograd4', conv_winograd.supports_gradient, conv_winograd.gradient_scratch_bytes,
+              _run_winograd_data),
+)}
+
+
+def _table(problem) -> dict:
+    return DATA_GRADIENT_ALGORITHMS if problem.gradient else ALGORITHMS
+
+
 def candidates(problem, onednn):
     """The algorithms that can run `problem` (oneDNN only when `onednn` is on)."""
-    return [a for a in ALGORITHMS.values()
+    return [a for a in _table(problem).values()
             if (onednn or a.name != 'onednn') and a.supports(problem)]
 
 
 def rule(problem, onednn):
     """The algorithm of ``MXNET_CUDNN_AUTOTUNE_DEFAULT=0`` (see the module docstring)."""
     if onednn and _onednn_supports(problem):
-        return ALGORITHMS['onednn']
+        return _table(problem)['onednn']
     return numpy_rule(problem)
 
 
 def numpy_rule(problem):
     """The NumPy algorithm of the rule: Winograd F(2x2, 3x3) where it has enough tiles to
     amortise its weight transform, channels to amortise its tile transforms and transformed
-    weights small enough to leave scratch for the tiles; im2col + GEMM everywhere else."""
+    weights small enough to leave scratch for the tiles; im2col + GEMM everywhere else (and
+    for every data gradient)."""
+    if problem.gradient:
+        return DATA_GRADIENT_ALGORITHMS['gemm']
     if (conv_winograd.supports(problem) and min(problem.channels, problem.filters) >= 32
             and _tiles(problem, 2) >= WINOGRAD_MIN_TILES
             and 16 * problem.channels * problem.filters * problem.dtype_size
@@ -257,7 +303,7 @@ def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
         name = _measured_choice(problem, mode, workspace_limit, onednn, trial)
         with _choices_lock:
             _CHOICES[key] = name
-    return ALGORITHMS[name]
+    return _table(problem)[name]
 
 
 def _measured_choice(problem, mode, workspace_limit, onednn, trial):

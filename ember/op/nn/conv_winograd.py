@@ -5,15 +5,23 @@ B)] A``. The products over input channels become (m+2)^2 GEMMs of (tiles, C) by 
 instead of 9 * 16 multiplies per 16 outputs for m = 4 (4x fewer), 16 instead of 9 * 4 for
 m = 2 (2.25x).
 
-F(4x4, 3x3) of channel-last float32 data runs in the compiled ``ember._winograd`` where it
-is built (setup.py): the separable 1-D transforms, vectorised over channels, and its own
-GEMM kernel, chunk by chunk so that a chunk's transformed tiles stay in the core's cache
-(:func:`ember._winograd.convolve`). Its transformed weights are packed once per weight
-version when the caller passes one (inference), as oneDNN keeps its reordered weights
-(:func:`kept_bytes`, :func:`discard_kept`). With ``threads`` kernel threads the parts are
-ranges of tiles, or of filters when the tiles are few.
+F(4x4, 3x3) of float32 data runs in the compiled ``ember._winograd`` where it is built
+(setup.py): the separable 1-D transforms, vectorised over channels, and its own GEMM kernel,
+chunk by chunk so that a chunk's transformed tiles stay in the core's cache
+(:func:`ember._winograd.convolve`). The module reads and writes channel-last data;
+channel-first data is copied to channel-last scratch and the result back, the copies split
+over the kernel threads (a few per cent of the convolution: 1 ms each way for 64 channels of
+56x56 at batch 16, against 7 ms of Winograd and 22 of oneDNN). Its transformed weights are
+packed once per weight version when the caller passes one (inference), as oneDNN keeps its
+reordered weights (:func:`kept_bytes`, :func:`discard_kept`). With ``threads`` kernel threads
+the parts are ranges of tiles, or of filters when the tiles are few.
 
-Everything else (F(2x2), NCHW, float64, no compiled module) runs in NumPy, where all three
+The data gradient of a 3x3, stride-1 convolution is itself one (:func:`data_gradient`): of
+the output gradient, with the weights flipped and their two channel axes swapped, and the
+padding 2 - pad. Training runs it here where measurement finds it faster than oneDNN's
+(:mod:`ember.op.nn.conv_algorithms`).
+
+Everything else (F(2x2), float64, no compiled module) runs in NumPy, where all three
 transforms are GEMMs with the Kronecker product of the 1-D matrices on tile-position-major
 data ``(positions, tiles * channels)``: the gather copies each tile position straight from
 the unpadded input (zeros in the padding), and the last step scatters each output position
@@ -40,6 +48,7 @@ True
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -47,6 +56,7 @@ import numpy as np
 
 from ember.base import prod
 from ember.engine import kernel_threads
+from ember.op.nn._common import make_window
 from ember.op.nn.conv_common import (
     KeptByToken, copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
 
@@ -56,7 +66,8 @@ except ImportError:                  # built without a C compiler: the NumPy cod
     _winograd = None
 
 __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
-           'kept_weight_bytes', 'kept_bytes', 'discard_kept']
+           'kept_weight_bytes', 'kept_bytes', 'discard_kept', 'supports_gradient',
+           'data_gradient', 'gradient_scratch_bytes']
 
 TILES = (2, 4)
 
@@ -105,8 +116,25 @@ def _tiles(window, m):
 
 def compiled(problem, m) -> bool:
     """Whether F(m x m, 3 x 3) of `problem` runs in the compiled ``ember._winograd``."""
-    return (_winograd is not None and m == 4 and problem.channel_last
-            and problem.dtype == 'float32' and supports(problem))
+    return _winograd is not None and m == 4 and problem.dtype == 'float32' and supports(problem)
+
+
+def supports_gradient(problem) -> bool:
+    """Whether the compiled F(4x4, 3x3) can compute the data gradient of `problem` (a
+    forward convolution): 3x3, stride 1, undilated, one group, padding at most 2, float32."""
+    return (_winograd is not None and problem.dtype == 'float32' and supports(problem)
+            and all(p <= 2 for p in problem.pad))
+
+
+def _gradient_problem(problem):
+    """The forward convolution that computes `problem`'s data gradient."""
+    return dataclasses.replace(problem, channels=problem.filters, filters=problem.channels,
+                               pad=tuple(2 - p for p in problem.pad),
+                               size_in=problem.size_out, gradient=False)
+
+
+def gradient_scratch_bytes(problem, batch) -> int:
+    return _compiled_scratch(_gradient_problem(problem), batch)
 
 
 def kept_weight_bytes(problem, m) -> int:
@@ -138,9 +166,10 @@ def winograd(x, w, bias, out, window, channel_last, m=4, residual=None, act_type
     the compiled path's transformed weights between calls: the scaled, contiguous weight is
     then made only when they are transformed."""
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
-    if _compiled_runs(x, bias, out, m, channel_last, residual) and w.dtype == np.float32:
-        _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc,
-                           threads, weight_version, weight_scale)
+    if _compiled_runs(x, bias, out, m, residual) and w.dtype == np.float32:
+        _compiled_winograd(x, w if channel_last else w.transpose(0, 2, 3, 1), bias, out,
+                           window, residual, act_type, budget, alloc, threads, weight_version,
+                           weight_scale, channel_last)
         return
     w = _plain(w, weight_scale)
     plan = _Plan(transforms(m, x.dtype.type), window, channel_last, x.shape[0],
@@ -274,11 +303,29 @@ def _plain(w, scale):
     return np.ascontiguousarray(w)
 
 
-def _compiled_runs(x, bias, out, m, channel_last, residual):
+def _compiled_runs(x, bias, out, m, residual):
     arrays = [x, out] + [a for a in (bias, residual) if a is not None]
-    return (_winograd is not None and m == 4 and channel_last
+    return (_winograd is not None and m == 4
             and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
             and (residual is None or residual.shape == out.shape))
+
+
+def data_gradient(dy, w, dx, window, channel_last, budget=None, alloc=None, threads=1):
+    """dx = the data gradient of the 3x3, stride-1 convolution with weights `w` (OIHW, or
+    OHWI for channel-last data) and `window`, from the output gradient `dy`: the convolution
+    of `dy` with the weights flipped and their channel axes swapped, padded by 2 - pad, in
+    the compiled F(4x4, 3x3) (:func:`supports_gradient` must hold)."""
+    alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
+    flipped = (w.transpose(3, 1, 2, 0) if channel_last else w.transpose(1, 2, 3, 0))[:, ::-1, ::-1]
+    pad = tuple(2 - p for p in window.pad_before)
+    reverse = make_window((3, 3), (1, 1), (1, 1), pad, window.size_out, window.size_in)
+    dy, dx_target = np.ascontiguousarray(dy), dx
+    if not dx.flags.c_contiguous:
+        dx_target = np.empty(dx.shape, np.float32)
+    _compiled_winograd(dy, flipped, None, dx_target, reverse, None, None, budget, alloc,
+                       threads, None, None, channel_last)
+    if dx_target is not dx:
+        dx[...] = dx_target
 
 
 # Filters per panel of the packed weights (PANEL in ember/_winograd.c).
@@ -286,13 +333,13 @@ _PANEL = 16
 
 
 def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc, threads,
-                       weight_version, weight_scale=None):
+                       weight_version, weight_scale=None, channel_last=True):
+    """The compiled F(4x4, 3x3); `w` OHWI (any strides), `x`, `out` and `residual` NHWC or
+    (not `channel_last`) NCHW, copied through channel-last scratch: the whole batch, or as
+    many samples at a time as half the `budget` holds."""
     if out.size == 0:
         return
-    channels, filters = x.shape[-1], w.shape[0]
-    tiles = x.shape[0] * prod(_tiles(window, 4))
-    parts = _split(tiles, channels, filters, threads)
-    width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
+    channels, filters = w.shape[-1], w.shape[0]
     u_shape = _packed_shape(channels, filters)
     u = _kept.get(weight_version)
     if u is not None and u.shape != u_shape:
@@ -301,24 +348,69 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
             not _kept.has_room(prod(u_shape) * 4, KEPT_BUDGET):
         weight_version = None       # past the budget: transformed into scratch every call
     in_scratch = u is None and weight_version is None
-    chunk = _chunk(channels, width, len(parts), budget)
-    v, products, *scratch = alloc([((len(parts), 36 * chunk * channels), np.float32),
-                                   ((len(parts), 36 * chunk * width), np.float32)]
-                                  + [(u_shape, np.float32)] * in_scratch)
+    given = [] if channel_last else [a for a in (x, out, residual) if a is not None]
+    batch = samples = x.shape[0]
+    if given and budget is not None:
+        per_sample = 4 * sum(a[0].size for a in given)
+        samples = max(1, min(batch, budget // 2 // per_sample))
+        budget = max(0, budget - samples * per_sample - in_scratch * prod(u_shape) * 4)
+    per_sample_tiles = prod(_tiles(window, 4))
+    plans = {n: _split(n * per_sample_tiles, channels, filters, threads)
+             for n in {samples, batch % samples or samples}}
+    count = max(len(parts) for parts in plans.values())
+    width = max(_round_up(hi - lo, _PANEL) for parts in plans.values() for _, _, lo, hi in parts)
+    chunk = _chunk(channels, width, count, budget)
+    v, products, *scratch = alloc([((count, 36 * chunk * channels), np.float32),
+                                   ((count, 36 * chunk * width), np.float32)]
+                                  + [(u_shape, np.float32)] * in_scratch
+                                  + [(_channel_last_shape((samples,) + a.shape[1:]), np.float32)
+                                     for a in given])
+    scratch, copies = scratch[:in_scratch], scratch[in_scratch:]
     if u is None:
         u = _packed_weights(_plain(w, weight_scale), weight_version, threads,
                             scratch[0] if scratch else None)
     relu = act_type == 'relu'
 
-    def part(index):
-        tile_lo, tile_hi, f_lo, f_hi = parts[index]
-        _winograd.convolve(x, u, out, bias, residual, relu, window.pad_before,
-                           (tile_lo, tile_hi), (f_lo, f_hi), chunk, v[index], products[index])
-    # each output takes C multiply-adds per tap: splitting pays from far fewer outputs than
-    # the elements from which an element-wise operator splits (MXNET_CPU_PARALLEL_SIZE)
-    run_parts(len(parts), out.size * channels, part)
+    def convolve(x, out, residual):
+        parts = plans[x.shape[0]]
+
+        def part(index):
+            tile_lo, tile_hi, f_lo, f_hi = parts[index]
+            _winograd.convolve(x, u, out, bias, residual, relu, window.pad_before,
+                               (tile_lo, tile_hi), (f_lo, f_hi), chunk, v[index],
+                               products[index])
+        # each output takes C multiply-adds per tap: splitting pays from far fewer outputs
+        # than the elements from which an element-wise operator splits
+        # (MXNET_CPU_PARALLEL_SIZE)
+        run_parts(len(parts), out.size * channels, part)
+
+    if not given:
+        convolve(x, out, residual)
+    for lo in range(0, batch if given else 0, samples):
+        hi = min(batch, lo + samples)
+        ins = [_relayout(a[lo:hi], c[:hi - lo], (0, 2, 3, 1), threads)
+               for a, c in zip((x, residual), copies[::2]) if a is not None]
+        # the residual is copied before `out`, whose memory it may share, is written
+        convolve(ins[0], copies[1][:hi - lo], ins[1] if len(ins) > 1 else None)
+        _relayout(copies[1][:hi - lo], out[lo:hi], (0, 3, 1, 2), threads)
     if act_type is not None and not relu:
         finish(out, out, act_type=act_type)
+
+
+def _channel_last_shape(shape):
+    return (shape[0],) + tuple(shape[2:]) + (shape[1],)
+
+
+def _relayout(source, target, axes, threads):
+    """target = source.transpose(axes), the samples split over the kernel threads; returns
+    `target`."""
+    parts = min(max(1, threads or 1), source.shape[0])
+
+    def part(index):
+        lo, hi = part_range(index, parts, source.shape[0])
+        np.copyto(target[lo:hi], source[lo:hi].transpose(axes))
+    run_parts(parts, source.size, part)
+    return target
 
 
 def _compiled_scratch(problem, batch):
@@ -327,7 +419,9 @@ def _compiled_scratch(problem, batch):
     width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
     chunk = min(tiles, _chunk(problem.channels, width, len(parts), None))
     weights = prod(_packed_shape(problem.channels, problem.filters))
-    return (len(parts) * 36 * chunk * (problem.channels + width) + weights) * 4
+    copies = 0 if problem.channel_last else batch * (
+        problem.channels * prod(problem.size_in) + problem.filters * prod(problem.size_out))
+    return (len(parts) * 36 * chunk * (problem.channels + width) + weights + copies) * 4
 
 
 def _round_up(n, step):

@@ -386,16 +386,18 @@ def plain_weight_bytes() -> int:
 class _Calls:
     """Runs algorithms on one call's arrays: the call itself, and the trials of measurement."""
 
-    def __init__(self, call, ctx):
+    def __init__(self, call, ctx, gradient=False):
         self.call, self.ctx = call, ctx
-        self.problem = problem_of(call.attrs, call.x)
+        # a data gradient's call reads the output gradient: the problem is of its data
+        self.problem = dataclasses.replace(problem_of(call.attrs, call.out), gradient=True) \
+            if gradient else problem_of(call.attrs, call.x)
         self.budget = workspace_bytes(call.attrs)
         self._trial = None
 
     def run(self, algorithm, call=None):
         threads = _threads(algorithm.name, self.ctx.deterministic)
         call = call or self.call
-        takes_any_weight = algorithm.name == 'onednn' or (
+        takes_any_weight = self.problem.gradient or algorithm.name == 'onednn' or (
             algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
         if not takes_any_weight and (call.weight_scale is not None
                                      or not call.weight.flags.c_contiguous):
@@ -426,7 +428,7 @@ class _Calls:
             out = np.empty_like(c.out) if aliased else c.out
             self._trial = ConvCall(c.attrs, c.x, c.weight, c.bias, out,
                                    weight_version=c.weight_version,
-                                   weight_scale=c.weight_scale)
+                                   weight_scale=c.weight_scale, ctx=c.ctx)
         return self.run(algorithm, self._trial)
 
     def _alloc(self, specs):
@@ -496,8 +498,10 @@ def _conv_backward_kernel(attrs, ins, outs, ctx):
     # training step went into it
     if 0 in ctx.unused_outputs:
         pass
-    elif not (onednn and onednn_provider.convolution_backward_data(attrs, dy, weight, outs[0])):
-        _numpy_backward_data(attrs, dy, weight, outs[0], ctx)
+    elif ctx.xp is not np:
+        numpy_backward_data(attrs, dy, weight, outs[0], ctx)
+    else:
+        _backward_data(attrs, dy, weight, outs[0], ctx, onednn)
     # oneDNN splits the weight gradient's sum over the batch by thread count: other counts,
     # other bits, which MXNET_ENFORCE_DETERMINISM forbids
     weights_by_onednn = onednn and not ctx.deterministic
@@ -506,7 +510,21 @@ def _conv_backward_kernel(attrs, ins, outs, ctx):
         _numpy_backward_weights(attrs, dy, x, outs[1], dbias, ctx)
 
 
-def _numpy_backward_data(attrs, dy, weight, dx, ctx):
+def _backward_data(attrs, dy, weight, dx, ctx, onednn):
+    """dx from oneDNN's backward-data primitive, NumPy's GEMM and col2im, or Winograd, as
+    ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses (:mod:`ember.op.nn.conv_algorithms`)."""
+    calls = _Calls(ConvCall(attrs, dy, weight, None, dx, ctx=ctx), ctx, gradient=True)
+    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
+                                       attrs['workspace'] << 20, onednn, calls.trial,
+                                       ctx.deterministic)
+    if calls.measured and ctx.temp is not None:
+        ctx.temp.release()
+    if not calls.run(algorithm):
+        numpy_backward_data(attrs, dy, weight, dx, ctx)
+
+
+def numpy_backward_data(attrs, dy, weight, dx, ctx):
+    """The data gradient by GEMM and col2im, in any array module."""
     xp, layout = ctx.xp, attrs['layout']
     dxc = channel_first(xp, dx, layout)
     window = _conv_window('Convolution', attrs, dxc.shape[2:])
