@@ -397,3 +397,45 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
         assert_close(c.run(threads=1, weight_version=((second, 0),)), c.expected)
     assert conv_winograd.kept_bytes() == size
     assert len(transforms) == 3          # the first kept once, the second every call
+
+
+@pytest.mark.parametrize('faster', ['winograd4', 'other'])
+def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(monkeypatch,
+                                                                          transforms, faster):
+    from ember import config, engine
+    from ember.op.nn import convolution
+    from ember.op.registry import KernelContext
+    c = CASES['many tiles']
+    attrs = mx.op.registry.get('Convolution').parse_attrs(
+        dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
+    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
+    monkeypatch.setattr(conv_algorithms, 'choose',
+                        lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])
+    measured = []
+
+    def measure(problem, algorithms, trial):
+        measured.append([a.name for a in algorithms])
+        for algorithm in algorithms:
+            assert trial(algorithm)
+        return {a.name: 1.0 if (a.name == 'winograd4') == (faster == 'winograd4') else 2.0
+                for a in algorithms}
+    monkeypatch.setattr(conv_algorithms, 'measure', measure)
+    conv_algorithms.clear_choices()
+    layers = [((engine.get().new_var(), 0),) for _ in range(3)]
+    with config.override(MXNET_MKLDNN_ENABLED=False):
+        rule = conv_algorithms.numpy_rule(convolution.problem_of(attrs, c.x)).name
+        for _ in range(2):
+            for token in layers:
+                out = np.empty(c.expected.shape, np.float32)
+                convolution.forward(attrs, c.x, c.w, c.bias, out, KernelContext(None),
+                                    weight_version=token)
+                assert_close(out, c.expected)
+    conv_algorithms.clear_choices()
+    assert measured == [['winograd4', rule]]          # once, for the second layer's problem
+    assert conv_winograd.kept_bytes() == size         # the first layer's weights alone
+    # the first layer keeps its weights; the others transform theirs every call or not at all
+    kept, per_call = 1, 2 * 2 if faster == 'winograd4' else 0
+    trials = 1                                        # the measured Winograd's trial
+    assert len(transforms) // max(1, min(2, -(-c.w.shape[0] // 16))) == \
+        kept + per_call + trials

@@ -67,7 +67,7 @@ except ImportError:                  # built without a C compiler: the NumPy cod
 
 __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
            'kept_weight_bytes', 'kept_bytes', 'discard_kept', 'supports_gradient',
-           'data_gradient', 'gradient_scratch_bytes']
+           'data_gradient', 'gradient_scratch_bytes', 'can_keep']
 
 TILES = (2, 4)
 
@@ -493,6 +493,15 @@ def kept_bytes() -> int:
     return _kept.nbytes()
 
 
+def can_keep(problem, weight_version) -> bool:
+    """Whether a compiled F(4x4) layer of `problem` with `weight_version` (not None) finds
+    its transformed weights kept, or room for them within ``KEPT_BUDGET``."""
+    u = _kept.get(weight_version)
+    if u is not None and u.shape == _packed_shape(problem.channels, problem.filters):
+        return True
+    return _kept.has_room(kept_weight_bytes(problem, 4), KEPT_BUDGET)
+
+
 def discard_kept(weight_version) -> None:
     """Forgets the transformed weights kept for `weight_version` (a weight token), as when
     its layer runs another algorithm after measuring this one."""
@@ -500,7 +509,8 @@ def discard_kept(weight_version) -> None:
 
 
 # Bytes of transformed weights kept across all layers; layers past it transform theirs into
-# scratch on every call. F(4x4) keeps 4x a layer's weights: resnet152_v1's 36 layers of
+# scratch on every call, where that measures faster than the rule's algorithm
+# (conv_algorithms.choose_past_budget). F(4x4) keeps 4x a layer's weights: resnet152_v1's 36 layers of
 # 256 channels would keep 340 MB (RSS 912 MB against MXNet's 776); resnet50_v1 keeps 68 MB.
 KEPT_BUDGET = 128 << 20
 

@@ -348,6 +348,12 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
                                        attrs['workspace'] << 20, onednn_provider.enabled(),
                                        calls.trial, ctx.deterministic)
+    if (algorithm.name == 'winograd4' and weight_version is not None
+            and conv_winograd.compiled(calls.problem, 4)
+            and not conv_winograd.can_keep(calls.problem, weight_version)):
+        calls.unkept = True
+        algorithm = conv_algorithms.choose_past_budget(calls.problem, onednn_provider.enabled(),
+                                                       calls.trial)
     if calls.measured and ctx.temp is not None:
         # the measured candidates' scratch (140 MB over resnet50) is not needed any more: the
         # winner's, if any, is allocated again at its own size by its first call
@@ -393,10 +399,14 @@ class _Calls:
             if gradient else problem_of(call.attrs, call.x)
         self.budget = workspace_bytes(call.attrs)
         self._trial = None
+        # Winograd's transformed weights are past their budget: it transforms every call
+        self.unkept = False
 
     def run(self, algorithm, call=None):
         threads = _threads(algorithm.name, self.ctx.deterministic)
         call = call or self.call
+        if self.unkept and algorithm.name == 'winograd4':
+            call = dataclasses.replace(call, weight_version=None)
         takes_any_weight = self.problem.gradient or algorithm.name == 'onednn' or (
             algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
         if not takes_any_weight and (call.weight_scale is not None
