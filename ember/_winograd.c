@@ -74,6 +74,8 @@ typedef struct {
     const float *x, *u, *bias, *residual;
     const float *zeros;         /* `channels` zeros, read for the padding */
     float *out, *v, *m;         /* v: 36 * chunk * channels; m: 36 * chunk * width */
+    float *du;                  /* weight gradient: (36, channels, du_row), accumulated */
+    Py_ssize_t du_row;          /* filters rounded up to whole panels */
     Py_ssize_t f_lo, f_hi;      /* filters: f_lo a multiple of PANEL */
     Py_ssize_t width;           /* M's row: f_hi - f_lo rounded up to whole panels */
     Py_ssize_t chunk;
@@ -116,6 +118,27 @@ static void run(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
     }
 #endif
     convolve_baseline(k, lo, hi);
+}
+
+static void run_gradient(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
+#if HAVE_AVX2_BUILD
+    if (use_avx2) {
+        weight_gradient_avx2(k, lo, hi);
+        return;
+    }
+#endif
+    weight_gradient_baseline(k, lo, hi);
+}
+
+static void run_finish(const float *du, Py_ssize_t channels, Py_ssize_t filters,
+                       Py_ssize_t du_row, float *dw, Py_ssize_t lo, Py_ssize_t hi) {
+#if HAVE_AVX2_BUILD
+    if (use_avx2) {
+        finish_gradient_avx2(du, channels, filters, du_row, dw, lo, hi);
+        return;
+    }
+#endif
+    finish_gradient_baseline(du, channels, filters, du_row, dw, lo, hi);
 }
 
 static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
@@ -294,6 +317,78 @@ static PyObject *transform_weights(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *weight_gradient(PyObject *self, PyObject *args) {
+    PyObject *x, *dy, *du, *v, *m;
+    Py_ssize_t xs[4], ds[4], lo, hi;
+    Conv k = {0};
+    if (!PyArg_ParseTuple(args, "OOO(nn)(nn)(nn)nOO:weight_gradient", &x, &dy, &du,
+                          &k.g.pad_top, &k.g.pad_left, &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk,
+                          &v, &m)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    int ok = (k.x = borrow(&b, x, "x", xs, 0, 0, 0)) &&
+             (k.out = borrow(&b, dy, "dy", ds, 0, 0, 0));
+    if (ok) {
+        set_geometry(&k.g, xs, ds);
+        ok = valid_ranges(&k, xs, ds, lo, hi);
+    }
+    if (ok) {
+        k.width = (k.f_hi - k.f_lo + PANEL - 1) / PANEL * PANEL;
+        k.du_row = (k.g.filters + PANEL - 1) / PANEL * PANEL;
+        ok = (k.du = borrow(&b, du, "du", NULL, 0, POSITIONS * k.g.channels * k.du_row, 1)) &&
+             (k.v = borrow(&b, v, "v", NULL, 0, POSITIONS * k.chunk * k.g.channels, 1)) &&
+             (k.m = borrow(&b, m, "m", NULL, 0, POSITIONS * k.chunk * k.width, 1));
+    }
+    float *zeros = ok ? PyMem_Calloc((size_t)k.g.channels, sizeof(float)) : NULL;
+    if (ok && zeros == NULL) {
+        PyErr_NoMemory();
+    }
+    if (zeros == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    k.zeros = zeros;
+    Py_BEGIN_ALLOW_THREADS
+    run_gradient(&k, lo, hi);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(zeros);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *finish_gradient(PyObject *self, PyObject *args) {
+    PyObject *du, *dw;
+    Py_ssize_t ws[4], lo, hi;
+    if (!PyArg_ParseTuple(args, "OO(nn):finish_gradient", &du, &dw, &lo, &hi)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    float *out = borrow(&b, dw, "dw", ws, 0, 0, 1);
+    const float *sums = NULL;
+    Py_ssize_t channels = ws[3], filters = ws[0], row = (filters + PANEL - 1) / PANEL * PANEL;
+    if (out == NULL) {
+        /* the exception is set */
+    } else if (ws[1] != 3 || ws[2] != 3 || channels < 1 || filters < 1) {
+        PyErr_Format(PyExc_ValueError, "dw (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
+                     ws[0], ws[1], ws[2], ws[3]);
+    } else if (lo < 0 || hi < lo || hi > channels) {
+        PyErr_Format(PyExc_ValueError, "channels [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     lo, hi, channels);
+    } else {
+        sums = borrow(&b, du, "du", NULL, 0, POSITIONS * channels * row, 0);
+    }
+    if (sums == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_finish(sums, channels, filters, row, out, lo, hi);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(use_avx2 ? "avx2" : "baseline");
 }
@@ -340,6 +435,18 @@ static PyMethodDef methods[] = {
      "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
      "u = G w G^T of OHWI 3x3 float32 weights as (36, ceil(F / 16), C, 16), the panels of 16\n"
      "filters [panel_lo, panel_hi) only; zeros past the last filter."},
+    {"weight_gradient", weight_gradient, METH_VARARGS,
+     "weight_gradient(x, dy, du, (pad_top, pad_left), (tile_lo, tile_hi), (f_lo, f_hi),\n"
+     "                chunk, v, m)\n\n"
+     "du[p, :, f_lo:f_hi] += sum over the output tiles [tile_lo, tile_hi) of (B^T d B)[p]^T\n"
+     "(A dY A^T)[p], `chunk` tiles at a time: the weight gradient of conv(x, w) in the\n"
+     "Winograd domain (finish_gradient() returns it to 3x3). x: NHWC input; dy: NHWC output\n"
+     "gradient; du: (36, C, round_up(F, 16)); v, m: scratch of 36 * chunk * C and 36 * chunk\n"
+     "* round_up(f_hi - f_lo, 16) floats. f_lo a multiple of 16."},
+    {"finish_gradient", finish_gradient, METH_VARARGS,
+     "finish_gradient(du, dw, (c_lo, c_hi))\n\n"
+     "dw[..., c_lo:c_hi] = G^T du G: the OHWI 3x3 weight gradient of the channels\n"
+     "[c_lo, c_hi) from weight_gradient()'s sums."},
     {"instruction_set", instruction_set, METH_NOARGS,
      "'avx2' where the AVX2 + FMA build runs, else 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
@@ -680,6 +787,183 @@ static void ISA(transform_weights)(const float *w, Py_ssize_t channels, Py_ssize
             for (int p = 0; p < POSITIONS; p++) {
                 float *at = u + ((p * panels + panel) * channels + c0) * PANEL;
                 memcpy(at, block[p], (size_t)n * PANEL * sizeof(float));
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Weight gradient: dU[p] += V[p]^T (A dY A^T)[p] over the tiles, then dw = G^T dU G */
+
+/* A d for the 4 output-gradient values d[0], d[step], ..., d[3 * step]: 6 values. */
+INLINE void ISA(gradient_1d)(const vec *d, Py_ssize_t step, vec *t, Py_ssize_t out_step) {
+    vec d0 = d[0], d1 = d[step], d2 = d[2 * step], d3 = d[3 * step];
+    vec even = d0 + d2, odd = d1 + d3;
+    vec near = d0 + ISA(splat)(4.0f) * d2, far = ISA(splat)(2.0f) * d1 + ISA(splat)(8.0f) * d3;
+    t[0] = d0;
+    t[out_step] = even + odd;
+    t[2 * out_step] = even - odd;
+    t[3 * out_step] = near + far;
+    t[4 * out_step] = near - far;
+    t[5 * out_step] = d3;
+}
+
+/* A dY A^T of the n <= LANES filters from f (of the call's range) of one tile; zeros stand
+ * for outputs past the edges, and for lanes past n. */
+INLINE void ISA(gradient_block)(const Conv *k, const OutputTile *tile, float *m,
+                                Py_ssize_t stride, Py_ssize_t f, Py_ssize_t n) {
+    vec rows[OUT * TILE];
+    Py_ssize_t channel = k->f_lo + f;
+    UNROLL
+    for (int i = 0; i < OUT; i++) {                 /* d A^T: along each row */
+        vec d[OUT];
+        UNROLL
+        for (int j = 0; j < OUT; j++) {
+            d[j] = i < tile->rows && j < tile->cols
+                ? ISA(load)(tile->out + i * tile->row_step + j * k->g.filters + channel, n)
+                : ISA(splat)(0.0f);
+        }
+        ISA(gradient_1d)(d, 1, rows + i * TILE, 1);
+    }
+    UNROLL
+    for (int j = 0; j < TILE; j++) {                /* A (d A^T): down each column */
+        vec t[TILE];
+        ISA(gradient_1d)(rows + j, TILE, t, 1);
+        UNROLL
+        for (int i = 0; i < TILE; i++) {
+            ISA(store)(m + (i * TILE + j) * stride + f, &t[i], LANES);
+        }
+    }
+}
+
+/* A dY A^T of the `count` tiles from `first`, whole panels wide. */
+INLINE void ISA(gradient_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count) {
+    const Geometry *g = &k->g;
+    Py_ssize_t filters = k->f_hi - k->f_lo, stride = count * k->width;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t sample, row, col;
+        ISA(tile_place)(g, first + t, &sample, &row, &col);
+        Py_ssize_t top = OUT * row, left = OUT * col;
+        OutputTile tile = {
+            .out = k->out + ((sample * g->out_h + top) * g->out_w + left) * g->filters,
+            .rows = g->out_h - top < OUT ? g->out_h - top : OUT,
+            .cols = g->out_w - left < OUT ? g->out_w - left : OUT,
+            .row_step = g->out_w * g->filters,
+        };
+        float *m = k->m + t * k->width;
+        for (Py_ssize_t f = 0; f < k->width; f += LANES) {
+            Py_ssize_t n = filters - f;
+            ISA(gradient_block)(k, &tile, m, stride, f, n < 0 ? 0 : n < LANES ? n : LANES);
+        }
+    }
+}
+
+/* dU[c .. c + rows) x one panel += the chunk's sum over its `count` tiles. */
+INLINE void ISA(sum_block)(const float *v, Py_ssize_t channels, const float *m,
+                           Py_ssize_t width, Py_ssize_t count, float *du, Py_ssize_t du_row,
+                           int rows) {
+    vec sum[ROWS][2];
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        sum[r][0] = sum[r][1] = ISA(splat)(0.0f);
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        vec low = ISA(load)(m + t * width, LANES), high = ISA(load)(m + t * width + LANES, LANES);
+        UNROLL
+        for (int r = 0; r < rows; r++) {
+            vec value = ISA(splat)(v[t * channels + r]);
+            sum[r][0] += value * low;
+            sum[r][1] += value * high;
+        }
+    }
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        vec low = ISA(load)(du + r * du_row, LANES) + sum[r][0];
+        vec high = ISA(load)(du + r * du_row + LANES, LANES) + sum[r][1];
+        ISA(store)(du + r * du_row, &low, LANES);
+        ISA(store)(du + r * du_row + LANES, &high, LANES);
+    }
+}
+
+INLINE void ISA(sum_tail)(const float *v, Py_ssize_t channels, const float *m,
+                          Py_ssize_t width, Py_ssize_t count, float *du, Py_ssize_t du_row,
+                          Py_ssize_t rows) {
+    switch (rows) {
+    case 1: ISA(sum_block)(v, channels, m, width, count, du, du_row, 1); break;
+    case 2: ISA(sum_block)(v, channels, m, width, count, du, du_row, 2); break;
+    case 3: ISA(sum_block)(v, channels, m, width, count, du, du_row, 3); break;
+    case 4: ISA(sum_block)(v, channels, m, width, count, du, du_row, 4); break;
+    case 5: ISA(sum_block)(v, channels, m, width, count, du, du_row, 5); break;
+    default: ISA(sum_block)(v, channels, m, width, count, du, du_row, ROWS); break;
+    }
+}
+
+INLINE void ISA(sum_chunk)(const Conv *k, Py_ssize_t count) {
+    Py_ssize_t channels = k->g.channels, width = k->width, du_row = k->du_row;
+    for (int p = 0; p < POSITIONS; p++) {
+        const float *v = k->v + p * count * channels;
+        const float *m = k->m + p * count * width;
+        float *du = k->du + p * channels * du_row + k->f_lo;
+        for (Py_ssize_t f = 0; f < width; f += PANEL) {
+            Py_ssize_t c = 0;
+            for (; c + ROWS <= channels; c += ROWS) {
+                ISA(sum_block)(v + c, channels, m + f, width, count, du + c * du_row + f,
+                               du_row, ROWS);
+            }
+            if (c < channels) {
+                ISA(sum_tail)(v + c, channels, m + f, width, count, du + c * du_row + f,
+                              du_row, channels - c);
+            }
+        }
+    }
+}
+
+static void ISA(weight_gradient)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi) {
+    for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {
+        Py_ssize_t count = tile_hi - first < k->chunk ? tile_hi - first : k->chunk;
+        ISA(input_chunk)(k, first, count);
+        ISA(gradient_chunk)(k, first, count);
+        ISA(sum_chunk)(k, count);
+    }
+}
+
+/* G^T u for the 6 values u[0], u[step], ..., u[5 * step]: 3 values. */
+INLINE void ISA(finish_1d)(const vec *u, Py_ssize_t step, vec *g, Py_ssize_t out_step) {
+    vec u0 = u[0], u1 = u[step], u2 = u[2 * step], u3 = u[3 * step], u4 = u[4 * step],
+        u5 = u[5 * step];
+    vec outer = u1 + u2, inner = u3 + u4, sixth = ISA(splat)(1.0f / 6.0f);
+    g[0] = ISA(splat)(0.25f) * u0 - sixth * outer + ISA(splat)(1.0f / 24.0f) * inner;
+    g[out_step] = sixth * (u2 - u1) + ISA(splat)(1.0f / 12.0f) * (u3 - u4);
+    g[2 * out_step] = sixth * (inner - outer) + u5;
+}
+
+/* dw (OHWI, 3x3) = G^T dU G of the channels [lo, hi), 8 filters at a time. */
+static void ISA(finish_gradient)(const float *du, Py_ssize_t channels, Py_ssize_t filters,
+                                 Py_ssize_t du_row, float *dw, Py_ssize_t lo, Py_ssize_t hi) {
+    for (Py_ssize_t c = lo; c < hi; c++) {
+        for (Py_ssize_t f = 0; f < filters; f += LANES) {
+            vec u[POSITIONS], rows[TILE * 3], g[9];
+            UNROLL
+            for (int p = 0; p < POSITIONS; p++) {
+                u[p] = ISA(load)(du + (p * channels + c) * du_row + f, LANES);
+            }
+            UNROLL
+            for (int a = 0; a < TILE; a++) {        /* (dU) G: along each row */
+                ISA(finish_1d)(u + a * TILE, 1, rows + a * 3, 1);
+            }
+            UNROLL
+            for (int j = 0; j < 3; j++) {           /* G^T (dU G): down each column */
+                ISA(finish_1d)(rows + j, 3, g + j, 3);
+            }
+            float taps[9][LANES];
+            UNROLL
+            for (int tap = 0; tap < 9; tap++) {
+                ISA(store)(taps[tap], &g[tap], LANES);
+            }
+            for (Py_ssize_t q = 0; q < LANES && f + q < filters; q++) {
+                for (int tap = 0; tap < 9; tap++) {     /* scatter: filters lie 9 C apart */
+                    dw[((f + q) * 9 + tap) * channels + c] = taps[tap][q];
+                }
             }
         }
     }

@@ -25,8 +25,8 @@ def no_leaked_state():
 @pytest.fixture
 def force_conv(monkeypatch):
     """force_conv(name, gradient=None): every convolution runs algorithm `name`
-    (``conv_algorithms.ALGORITHMS``); data gradients run `gradient`
-    (``DATA_GRADIENT_ALGORITHMS``), or the rule when None."""
+    (``conv_algorithms.ALGORITHMS``); its data and weight gradients run `gradient`
+    (``DATA_GRADIENT_ALGORITHMS``, ``WEIGHT_GRADIENT_ALGORITHMS``), or the rule when None."""
     from ember.op.nn import conv_algorithms, onednn_provider
 
     def force(name, gradient=None):
@@ -34,7 +34,7 @@ def force_conv(monkeypatch):
             if not problem.gradient:
                 return conv_algorithms.ALGORITHMS[name]
             if gradient is not None:
-                return conv_algorithms.DATA_GRADIENT_ALGORITHMS[gradient]
+                return conv_algorithms._table(problem)[gradient]
             return conv_algorithms.rule(problem, onednn_provider.enabled())
         monkeypatch.setattr(conv_algorithms, 'choose', choose)
     return force

@@ -4,7 +4,7 @@ MXNET_CPU_NNPACK_NTHREADS and MXNET_ENFORCE_DETERMINISM choose between them.
 Every algorithm is checked against a float64 direct convolution (NCHW and NHWC, groups,
 stride, dilation, padding, bias, and the residual + ReLU of ``_sg_conv``, in place too); the
 choice is checked by spying on the measuring function and on the Winograd kernel. The data
-gradient is chosen the same way among its own algorithms.
+and weight gradients are chosen the same way among their own algorithms.
 """
 import dataclasses
 
@@ -316,50 +316,55 @@ def test_determinism_takes_the_rule_and_repeats_bit_for_bit(measured):
 
 
 # ----------------------------------------------------------------------------------------------
-# The data gradient, chosen like the convolution
+# The data and weight gradients, chosen like the convolution
 
-def data_gradient(case, layout, **extra):
-    """Convolution's data gradient of `case` for an output gradient of ones."""
+def gradients(case, layout, **extra):
+    """Convolution's data and weight gradients of `case` for an output gradient of ones."""
     x, w, _, _ = case.arrays(layout)
-    data = mx.nd.array(x)
+    data, weight = mx.nd.array(x), mx.nd.array(w)
     data.attach_grad()
+    weight.attach_grad()
     with mx.autograd.record():
-        y = mx.nd.Convolution(data, mx.nd.array(w), mx.nd.array(case.bias), layout=layout,
+        y = mx.nd.Convolution(data, weight, mx.nd.array(case.bias), layout=layout,
                               **case.kwargs, **extra)
     y.backward(mx.nd.ones(y.shape))
-    return data.grad.asnumpy()
+    return data.grad.asnumpy(), weight.grad.asnumpy()
 
 
-def gradient_choices():
+def gradient_choices(kind):
     return {key[0].channel_last: name for key, name in conv_algorithms.choices().items()
-            if key[0].gradient}
+            if key[0].gradient == kind}
 
 
-def test_the_data_gradient_is_measured_among_its_own_algorithms(measured):
+def test_the_gradients_are_measured_among_their_own_algorithms(measured):
     expected = {}
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         for layout in ('NCHW', 'NHWC'):
-            expected[layout] = data_gradient(BIG, layout)
-    assert measured == [] and gradient_choices() == {}
+            expected[layout] = gradients(BIG, layout)
+    assert measured == [] and gradient_choices('data') == gradient_choices('weight') == {}
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
         for layout in ('NCHW', 'NHWC'):
-            assert_close(data_gradient(BIG, layout), expected[layout])
-    gradients = [names for names in measured if 'winograd2' not in names]   # not forward
-    assert len(gradients) == 2
+            for got, want in zip(gradients(BIG, layout), expected[layout]):
+                assert_close(got, want)
+    backward = [names for names in measured if 'winograd2' not in names]   # not forward
+    assert len(backward) == 4                       # data and weight, in each layout
     wanted = {'gemm', 'winograd4'} if conv_winograd._winograd is not None else {'gemm'}
     if onednn_provider.enabled():
         wanted.add('onednn')
-    assert all(set(names) == wanted for names in gradients)
-    assert set(gradient_choices()) == {False, True}
+    assert all(set(names) == wanted for names in backward)
+    assert set(gradient_choices('data')) == set(gradient_choices('weight')) == {False, True}
 
 
-def test_the_rule_and_determinism_keep_the_data_gradient_off_winograd(measured, force_conv):
-    problem = dataclasses.replace(problem_of(BIG.attrs(CONV, 'NCHW'), BIG.x), gradient=True)
+@pytest.mark.parametrize('kind', ['data', 'weight'])
+def test_the_rule_and_determinism_keep_the_gradients_off_winograd(measured, kind):
+    problem = dataclasses.replace(problem_of(BIG.attrs(CONV, 'NCHW'), BIG.x), gradient=kind)
     assert rule_of(problem, onednn=True) == 'onednn'
     assert rule_of(problem, onednn=False) == 'gemm'
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1', MXNET_ENFORCE_DETERMINISM=True):
-        data_gradient(BIG, 'NCHW')
+        first = gradients(BIG, 'NCHW')
+        again = gradients(BIG, 'NCHW')
     assert measured == []
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, again))
 
 
 def rule_of(problem, onednn):
@@ -369,11 +374,12 @@ def rule_of(problem, onednn):
 @pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
 @pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
 @pytest.mark.parametrize('case', ['3x3 pad', '3x3 odd', '3x3 many filters'])
-def test_a_data_gradient_by_winograd_matches_the_rule(force_conv, case, layout):
+def test_gradients_by_winograd_match_the_rule(force_conv, case, layout):
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
-        expected = data_gradient(CASES[case], layout)
+        expected = gradients(CASES[case], layout)
     force_conv('gemm', gradient='winograd4')
-    assert_close(data_gradient(CASES[case], layout), expected)
+    for got, want in zip(gradients(CASES[case], layout), expected):
+        assert_close(got, want)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -273,12 +273,94 @@ def test_data_gradient_is_the_flipped_convolution(channel_last, pad):
     assert_close(dx, expected)
 
 
+def direct_weight_gradient(dy, x, pad):
+    """float64 OHWI reference: each tap sums dy against the shifted input."""
+    oh, ow = dy.shape[1:3]
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    return np.stack([np.stack([np.einsum('nhwf,nhwc->fc', dy, padded[:, i:i + oh, j:j + ow])
+                               for j in range(3)], 1) for i in range(3)], 1)
+
+
+@needs_module
+@pytest.mark.parametrize('channel_last', [True, False], ids=['NHWC', 'NCHW'])
+@pytest.mark.parametrize('pad', [0, 1, 2])
+def test_weight_gradient_sums_in_the_winograd_domain(channel_last, pad):
+    rng = np.random.default_rng(10 + pad)
+    x = rng.standard_normal((3, 10, 7, 13)).astype(np.float32)
+    filters = 21                                     # a partial panel and a partial vector
+    out_size = (10 + 2 * pad - 2, 7 + 2 * pad - 2)
+    dy = rng.standard_normal((3,) + out_size + (filters,)).astype(np.float32)
+    window = make_window((3, 3), (1, 1), (1, 1), (pad, pad), x.shape[1:3], out_size)
+    expected = direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64), pad)
+    dw = np.empty((filters, 3, 3, 13), np.float32)
+    if channel_last:
+        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
+    else:
+        dw = np.empty((filters, 13, 3, 3), np.float32)
+        conv_winograd.weight_gradient(_nchw(dy), _nchw(x), dw, window, False, threads=2)
+        expected = expected.transpose(0, 3, 1, 2)
+    assert_close(dw, expected)
+
+
+@needs_module
+def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 12, 12, 40)).astype(np.float32)
+    dy = rng.standard_normal((2, 12, 12, 50)).astype(np.float32)
+    window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (12, 12), (12, 12))
+
+    def run(threads):
+        dw = np.empty((50, 3, 3, 40), np.float32)
+        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads)
+        return dw
+    one = run(1)
+    assert all(run(t).tobytes() == one.tobytes() for t in (2, 3, 4))
+    # chunks of a few tiles round otherwise, but sum the same
+    monkeypatch.setattr(conv_winograd, '_GRADIENT_CHUNK_BYTES', 36 * 90 * 4 * 5)
+    assert_close(run(2), direct_weight_gradient(dy.astype(np.float64),
+                                                 x.astype(np.float64), 1))
+
+
+@needs_module
+@pytest.mark.parametrize('channel_last', [True, False])
+def test_weight_gradient_scratch_covers_what_it_takes(channel_last):
+    taken = []
+
+    def alloc(specs):
+        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
+                         for shape, dtype in specs))
+        return [np.empty(shape, dtype) for shape, dtype in specs]
+    x = np.zeros((2, 9, 9, 24) if channel_last else (2, 24, 9, 9), np.float32)
+    dy = np.zeros((2, 9, 9, 40) if channel_last else (2, 40, 9, 9), np.float32)
+    dw = np.empty((40, 3, 3, 24) if channel_last else (40, 24, 3, 3), np.float32)
+    window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (9, 9), (9, 9))
+    conv_winograd.weight_gradient(dy, x, dw, window, channel_last, alloc=alloc,
+                                  threads=mx.engine.kernel_threads())
+    problem = conv_algorithms.ConvProblem(channel_last, 2, 24, 40, 1, (3, 3), (1, 1), (1, 1),
+                                          (1, 1), (9, 9), 'float32', 'weight')
+    assert 0 < sum(taken) <= conv_winograd.weight_gradient_scratch_bytes(problem, 2)
+
+
+@needs_module
+def test_weight_gradient_errors_name_the_argument():
+    x, dy = np.zeros((1, 6, 6, 8), np.float32), np.zeros((1, 6, 6, 16), np.float32)
+    du, v, m = (np.zeros(36 * 8 * 16, np.float32) for _ in range(3))
+    with pytest.raises(ValueError, match=r'du: expected at least'):
+        _winograd.weight_gradient(x, dy, du[:10], (1, 1), (0, 4), (0, 16), 1, v, m)
+    with pytest.raises(ValueError, match=r'filters \[3, 16\)'):
+        _winograd.weight_gradient(x, dy, du, (1, 1), (0, 4), (3, 16), 1, v, m)
+    with pytest.raises(ValueError, match=r'dw \(16, 2, 2, 8\): expected OHWI 3x3'):
+        _winograd.finish_gradient(du, np.zeros((16, 2, 2, 8), np.float32), (0, 8))
+    with pytest.raises(ValueError, match=r'channels \[0, 9\)'):
+        _winograd.finish_gradient(du, np.zeros((16, 3, 3, 8), np.float32), (0, 9))
+
+
 @needs_module
 def test_gradient_support_follows_the_flipped_convolution():
     def problem(**changes):
         base = dict(channel_last=False, batch=2, channels=8, filters=8, groups=1,
                     kernel=(3, 3), stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(9, 9),
-                    dtype='float32', gradient=True)
+                    dtype='float32', gradient='data')
         return conv_algorithms.ConvProblem(**{**base, **changes})
     assert conv_winograd.supports_gradient(problem())
     assert conv_winograd.supports_gradient(problem(pad=(2, 0)))
@@ -288,7 +370,7 @@ def test_gradient_support_follows_the_flipped_convolution():
     # its scratch is that of the forward convolution with channels and filters swapped
     wide = problem(channels=16, filters=64)
     assert conv_winograd.gradient_scratch_bytes(wide, 1) == conv_winograd.scratch_bytes(
-        problem(channels=64, filters=16, gradient=False), 1, 4)
+        problem(channels=64, filters=16, gradient=''), 1, 4)
 
 
 @needs_module

@@ -31,12 +31,16 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     scratch runs.
 2, measurement as in 1 without the workspace and kept-memory filters.
 
-A problem with ``gradient`` set is the data gradient of its convolution (training's backward
-pass), chosen the same way among :data:`DATA_GRADIENT_ALGORITHMS`: oneDNN's backward-data
-primitive, NumPy's GEMM and col2im, and the compiled Winograd F(4x4, 3x3) of the equivalent
-forward convolution (3x3 and stride 1: :func:`ember.op.nn.conv_winograd.data_gradient`). The
-rule takes oneDNN, else NumPy; measurement finds Winograd where it pays (2-3x oneDNN on
-ResNet's 3x3 layers up to 256 channels at batch 16).
+A problem's ``gradient``, 'data' or 'weight', makes it the gradient of its convolution
+(training's backward pass) with respect to its data or its weight, chosen the same way among
+:data:`DATA_GRADIENT_ALGORITHMS` or :data:`WEIGHT_GRADIENT_ALGORITHMS`: oneDNN's backward
+primitive, NumPy's GEMMs (with col2im or im2col), and the compiled Winograd F(4x4, 3x3) for
+3x3 stride-1 layers (:func:`ember.op.nn.conv_winograd.data_gradient`, the forward convolution
+of the output gradient with the weights flipped; :func:`~ember.op.nn.conv_winograd.
+weight_gradient`, the sums over tiles in the Winograd domain). The rule takes oneDNN, else
+NumPy (and NumPy for weight gradients under determinism: oneDNN's sums depend on its thread
+count); measurement finds Winograd where it pays (ResNet's 3x3 layers up to 256 channels at
+batch 16: 2-3x oneDNN for the data gradient, 1.6-2x for the weight gradient).
 
 Problems under ``MEASURE_MIN_FLOPS`` take the rule (too short to time), and so do calls under
 ``MXNET_ENFORCE_DETERMINISM``: timing noise must not change the bits of a result.
@@ -66,6 +70,7 @@ from ember.op.nn import conv_gemm, conv_winograd
 from ember.op.nn._common import make_window
 
 __all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'ALGORITHMS', 'DATA_GRADIENT_ALGORITHMS',
+           'WEIGHT_GRADIENT_ALGORITHMS',
            'candidates', 'rule', 'numpy_rule',
            'choose', 'choose_past_budget', 'measure', 'fastest', 'clear_choices', 'choices',
            'MEASURE_MIN_FLOPS']
@@ -88,8 +93,9 @@ class ConvProblem:
     pad: tuple
     size_in: tuple
     dtype: str
-    # the data gradient of this convolution rather than the convolution itself
-    gradient: bool = False
+    # '' for the convolution itself, else the gradient of it with respect to its 'data' or
+    # its 'weight'
+    gradient: str = ''
 
     @functools.cached_property
     def window(self):
@@ -203,6 +209,31 @@ def _run_winograd_data(problem, call, budget, alloc, threads):
     return True
 
 
+# The weight gradient: ConvCall's x is the output gradient, weight the data, out the weight
+# gradient and bias the bias gradient (None without a bias).
+
+def _run_onednn_weight(problem, call, budget, alloc, threads):
+    from ember.op.nn import onednn_provider
+    return onednn_provider.convolution_backward_weights(call.attrs, call.x, call.weight,
+                                                        call.out, call.bias)
+
+
+def _run_numpy_weight(problem, call, budget, alloc, threads):
+    from ember.op.nn import convolution    # imports this module
+    convolution.numpy_backward_weights(call.attrs, call.x, call.weight, call.out, call.bias,
+                                       call.ctx)
+    return True
+
+
+def _run_winograd_weight(problem, call, budget, alloc, threads):
+    conv_winograd.weight_gradient(call.x, call.weight, call.out, problem.window,
+                                  problem.channel_last, budget, alloc, threads)
+    if call.bias is not None:
+        axes = (0, 1, 2) if problem.channel_last else (0, 2, 3)
+        call.bias[...] = call.x.sum(axis=axes)
+    return True
+
+
 DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
     Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_data),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_data),
@@ -211,8 +242,19 @@ DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
 )}
 
 
+WEIGHT_GRADIENT_ALGORITHMS = {a.name: a for a in (
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_weight),
+    Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_weight),
+    Algorithm('winograd4', conv_winograd.supports_gradient,
+              conv_winograd.weight_gradient_scratch_bytes, _run_winograd_weight),
+)}
+
+_TABLES = {'': ALGORITHMS, 'data': DATA_GRADIENT_ALGORITHMS,
+           'weight': WEIGHT_GRADIENT_ALGORITHMS}
+
+
 def _table(problem) -> dict:
-    return DATA_GRADIENT_ALGORITHMS if problem.gradient else ALGORITHMS
+    return _TABLES[problem.gradient]
 
 
 def candidates(problem, onednn):
@@ -232,9 +274,9 @@ def numpy_rule(problem):
     """The NumPy algorithm of the rule: Winograd F(2x2, 3x3) where it has enough tiles to
     amortise its weight transform, channels to amortise its tile transforms and transformed
     weights small enough to leave scratch for the tiles; im2col + GEMM everywhere else (and
-    for every data gradient)."""
+    for every gradient)."""
     if problem.gradient:
-        return DATA_GRADIENT_ALGORITHMS['gemm']
+        return _table(problem)['gemm']
     if (conv_winograd.supports(problem) and min(problem.channels, problem.filters) >= 32
             and _tiles(problem, 2) >= WINOGRAD_MIN_TILES
             and 16 * problem.channels * problem.filters * problem.dtype_size

@@ -67,7 +67,8 @@ except ImportError:                  # built without a C compiler: the NumPy cod
 
 __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
            'kept_weight_bytes', 'kept_bytes', 'discard_kept', 'supports_gradient',
-           'data_gradient', 'gradient_scratch_bytes', 'can_keep']
+           'data_gradient', 'weight_gradient', 'gradient_scratch_bytes',
+           'weight_gradient_scratch_bytes', 'can_keep']
 
 TILES = (2, 4)
 
@@ -130,11 +131,26 @@ def _gradient_problem(problem):
     """The forward convolution that computes `problem`'s data gradient."""
     return dataclasses.replace(problem, channels=problem.filters, filters=problem.channels,
                                pad=tuple(2 - p for p in problem.pad),
-                               size_in=problem.size_out, gradient=False)
+                               size_in=problem.size_out, gradient='')
 
 
 def gradient_scratch_bytes(problem, batch) -> int:
     return _compiled_scratch(_gradient_problem(problem), batch)
+
+
+def weight_gradient_scratch_bytes(problem, batch) -> int:
+    """What :func:`weight_gradient` takes for `batch` samples on the kernel threads."""
+    threads, panels = kernel_threads(), -(-problem.filters // _PANEL)
+    count = max(1, min(threads, panels))
+    width = _round_up(-(-panels // count) * _PANEL, _PANEL)
+    tiles = batch * prod(_tiles(problem.window, 4))
+    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (problem.channels + width) * 4)))
+    floats = (36 * problem.channels * panels * _PANEL + count * 36 * chunk
+              * (problem.channels + width) + 9 * problem.channels * problem.filters)
+    if not problem.channel_last:
+        floats += batch * (problem.channels * prod(problem.size_in)
+                           + problem.filters * prod(problem.size_out))
+    return floats * 4
 
 
 def kept_weight_bytes(problem, m) -> int:
@@ -330,6 +346,55 @@ def data_gradient(dy, w, dx, window, channel_last, budget=None, alloc=None, thre
 
 # Filters per panel of the packed weights (PANEL in ember/_winograd.c).
 _PANEL = 16
+
+
+def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, threads=1):
+    """dw = the weight gradient of the 3x3, stride-1 convolution of `x` with `window`, from
+    its output gradient `dy`, in the Winograd domain of F(4x4, 3x3): for each of the 36 tile
+    positions the sum over all tiles of the input tile's transform times the output
+    gradient's (``A dY A^T``), then ``G^T . G`` back to 3x3 (:func:`supports_gradient` must
+    hold). `dw` is OIHW, or OHWI for channel-last data. The kernel threads share the filters,
+    each transforming every input tile; its sums stay in one (36, C, F) array."""
+    alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
+    channels, filters = dw.shape[-1] if channel_last else dw.shape[1], dw.shape[0]
+    if not channel_last:
+        x_shape, dy_shape = _channel_last_shape(x.shape), _channel_last_shape(dy.shape)
+    tiles = x.shape[0] * prod(_tiles(window, 4))
+    panels = -(-filters // _PANEL)
+    count = max(1, min(max(1, threads or 1), panels))
+    ranges = [tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
+              for i in range(count)]
+    width = max(_round_up(hi - lo, _PANEL) for lo, hi in ranges)
+    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)))
+    writes_dw = channel_last and dw.flags.c_contiguous
+    specs = [((36, channels, panels * _PANEL), np.float32),
+             ((count, 36 * chunk * channels), np.float32),
+             ((count, 36 * chunk * width), np.float32)]
+    specs += [] if writes_dw else [((filters, 3, 3, channels), np.float32)]
+    specs += [] if channel_last else [(x_shape, np.float32), (dy_shape, np.float32)]
+    du, v, m, *rest = alloc(specs)
+    target = dw if writes_dw else rest.pop(0)
+    if not channel_last:
+        x = _relayout(x, rest[0], (0, 2, 3, 1), threads)
+        dy = _relayout(dy, rest[1], (0, 2, 3, 1), threads)
+    x, dy = np.ascontiguousarray(x), np.ascontiguousarray(dy)
+    du.fill(0)
+
+    def part(index):
+        _winograd.weight_gradient(x, dy, du, window.pad_before, (0, tiles), ranges[index],
+                                  chunk, v[index], m[index])
+    run_parts(count, dy.size * channels, part)
+    finish_parts = max(1, min(max(1, threads or 1), channels))
+    run_parts(finish_parts, du.size, lambda i: _winograd.finish_gradient(
+        du, target, part_range(i, finish_parts, channels)))
+    if target is not dw:
+        np.copyto(dw, target if channel_last else target.transpose(0, 3, 1, 2))
+
+
+# Tiles per chunk of the weight gradient: their transformed inputs and output gradients take
+# at most this many bytes per kernel thread, so that they stay in the L3 cache while the sums
+# run over them, and the sums (36 C F values) go through memory once per chunk.
+_GRADIENT_CHUNK_BYTES = 8 << 20
 
 
 def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc, threads,

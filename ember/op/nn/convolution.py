@@ -392,11 +392,12 @@ def plain_weight_bytes() -> int:
 class _Calls:
     """Runs algorithms on one call's arrays: the call itself, and the trials of measurement."""
 
-    def __init__(self, call, ctx, gradient=False):
+    def __init__(self, call, ctx, gradient=''):
         self.call, self.ctx = call, ctx
-        # a data gradient's call reads the output gradient: the problem is of its data
-        self.problem = dataclasses.replace(problem_of(call.attrs, call.out), gradient=True) \
-            if gradient else problem_of(call.attrs, call.x)
+        # a gradient's call reads the output gradient as x: the problem is of the data (the
+        # data gradient's out, the weight gradient's weight)
+        data = {'': call.x, 'data': call.out, 'weight': call.weight}[gradient]
+        self.problem = dataclasses.replace(problem_of(call.attrs, data), gradient=gradient)
         self.budget = workspace_bytes(call.attrs)
         self._trial = None
         # Winograd's transformed weights are past their budget: it transforms every call
@@ -512,18 +513,18 @@ def _conv_backward_kernel(attrs, ins, outs, ctx):
         numpy_backward_data(attrs, dy, weight, outs[0], ctx)
     else:
         _backward_data(attrs, dy, weight, outs[0], ctx, onednn)
-    # oneDNN splits the weight gradient's sum over the batch by thread count: other counts,
-    # other bits, which MXNET_ENFORCE_DETERMINISM forbids
-    weights_by_onednn = onednn and not ctx.deterministic
-    if not (weights_by_onednn and onednn_provider.convolution_backward_weights(
-            attrs, dy, x, outs[1], dbias)):
-        _numpy_backward_weights(attrs, dy, x, outs[1], dbias, ctx)
+    if ctx.xp is not np:
+        numpy_backward_weights(attrs, dy, x, outs[1], dbias, ctx)
+    else:
+        # oneDNN splits the weight gradient's sum over the batch by thread count: other
+        # counts, other bits, which MXNET_ENFORCE_DETERMINISM forbids
+        _backward_weights(attrs, dy, x, outs[1], dbias, ctx, onednn and not ctx.deterministic)
 
 
 def _backward_data(attrs, dy, weight, dx, ctx, onednn):
     """dx from oneDNN's backward-data primitive, NumPy's GEMM and col2im, or Winograd, as
     ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses (:mod:`ember.op.nn.conv_algorithms`)."""
-    calls = _Calls(ConvCall(attrs, dy, weight, None, dx, ctx=ctx), ctx, gradient=True)
+    calls = _Calls(ConvCall(attrs, dy, weight, None, dx, ctx=ctx), ctx, gradient='data')
     algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
                                        attrs['workspace'] << 20, onednn, calls.trial,
                                        ctx.deterministic)
@@ -542,7 +543,21 @@ def numpy_backward_data(attrs, dy, weight, dx, ctx):
                        window, attrs['num_group'], dxc, ctx, workspace_bytes(attrs))
 
 
-def _numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx):
+def _backward_weights(attrs, dy, x, dweight, dbias, ctx, onednn):
+    """dweight (and dbias) from oneDNN's backward-weights primitive, NumPy's im2col and GEMM,
+    or Winograd, as ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses."""
+    calls = _Calls(ConvCall(attrs, dy, x, dbias, dweight, ctx=ctx), ctx, gradient='weight')
+    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
+                                       attrs['workspace'] << 20, onednn, calls.trial,
+                                       ctx.deterministic)
+    if calls.measured and ctx.temp is not None:
+        ctx.temp.release()
+    if not calls.run(algorithm):
+        numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx)
+
+
+def numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx):
+    """The weight (and bias) gradient by im2col and GEMM, in any array module."""
     xp, layout = ctx.xp, attrs['layout']
     dyc, xc = channel_first(xp, dy, layout), channel_first(xp, x, layout)
     window = _conv_window('Convolution', attrs, xc.shape[2:])
