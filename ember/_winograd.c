@@ -14,6 +14,11 @@
  *   output:  Y = A^T M A of each tile, plus bias, plus residual, then relu, scattered to NHWC;
  *            outputs past the bottom or right edge are dropped.
  *
+ * weight_gradient() runs the weight gradient of the same convolution in the Winograd domain:
+ * per chunk, V of the input tiles as above and A dY A^T of the output gradient's tiles, then
+ * dU[p] += V[p]^T (A dY A^T)[p], the sum over the chunk's tiles (6 channels x 16 filters in
+ * registers); finish_gradient() returns dU to 3x3 as G^T dU G.
+ *
  * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. The
  * transforms are the separable 1-D ones, vectorised over 8 channels (GCC vector extensions).
  * The kernels (the second half of this file, which includes itself once per build) are
@@ -457,7 +462,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ember._winograd",
-    .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data.",
+    .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data, and its weight "
+             "gradient.",
     .m_size = -1,
     .m_methods = methods,
 };
