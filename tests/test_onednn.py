@@ -674,3 +674,33 @@ def test_a_library_without_the_v3_api_is_a_clear_error():
             raise AttributeError(name)
     with pytest.raises(EmberError, match='no dnnl_engine_create; Ember needs the oneDNN 3.x'):
         onednn._Library(OldLibrary())
+
+
+_EXIT_SCRIPT = '''
+import numpy as np
+import ember as mx
+from ember import autograd, gluon
+net = gluon.nn.Dense(512, in_units=1024)
+net.initialize()
+trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1})
+x = mx.nd.array(np.random.default_rng(0).standard_normal((256, 1024)))
+for _ in range(8):
+    with autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    trainer.step(256)
+print('queued')          # and no wait: the engine's exit handler runs what is queued
+'''
+
+
+@needs_onednn
+def test_a_script_may_end_with_onednn_work_still_queued():
+    """The primitives outlive the engine's exit handler: weakref.finalize's own exit handler,
+    registered later, ran first and destroyed them under the queued operators (a
+    segmentation fault at exit)."""
+    import subprocess
+    import sys
+    for _ in range(3):
+        done = subprocess.run([sys.executable, '-c', _EXIT_SCRIPT], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == 'queued', done.stderr[-2000:]

@@ -326,7 +326,7 @@ class MemoryDesc:
     def __init__(self, handle: int, dims: tuple, strides: tuple | None, owner=None):
         self.handle, self.dims, self.strides, self.owner = handle, dims, strides, owner
         if owner is None:
-            weakref.finalize(self, _lib().memory_desc_destroy, handle)
+            _release(self, _lib().memory_desc_destroy, handle)
 
     @classmethod
     def plain(cls, dims, strides) -> MemoryDesc:
@@ -437,7 +437,7 @@ class _Attr:
     def __init__(self, library: _Library, post_ops=()):
         self.library = library
         self.handle = library.new_handle(library.primitive_attr_create)
-        weakref.finalize(self, library.primitive_attr_destroy, self.handle)
+        _release(self, library.primitive_attr_destroy, self.handle)
         library.primitive_attr_set_scratchpad_mode(self.handle, _SCRATCHPAD_USER)
         if post_ops:
             self._set_post_ops(post_ops)
@@ -633,7 +633,7 @@ class _Handles:
 
     def __init__(self, library: _Library, pd: int, hints: tuple = ()):
         self.handles: list = []            # (kind, handle)
-        weakref.finalize(self, _destroy_all, library, pd, self.handles, tuple(hints))
+        _release(self, _destroy_all, library, pd, self.handles, tuple(hints))
 
 
 def _destroy_all(library, pd, handles, hints=()):
@@ -642,6 +642,14 @@ def _destroy_all(library, pd, handles, hints=()):
     library.primitive_desc_destroy(pd)
     for hint in hints:          # after the descriptor that was made from them
         library.primitive_desc_destroy(hint)
+
+
+def _release(owner, destroy, *args) -> None:
+    """Calls ``destroy(*args)`` when `owner` goes, but not at interpreter exit: the engine's
+    exit handler still runs the operators queued then (a script may end without waiting for
+    its last updates), and weakref.finalize's own exit handler, registered after the engine's,
+    would run first and destroy the primitives they use (a segmentation fault)."""
+    weakref.finalize(owner, destroy, *args).atexit = False
 
 
 def _address(array: np.ndarray) -> int:
