@@ -342,6 +342,39 @@ def test_weight_gradient_scratch_covers_what_it_takes(channel_last):
 
 
 @needs_module
+def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6, 9, 9)).astype(np.float32)
+    dy = rng.standard_normal((4, 10, 9, 9)).astype(np.float32)
+    window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (9, 9), (9, 9))
+    expected = direct_weight_gradient(_nhwc(dy).astype(np.float64),
+                                      _nhwc(x).astype(np.float64), 1).transpose(0, 3, 1, 2)
+    seen = []
+    real = _winograd.weight_gradient
+    monkeypatch.setattr(_winograd, 'weight_gradient',
+                        lambda *a: seen.append(a[0].shape[0]) or real(*a))
+    # room for two samples of x and dy: the sums run over the batch in two copies
+    monkeypatch.setattr(conv_winograd, '_COPY_BYTES', 2 * 4 * (x[0].size + dy[0].size))
+    dw = np.empty((10, 6, 3, 3), np.float32)
+    conv_winograd.weight_gradient(dy, x, dw, window, False, threads=1)
+    assert seen == [2, 2]
+    assert_close(dw, expected)
+
+
+def _nhwc(a):
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+def test_weight_gradient_sums_must_fit_the_cache():
+    def problem(channels):
+        return conv_algorithms.ConvProblem(False, 16, channels, channels, 1, (3, 3), (1, 1),
+                                           (1, 1), (1, 1), (14, 14), 'float32', 'weight')
+    if _winograd is not None:
+        assert conv_winograd.supports_weight_gradient(problem(256))
+    assert not conv_winograd.supports_weight_gradient(problem(512))     # 38 MB of sums
+
+
+@needs_module
 def test_weight_gradient_errors_name_the_argument():
     x, dy = np.zeros((1, 6, 6, 8), np.float32), np.zeros((1, 6, 6, 16), np.float32)
     du, v, m = (np.zeros(36 * 8 * 16, np.float32) for _ in range(3))

@@ -40,7 +40,7 @@ of the output gradient with the weights flipped; :func:`~ember.op.nn.conv_winogr
 weight_gradient`, the sums over tiles in the Winograd domain). The rule takes oneDNN, else
 NumPy (and NumPy for weight gradients under determinism: oneDNN's sums depend on its thread
 count); measurement finds Winograd where it pays (ResNet's 3x3 layers up to 256 channels at
-batch 16: 2-3x oneDNN for the data gradient, 1.6-2x for the weight gradient).
+batch 16: 2-3x oneDNN for the data gradient, 1.8-2.4x for the weight gradient).
 
 Problems under ``MEASURE_MIN_FLOPS`` take the rule (too short to time), and so do calls under
 ``MXNET_ENFORCE_DETERMINISM``: timing noise must not change the bits of a result.
@@ -245,7 +245,7 @@ DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
 WEIGHT_GRADIENT_ALGORITHMS = {a.name: a for a in (
     Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_weight),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_weight),
-    Algorithm('winograd4', conv_winograd.supports_gradient,
+    Algorithm('winograd4', conv_winograd.supports_weight_gradient,
               conv_winograd.weight_gradient_scratch_bytes, _run_winograd_weight),
 )}
 

@@ -68,7 +68,7 @@ except ImportError:                  # built without a C compiler: the NumPy cod
 __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
            'kept_weight_bytes', 'kept_bytes', 'discard_kept', 'supports_gradient',
            'data_gradient', 'weight_gradient', 'gradient_scratch_bytes',
-           'weight_gradient_scratch_bytes', 'can_keep']
+           'weight_gradient_scratch_bytes', 'supports_weight_gradient', 'can_keep']
 
 TILES = (2, 4)
 
@@ -138,19 +138,25 @@ def gradient_scratch_bytes(problem, batch) -> int:
     return _compiled_scratch(_gradient_problem(problem), batch)
 
 
+def supports_weight_gradient(problem) -> bool:
+    """:func:`supports_gradient`, with the weight gradient's sums within
+    ``_GRADIENT_SUMS_BYTES``."""
+    return (supports_gradient(problem) and 36 * problem.channels
+            * _round_up(problem.filters, _PANEL) * 4 <= _GRADIENT_SUMS_BYTES)
+
+
 def weight_gradient_scratch_bytes(problem, batch) -> int:
     """What :func:`weight_gradient` takes for `batch` samples on the kernel threads."""
-    threads, panels = kernel_threads(), -(-problem.filters // _PANEL)
-    count = max(1, min(threads, panels))
-    width = _round_up(-(-panels // count) * _PANEL, _PANEL)
-    tiles = batch * prod(_tiles(problem.window, 4))
-    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (problem.channels + width) * 4)))
-    floats = (36 * problem.channels * panels * _PANEL + count * 36 * chunk
-              * (problem.channels + width) + 9 * problem.channels * problem.filters)
-    if not problem.channel_last:
-        floats += batch * (problem.channels * prod(problem.size_in)
-                           + problem.filters * prod(problem.size_out))
-    return floats * 4
+    per_sample = 4 * (problem.channels * prod(problem.size_in)
+                      + problem.filters * prod(problem.size_out))
+    samples = batch if problem.channel_last else _copied_samples(batch, per_sample, None)
+    count, _, width, chunk = _gradient_plan(samples * prod(_tiles(problem.window, 4)),
+                                            problem.channels, problem.filters,
+                                            kernel_threads())
+    floats = (36 * problem.channels * _round_up(problem.filters, _PANEL)
+              + count * 36 * chunk * (problem.channels + width)
+              + 9 * problem.channels * problem.filters)
+    return floats * 4 + (0 if problem.channel_last else samples * per_sample)
 
 
 def kept_weight_bytes(problem, m) -> int:
@@ -353,37 +359,39 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
     its output gradient `dy`, in the Winograd domain of F(4x4, 3x3): for each of the 36 tile
     positions the sum over all tiles of the input tile's transform times the output
     gradient's (``A dY A^T``), then ``G^T . G`` back to 3x3 (:func:`supports_gradient` must
-    hold). `dw` is OIHW, or OHWI for channel-last data. The kernel threads share the filters,
-    each transforming every input tile; its sums stay in one (36, C, F) array."""
+    hold). `dw` is OIHW, or OHWI for channel-last data; channel-first data is copied some
+    samples at a time. The kernel threads share the filters, each transforming every input
+    tile; its sums stay in one (36, C, F) array."""
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
     channels, filters = dw.shape[-1] if channel_last else dw.shape[1], dw.shape[0]
+    batch = samples = x.shape[0]
     if not channel_last:
-        x_shape, dy_shape = _channel_last_shape(x.shape), _channel_last_shape(dy.shape)
-    tiles = x.shape[0] * prod(_tiles(window, 4))
-    panels = -(-filters // _PANEL)
-    count = max(1, min(max(1, threads or 1), panels))
-    ranges = [tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
-              for i in range(count)]
-    width = max(_round_up(hi - lo, _PANEL) for lo, hi in ranges)
-    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)))
+        samples = _copied_samples(batch, 4 * (x[0].size + dy[0].size), budget)
+    count, ranges, width, chunk = _gradient_plan(samples * prod(_tiles(window, 4)), channels,
+                                                 filters, threads)
     writes_dw = channel_last and dw.flags.c_contiguous
-    specs = [((36, channels, panels * _PANEL), np.float32),
+    specs = [((36, channels, _round_up(filters, _PANEL)), np.float32),
              ((count, 36 * chunk * channels), np.float32),
              ((count, 36 * chunk * width), np.float32)]
     specs += [] if writes_dw else [((filters, 3, 3, channels), np.float32)]
-    specs += [] if channel_last else [(x_shape, np.float32), (dy_shape, np.float32)]
+    specs += [] if channel_last else [
+        (_channel_last_shape((samples,) + a.shape[1:]), np.float32) for a in (x, dy)]
     du, v, m, *rest = alloc(specs)
     target = dw if writes_dw else rest.pop(0)
-    if not channel_last:
-        x = _relayout(x, rest[0], (0, 2, 3, 1), threads)
-        dy = _relayout(dy, rest[1], (0, 2, 3, 1), threads)
-    x, dy = np.ascontiguousarray(x), np.ascontiguousarray(dy)
     du.fill(0)
+    for lo in range(0, batch, samples):
+        hi = min(batch, lo + samples)
+        if channel_last:
+            xs, dys = np.ascontiguousarray(x[lo:hi]), np.ascontiguousarray(dy[lo:hi])
+        else:
+            xs = _relayout(x[lo:hi], rest[0][:hi - lo], (0, 2, 3, 1), threads)
+            dys = _relayout(dy[lo:hi], rest[1][:hi - lo], (0, 2, 3, 1), threads)
+        tiles = (hi - lo) * prod(_tiles(window, 4))
 
-    def part(index):
-        _winograd.weight_gradient(x, dy, du, window.pad_before, (0, tiles), ranges[index],
-                                  chunk, v[index], m[index])
-    run_parts(count, dy.size * channels, part)
+        def part(index):
+            _winograd.weight_gradient(xs, dys, du, window.pad_before, (0, tiles),
+                                      ranges[index], min(chunk, tiles), v[index], m[index])
+        run_parts(count, dys.size * channels, part)
     finish_parts = max(1, min(max(1, threads or 1), channels))
     run_parts(finish_parts, du.size, lambda i: _winograd.finish_gradient(
         du, target, part_range(i, finish_parts, channels)))
@@ -391,17 +399,34 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
         np.copyto(dw, target if channel_last else target.transpose(0, 3, 1, 2))
 
 
+def _gradient_plan(tiles, channels, filters, threads):
+    """(parts, their filter ranges, the widest range in whole panels, tiles per chunk) of the
+    weight gradient: the kernel threads share whole panels of filters."""
+    panels = -(-filters // _PANEL)
+    count = max(1, min(max(1, threads or 1), panels))
+    ranges = [tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
+              for i in range(count)]
+    width = max(_round_up(hi - lo, _PANEL) for lo, hi in ranges)
+    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)))
+    return count, ranges, width, chunk
+
+
 # Tiles per chunk of the weight gradient: their transformed inputs and output gradients take
 # at most this many bytes per kernel thread, so that they stay in the L3 cache while the sums
 # run over them, and the sums (36 C F values) go through memory once per chunk.
-_GRADIENT_CHUNK_BYTES = 8 << 20
+_GRADIENT_CHUNK_BYTES = 4 << 20
+
+# The weight gradient's sums must fit the L3 cache with its chunks: past this many bytes they
+# go through memory on every chunk, and oneDNN is faster (512 channels: 33 against 29 ms at
+# batch 16, with 38 MB of sums in every temp space).
+_GRADIENT_SUMS_BYTES = 16 << 20
 
 
 def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc, threads,
                        weight_version, weight_scale=None, channel_last=True):
     """The compiled F(4x4, 3x3); `w` OHWI (any strides), `x`, `out` and `residual` NHWC or
-    (not `channel_last`) NCHW, copied through channel-last scratch: the whole batch, or as
-    many samples at a time as half the `budget` holds."""
+    (not `channel_last`) NCHW, copied through channel-last scratch some samples at a time
+    (:func:`_copied_samples`)."""
     if out.size == 0:
         return
     channels, filters = w.shape[-1], w.shape[0]
@@ -415,10 +440,11 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     in_scratch = u is None and weight_version is None
     given = [] if channel_last else [a for a in (x, out, residual) if a is not None]
     batch = samples = x.shape[0]
-    if given and budget is not None:
+    if given:
         per_sample = 4 * sum(a[0].size for a in given)
-        samples = max(1, min(batch, budget // 2 // per_sample))
-        budget = max(0, budget - samples * per_sample - in_scratch * prod(u_shape) * 4)
+        samples = _copied_samples(batch, per_sample, budget)
+        if budget is not None:
+            budget = max(0, budget - samples * per_sample - in_scratch * prod(u_shape) * 4)
     per_sample_tiles = prod(_tiles(window, 4))
     plans = {n: _split(n * per_sample_tiles, channels, filters, threads)
              for n in {samples, batch % samples or samples}}
@@ -462,6 +488,18 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
         finish(out, out, act_type=act_type)
 
 
+# Channel-first data goes through channel-last copies of at most this many bytes (or half the
+# workspace, when smaller): larger copies gain nothing and grow every temp space (MXNet's
+# MXNET_CPU_TEMP_COPY of them) by as much.
+_COPY_BYTES = 4 << 20
+
+
+def _copied_samples(batch, per_sample, budget) -> int:
+    """Samples per channel-last copy, `per_sample` bytes each."""
+    limit = _COPY_BYTES if budget is None else min(_COPY_BYTES, budget // 2)
+    return max(1, min(batch, limit // per_sample))
+
+
 def _channel_last_shape(shape):
     return (shape[0],) + tuple(shape[2:]) + (shape[1],)
 
@@ -479,14 +517,17 @@ def _relayout(source, target, axes, threads):
 
 
 def _compiled_scratch(problem, batch):
-    tiles = batch * prod(_tiles(problem.window, 4))
+    """Without a residual (a channel-first residual takes one copy more)."""
+    per_sample = 4 * (problem.channels * prod(problem.size_in)
+                      + problem.filters * prod(problem.size_out))
+    samples = batch if problem.channel_last else _copied_samples(batch, per_sample, None)
+    tiles = samples * prod(_tiles(problem.window, 4))
     parts = _split(tiles, problem.channels, problem.filters, kernel_threads())
     width = max(_round_up(hi - lo, _PANEL) for _, _, lo, hi in parts)
     chunk = min(tiles, _chunk(problem.channels, width, len(parts), None))
     weights = prod(_packed_shape(problem.channels, problem.filters))
-    copies = 0 if problem.channel_last else batch * (
-        problem.channels * prod(problem.size_in) + problem.filters * prod(problem.size_out))
-    return (len(parts) * 36 * chunk * (problem.channels + width) + weights + copies) * 4
+    copies = 0 if problem.channel_last else samples * per_sample
+    return (len(parts) * 36 * chunk * (problem.channels + width) + weights) * 4 + copies
 
 
 def _round_up(n, step):
