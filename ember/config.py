@@ -422,8 +422,9 @@ bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log when a sparse array fa
 int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,
         high=2, read='startup', status=GPU)
 enum_var('MXNET_CUDNN_AUTOTUNE_DEFAULT', '1', ('0', '1', '2'), 'Convolution algorithm (on the '
-         'CPU: oneDNN, im2col+GEMM, Winograd): 0 by rule, 1 by measuring those whose scratch '
-         'fits the workspace attribute (cached per layer shape), 2 by measuring all.',
+         'CPU: oneDNN, im2col+GEMM, Winograd), for the forward pass and for the data and '
+         'weight gradients each: 0 by rule, 1 by measuring those whose scratch fits the '
+         'workspace attribute (cached per layer shape), 2 by measuring all.',
          _OPS, 'op', cache_key=True)
 bool_var('MXNET_CUDA_ALLOW_TENSOR_CORE', True, 'Allow Tensor Cores in CUDA kernels.', _GPU, 'op',
          read='startup', status=GPU)
