@@ -17,7 +17,8 @@ def _set_openblas_timeout():
         import logging
         logging.getLogger(__name__).debug(
             'OPENBLAS_THREAD_TIMEOUT: NumPy was imported before Ember, so OpenBLAS keeps the '
-            'timeout it loaded with')
+            'timeout it loaded with; it runs on one thread while the engine runs '
+            '(engine.threads.blas_limits)')
     else:
         config.set_native_default('OPENBLAS_THREAD_TIMEOUT')
 

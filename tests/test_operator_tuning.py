@@ -222,6 +222,20 @@ def test_kernel_threads_share_the_cores_among_the_workers(monkeypatch, settings,
 
 
 POOLS = [{'prefix': 'libopenblas', 'num_threads': 8}, {'prefix': 'libgomp', 'num_threads': 1}]
+PTHREADS_OPENBLAS = [{'prefix': 'libscipy_openblas', 'num_threads': 8,
+                      'internal_api': 'openblas', 'threading_layer': 'pthreads'}]
+
+
+@pytest.mark.parametrize('timeout, expected', [(None, {'libscipy_openblas': 1}), ('4', None)])
+def test_an_openblas_that_spins_gets_one_thread(monkeypatch, timeout, expected):
+    monkeypatch.setattr(config, 'cpu_count', lambda: 8)
+    if timeout is None:
+        monkeypatch.delenv('OPENBLAS_THREAD_TIMEOUT', raising=False)
+    else:
+        monkeypatch.setenv('OPENBLAS_THREAD_TIMEOUT', timeout)
+    with config.override(OMP_NUM_THREADS=None, MXNET_CPU_WORKER_NTHREADS=None,
+                         MXNET_ENGINE_TYPE=None, MXNET_ENFORCE_DETERMINISM=None):
+        assert threads.blas_limits(PTHREADS_OPENBLAS) == expected
 
 
 @pytest.mark.parametrize('settings, expected', [
@@ -245,7 +259,7 @@ def test_blas_pools_are_lowered_to_the_threads_of_one_operator(monkeypatch, sett
 CHILD = r'''
 import ctypes, json, logging, sys
 mode = sys.argv[1]
-if mode == 'numpy-first':
+if mode.startswith('numpy-first'):
     import numpy
 if mode == 'gomp-first':
     ctypes.CDLL('libgomp.so.1', mode=ctypes.RTLD_GLOBAL)
@@ -279,7 +293,7 @@ if mode == 'tuning':
         split={str(size): [tuner.should_split('kernel', dtype, size)
                            for dtype in (np.float32, np.float64)]
                for size in (50000, 70000, 90000)})
-elif mode == 'threads':
+elif mode.endswith('threads'):
     from threadpoolctl import threadpool_info
     engine.get()
     facts.update(kernel_threads=engine.kernel_threads(),
@@ -405,3 +419,14 @@ def test_numpy_imported_first_keeps_its_timeout_and_says_so():
     facts = run_child('numpy-first', OPENBLAS_THREAD_TIMEOUT=None)
     assert facts['openblas_timeout'] is None
     assert 'NumPy was imported before Ember' in facts['stderr']
+
+
+@needs_native_defaults
+@pytest.mark.skipif(config.cpu_count() < 2, reason='BLAS runs one thread on one core')
+def test_a_spinning_openblas_runs_on_one_thread_while_the_engine_runs():
+    spinning = run_child('numpy-first-threads', OPENBLAS_THREAD_TIMEOUT=None,
+                         MXNET_CPU_WORKER_NTHREADS=None, OMP_NUM_THREADS=None)
+    assert spinning['openblas_timeout'] is None and spinning['blas'] == [1]
+    quiet = run_child('numpy-first-threads', OPENBLAS_THREAD_TIMEOUT='4',
+                      MXNET_CPU_WORKER_NTHREADS=None, OMP_NUM_THREADS=None)
+    assert quiet['blas'] == [config.cpu_count()]

@@ -103,7 +103,12 @@ class BlasLimit:
 def blas_limits(pools: list | None = None):
     """What :class:`BlasLimit` passes to threadpoolctl: a thread count for every pool, a dict
     of library prefix -> count for the pools to lower, or None to change nothing. `pools`
-    are threadpoolctl's ``threadpool_info()`` records (read when not given)."""
+    are threadpoolctl's ``threadpool_info()`` records (read when not given).
+
+    A pthreads OpenBLAS loaded without ``OPENBLAS_THREAD_TIMEOUT`` (NumPy imported before
+    Ember, which sets it otherwise) gets one thread: after each GEMM its threads would spin
+    for about 0.1 s on the cores that oneDNN and the kernel threads need next (a resnet50
+    training step took 1.4x as long). Ember's own GEMMs split over its kernel threads."""
     if config.get('MXNET_ENFORCE_DETERMINISM'):
         return 1
     asked = config.get('OMP_NUM_THREADS')
@@ -113,8 +118,15 @@ def blas_limits(pools: list | None = None):
         from threadpoolctl import threadpool_info
         pools = threadpool_info()
     target = kernel_threads()
-    lower = {pool['prefix']: target for pool in pools if pool['num_threads'] > target}
+    lower = {pool['prefix']: 1 if _spins(pool) else target for pool in pools
+             if pool['num_threads'] > (1 if _spins(pool) else target)}
     return lower or None
+
+
+def _spins(pool) -> bool:
+    """Whether `pool` is a pthreads OpenBLAS whose threads spin for its default timeout."""
+    return (pool.get('internal_api') == 'openblas' and pool.get('threading_layer') == 'pthreads'
+            and config.native_value('OPENBLAS_THREAD_TIMEOUT') is None)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -491,7 +491,7 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
 # Channel-first data goes through channel-last copies of at most this many bytes (or half the
 # workspace, when smaller): larger copies gain nothing and grow every temp space (MXNet's
 # MXNET_CPU_TEMP_COPY of them) by as much.
-_COPY_BYTES = 4 << 20
+_COPY_BYTES = 16 << 20
 
 
 def _copied_samples(batch, per_sample, budget) -> int:
