@@ -489,8 +489,9 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
 
 
 # Channel-first data goes through channel-last copies of at most this many bytes (or half the
-# workspace, when smaller): larger copies gain nothing and grow every temp space (MXNet's
-# MXNET_CPU_TEMP_COPY of them) by as much.
+# workspace, when smaller): larger copies gain little and grow every temp space (MXNet's
+# MXNET_CPU_TEMP_COPY of them) by as much; smaller ones cost more calls (4 MB: the weight
+# gradient of 64 channels at 56x56, batch 16, took 19.4 ms against 13.3 with 16 MB).
 _COPY_BYTES = 16 << 20
 
 
