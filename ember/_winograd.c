@@ -260,6 +260,28 @@ static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs
            (k->m = borrow(b, objs[6], "m", NULL, 0, POSITIONS * k->chunk * k->width, 1));
 }
 
+/* Runs `kernel` on the tiles [lo, hi) of `k` without the GIL, with `channels` zeros for the
+ * padding, and releases `b`; `ok` 0 (an exception set) releases only. */
+static PyObject *run_tiles(Conv *k, Buffers *b, int ok,
+                           void (*kernel)(const Conv *, Py_ssize_t, Py_ssize_t),
+                           Py_ssize_t lo, Py_ssize_t hi) {
+    float *zeros = ok ? PyMem_Calloc((size_t)k->g.channels, sizeof(float)) : NULL;
+    if (ok && zeros == NULL) {
+        PyErr_NoMemory();
+    }
+    if (zeros == NULL) {
+        release_all(b);
+        return NULL;
+    }
+    k->zeros = zeros;
+    Py_BEGIN_ALLOW_THREADS
+    kernel(k, lo, hi);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(zeros);
+    release_all(b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *convolve(PyObject *self, PyObject *args) {
     PyObject *objs[7];
     Py_ssize_t xs[4], os[4], lo, hi;
@@ -270,22 +292,7 @@ static PyObject *convolve(PyObject *self, PyObject *args) {
         return NULL;
     }
     Buffers b = {.count = 0};
-    if (!borrow_all(&k, &b, objs, xs, os, lo, hi)) {
-        release_all(&b);
-        return NULL;
-    }
-    float *zeros = PyMem_Calloc((size_t)k.g.channels, sizeof(float));
-    if (zeros == NULL) {
-        release_all(&b);
-        return PyErr_NoMemory();
-    }
-    k.zeros = zeros;
-    Py_BEGIN_ALLOW_THREADS
-    run(&k, lo, hi);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(zeros);
-    release_all(&b);
-    Py_RETURN_NONE;
+    return run_tiles(&k, &b, borrow_all(&k, &b, objs, xs, os, lo, hi), run, lo, hi);
 }
 
 static PyObject *transform_weights(PyObject *self, PyObject *args) {
@@ -345,21 +352,7 @@ static PyObject *weight_gradient(PyObject *self, PyObject *args) {
              (k.v = borrow(&b, v, "v", NULL, 0, POSITIONS * k.chunk * k.g.channels, 1)) &&
              (k.m = borrow(&b, m, "m", NULL, 0, POSITIONS * k.chunk * k.width, 1));
     }
-    float *zeros = ok ? PyMem_Calloc((size_t)k.g.channels, sizeof(float)) : NULL;
-    if (ok && zeros == NULL) {
-        PyErr_NoMemory();
-    }
-    if (zeros == NULL) {
-        release_all(&b);
-        return NULL;
-    }
-    k.zeros = zeros;
-    Py_BEGIN_ALLOW_THREADS
-    run_gradient(&k, lo, hi);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(zeros);
-    release_all(&b);
-    Py_RETURN_NONE;
+    return run_tiles(&k, &b, ok, run_gradient, lo, hi);
 }
 
 static PyObject *finish_gradient(PyObject *self, PyObject *args) {

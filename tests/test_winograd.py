@@ -302,12 +302,18 @@ def test_weight_gradient_sums_in_the_winograd_domain(channel_last, pad):
     assert_close(dw, expected)
 
 
+def same_size_layer(seed, x_shape, filters):
+    """NHWC data of `x_shape`, an output gradient of `filters` channels and the window of a
+    3x3 layer padded by 1."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    dy = rng.standard_normal(x_shape[:-1] + (filters,)).astype(np.float32)
+    return x, dy, make_window((3, 3), (1, 1), (1, 1), (1, 1), x_shape[1:3], x_shape[1:3])
+
+
 @needs_module
 def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 12, 12, 40)).astype(np.float32)
-    dy = rng.standard_normal((2, 12, 12, 50)).astype(np.float32)
-    window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (12, 12), (12, 12))
+    x, dy, window = same_size_layer(3, (2, 12, 12, 40), 50)
 
     def run(threads):
         dw = np.empty((50, 3, 3, 40), np.float32)
@@ -343,12 +349,10 @@ def test_weight_gradient_scratch_covers_what_it_takes(channel_last):
 
 @needs_module
 def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch):
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((4, 6, 9, 9)).astype(np.float32)
-    dy = rng.standard_normal((4, 10, 9, 9)).astype(np.float32)
-    window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (9, 9), (9, 9))
-    expected = direct_weight_gradient(_nhwc(dy).astype(np.float64),
-                                      _nhwc(x).astype(np.float64), 1).transpose(0, 3, 1, 2)
+    x, dy, window = same_size_layer(5, (4, 9, 9, 6), 10)
+    expected = direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64),
+                                      1).transpose(0, 3, 1, 2)
+    x, dy = _nchw(x), _nchw(dy)
     seen = []
     real = _winograd.weight_gradient
     monkeypatch.setattr(_winograd, 'weight_gradient',
@@ -359,10 +363,6 @@ def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch):
     conv_winograd.weight_gradient(dy, x, dw, window, False, threads=1)
     assert seen == [2, 2]
     assert_close(dw, expected)
-
-
-def _nhwc(a):
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
 
 
 def test_weight_gradient_sums_must_fit_the_cache():

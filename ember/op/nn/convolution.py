@@ -522,16 +522,30 @@ def _conv_backward_kernel(attrs, ins, outs, ctx):
 
 
 def _backward_data(attrs, dy, weight, dx, ctx, onednn):
-    """dx from oneDNN's backward-data primitive, NumPy's GEMM and col2im, or Winograd, as
-    ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses (:mod:`ember.op.nn.conv_algorithms`)."""
-    calls = _Calls(ConvCall(attrs, dy, weight, None, dx, ctx=ctx), ctx, gradient='data')
-    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
-                                       attrs['workspace'] << 20, onednn, calls.trial,
+    """dx from oneDNN's backward-data primitive, NumPy's GEMM and col2im, or Winograd."""
+    _chosen_gradient(ConvCall(attrs, dy, weight, None, dx, ctx=ctx), 'data', onednn,
+                     lambda: numpy_backward_data(attrs, dy, weight, dx, ctx))
+
+
+def _backward_weights(attrs, dy, x, dweight, dbias, ctx, onednn):
+    """dweight (and dbias) from oneDNN's backward-weights primitive, NumPy's im2col and GEMM,
+    or Winograd."""
+    _chosen_gradient(ConvCall(attrs, dy, x, dbias, dweight, ctx=ctx), 'weight', onednn,
+                     lambda: numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx))
+
+
+def _chosen_gradient(call, gradient, onednn, fallback):
+    """Runs `call`, a Convolution gradient ('data' or 'weight'; see ConvCall), with the
+    algorithm ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses; `fallback()` where it declines."""
+    ctx = call.ctx
+    calls = _Calls(call, ctx, gradient=gradient)
+    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(call.attrs),
+                                       call.attrs['workspace'] << 20, onednn, calls.trial,
                                        ctx.deterministic)
     if calls.measured and ctx.temp is not None:
         ctx.temp.release()
     if not calls.run(algorithm):
-        numpy_backward_data(attrs, dy, weight, dx, ctx)
+        fallback()
 
 
 def numpy_backward_data(attrs, dy, weight, dx, ctx):
@@ -541,19 +555,6 @@ def numpy_backward_data(attrs, dy, weight, dx, ctx):
     window = _conv_window('Convolution', attrs, dxc.shape[2:])
     conv_backward_data(xp, channel_first(xp, dy, layout), weight_channel_first(xp, weight, layout),
                        window, attrs['num_group'], dxc, ctx, workspace_bytes(attrs))
-
-
-def _backward_weights(attrs, dy, x, dweight, dbias, ctx, onednn):
-    """dweight (and dbias) from oneDNN's backward-weights primitive, NumPy's im2col and GEMM,
-    or Winograd, as ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` chooses."""
-    calls = _Calls(ConvCall(attrs, dy, x, dbias, dweight, ctx=ctx), ctx, gradient='weight')
-    algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
-                                       attrs['workspace'] << 20, onednn, calls.trial,
-                                       ctx.deterministic)
-    if calls.measured and ctx.temp is not None:
-        ctx.temp.release()
-    if not calls.run(algorithm):
-        numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx)
 
 
 def numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx):
