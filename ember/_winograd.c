@@ -599,24 +599,31 @@ INLINE void ISA(input_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count) 
 /* ------------------------------------------------------------------------------------------ */
 /* Products: M[p] (count x width) = V[p] (count x C) @ U[p] (C x width) */
 
-/* `rows` <= ROWS tiles by one panel of 16 filters, the sum over all channels in registers. */
-INLINE void ISA(product_block)(const float *v, Py_ssize_t channels, const float *panel,
-                               float *m, Py_ssize_t width, int rows) {
-    vec sum[ROWS][2];
+/* The register block both products share: for each of `rows` rows r,
+   sum[r] = sum over k < steps of a[r * a_row + k * a_step] * (the 16 floats at b + k * b_step). */
+INLINE void ISA(outer_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
+                            const float *b, Py_ssize_t b_step, Py_ssize_t steps,
+                            vec sum[ROWS][2], int rows) {
     UNROLL
     for (int r = 0; r < rows; r++) {
         sum[r][0] = sum[r][1] = ISA(splat)(0.0f);
     }
-    for (Py_ssize_t c = 0; c < channels; c++) {
-        vec low = ISA(load)(panel + c * PANEL, LANES);
-        vec high = ISA(load)(panel + c * PANEL + LANES, LANES);
+    for (Py_ssize_t k = 0; k < steps; k++) {
+        vec low = ISA(load)(b + k * b_step, LANES), high = ISA(load)(b + k * b_step + LANES, LANES);
         UNROLL
         for (int r = 0; r < rows; r++) {
-            vec value = ISA(splat)(v[r * channels + c]);
+            vec value = ISA(splat)(a[r * a_row + k * a_step]);
             sum[r][0] += value * low;
             sum[r][1] += value * high;
         }
     }
+}
+
+/* `rows` <= ROWS tiles by one panel of 16 filters, the sum over all channels in registers. */
+INLINE void ISA(product_block)(const float *v, Py_ssize_t channels, const float *panel,
+                               float *m, Py_ssize_t width, int rows) {
+    vec sum[ROWS][2];
+    ISA(outer_sums)(v, channels, 1, panel, PANEL, channels, sum, rows);
     UNROLL
     for (int r = 0; r < rows; r++) {
         ISA(store)(m + r * width, &sum[r][0], LANES);
@@ -862,19 +869,7 @@ INLINE void ISA(sum_block)(const float *v, Py_ssize_t channels, const float *m,
                            Py_ssize_t width, Py_ssize_t count, float *du, Py_ssize_t du_row,
                            int rows) {
     vec sum[ROWS][2];
-    UNROLL
-    for (int r = 0; r < rows; r++) {
-        sum[r][0] = sum[r][1] = ISA(splat)(0.0f);
-    }
-    for (Py_ssize_t t = 0; t < count; t++) {
-        vec low = ISA(load)(m + t * width, LANES), high = ISA(load)(m + t * width + LANES, LANES);
-        UNROLL
-        for (int r = 0; r < rows; r++) {
-            vec value = ISA(splat)(v[t * channels + r]);
-            sum[r][0] += value * low;
-            sum[r][1] += value * high;
-        }
-    }
+    ISA(outer_sums)(v, 1, channels, m, width, count, sum, rows);
     UNROLL
     for (int r = 0; r < rows; r++) {
         vec low = ISA(load)(du + r * du_row, LANES) + sum[r][0];
