@@ -115,46 +115,29 @@ typedef struct {
 
 static int use_avx2 = 0;
 
-static void run(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
+/* Calls the AVX2 copy of a kernel where the CPU has it, the baseline copy otherwise. */
 #if HAVE_AVX2_BUILD
-    if (use_avx2) {
-        convolve_avx2(k, lo, hi);
-        return;
-    }
+#define DISPATCH(name, ...) (use_avx2 ? name##_avx2(__VA_ARGS__) : name##_baseline(__VA_ARGS__))
+#else
+#define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
 #endif
-    convolve_baseline(k, lo, hi);
+
+static void run(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
+    DISPATCH(convolve, k, lo, hi);
 }
 
 static void run_gradient(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
-#if HAVE_AVX2_BUILD
-    if (use_avx2) {
-        weight_gradient_avx2(k, lo, hi);
-        return;
-    }
-#endif
-    weight_gradient_baseline(k, lo, hi);
+    DISPATCH(weight_gradient, k, lo, hi);
 }
 
 static void run_finish(const float *du, Py_ssize_t channels, Py_ssize_t filters,
                        Py_ssize_t du_row, float *dw, Py_ssize_t lo, Py_ssize_t hi) {
-#if HAVE_AVX2_BUILD
-    if (use_avx2) {
-        finish_gradient_avx2(du, channels, filters, du_row, dw, lo, hi);
-        return;
-    }
-#endif
-    finish_gradient_baseline(du, channels, filters, du_row, dw, lo, hi);
+    DISPATCH(finish_gradient, du, channels, filters, du_row, dw, lo, hi);
 }
 
 static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
                         Py_ssize_t lo, Py_ssize_t hi) {
-#if HAVE_AVX2_BUILD
-    if (use_avx2) {
-        transform_weights_avx2(w, channels, filters, u, lo, hi);
-        return;
-    }
-#endif
-    transform_weights_baseline(w, channels, filters, u, lo, hi);
+    DISPATCH(transform_weights, w, channels, filters, u, lo, hi);
 }
 
 /* ------------------------------------------------------------------------------------------ */
