@@ -278,6 +278,23 @@ static PyObject *convolve(PyObject *self, PyObject *args) {
     return run_tiles(&k, &b, borrow_all(&k, &b, objs, xs, os, lo, hi), run, lo, hi);
 }
 
+/* Whether `name` has OHWI 3x3 shape `ws` and [lo, hi) of its `unit`s lies in [0, limit);
+   sets the exception where not. */
+static int valid_weights(const char *name, const Py_ssize_t ws[4], const char *unit,
+                         Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t limit) {
+    if (ws[1] != 3 || ws[2] != 3 || ws[3] < 1 || ws[0] < 1) {
+        PyErr_Format(PyExc_ValueError, "%s (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
+                     name, ws[0], ws[1], ws[2], ws[3]);
+        return 0;
+    }
+    if (lo < 0 || hi < lo || hi > limit) {
+        PyErr_Format(PyExc_ValueError, "%s [%zd, %zd): expected 0 <= lo <= hi <= %zd", unit, lo,
+                     hi, limit);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *transform_weights(PyObject *self, PyObject *args) {
     PyObject *w, *u;
     Py_ssize_t ws[4], lo, hi;
@@ -286,20 +303,13 @@ static PyObject *transform_weights(PyObject *self, PyObject *args) {
     }
     Buffers b = {.count = 0};
     const float *weights = borrow(&b, w, "w", ws, 0, 0, 0);
-    if (weights == NULL) {
-        release_all(&b);
-        return NULL;
-    }
-    Py_ssize_t channels = ws[3], filters = ws[0], panels = (filters + PANEL - 1) / PANEL;
     float *out = NULL;
-    if (ws[1] != 3 || ws[2] != 3 || channels < 1 || filters < 1) {
-        PyErr_Format(PyExc_ValueError, "w (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
-                     ws[0], ws[1], ws[2], ws[3]);
-    } else if (lo < 0 || hi < lo || hi > panels) {
-        PyErr_Format(PyExc_ValueError, "panels [%zd, %zd): expected 0 <= lo <= hi <= %zd", lo,
-                     hi, panels);
-    } else {
-        out = borrow(&b, u, "u", NULL, 0, POSITIONS * panels * PANEL * channels, 1);
+    Py_ssize_t channels = 0, filters = 0, panels = 0;
+    if (weights != NULL) {
+        channels = ws[3], filters = ws[0], panels = (filters + PANEL - 1) / PANEL;
+        if (valid_weights("w", ws, "panels", lo, hi, panels)) {
+            out = borrow(&b, u, "u", NULL, 0, POSITIONS * panels * PANEL * channels, 1);
+        }
     }
     if (out == NULL) {
         release_all(&b);
@@ -347,17 +357,12 @@ static PyObject *finish_gradient(PyObject *self, PyObject *args) {
     Buffers b = {.count = 0};
     float *out = borrow(&b, dw, "dw", ws, 0, 0, 1);
     const float *sums = NULL;
-    Py_ssize_t channels = ws[3], filters = ws[0], row = (filters + PANEL - 1) / PANEL * PANEL;
-    if (out == NULL) {
-        /* the exception is set */
-    } else if (ws[1] != 3 || ws[2] != 3 || channels < 1 || filters < 1) {
-        PyErr_Format(PyExc_ValueError, "dw (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
-                     ws[0], ws[1], ws[2], ws[3]);
-    } else if (lo < 0 || hi < lo || hi > channels) {
-        PyErr_Format(PyExc_ValueError, "channels [%zd, %zd): expected 0 <= lo <= hi <= %zd",
-                     lo, hi, channels);
-    } else {
-        sums = borrow(&b, du, "du", NULL, 0, POSITIONS * channels * row, 0);
+    Py_ssize_t channels = 0, filters = 0, row = 0;
+    if (out != NULL) {
+        channels = ws[3], filters = ws[0], row = (filters + PANEL - 1) / PANEL * PANEL;
+        if (valid_weights("dw", ws, "channels", lo, hi, channels)) {
+            sums = borrow(&b, du, "du", NULL, 0, POSITIONS * channels * row, 0);
+        }
     }
     if (sums == NULL) {
         release_all(&b);
