@@ -275,6 +275,50 @@ def test_measurement_keeps_onednn_unless_clearly_beaten(monkeypatch, gemm_second
     assert picked.name == chosen
 
 
+def _timed_trials(durations):
+    """A trial for conv_algorithms.measure: the calls in order, each algorithm's calls sleeping
+    the next of its `durations` (the last one repeating); 'declines' declines."""
+    import time
+    calls = []
+
+    def trial(algorithm):
+        if algorithm.name == 'declines':
+            return False
+        mine = durations[algorithm.name]
+        time.sleep(mine[min(sum(c == algorithm.name for c in calls), len(mine) - 1)])
+        calls.append(algorithm.name)
+        return True
+    return trial, calls
+
+
+def test_measurement_takes_turns_and_keeps_each_best(monkeypatch):
+    # a's first timed call is slow (another process, say): measured in turns, the slow call
+    # is one of several and the best of a's rounds wins; what declines is left out
+    fast, slow = 0.001, 0.03
+    trial, calls = _timed_trials({'a': [fast, slow, fast], 'b': [0.004]})
+    names = [conv_algorithms.Algorithm(name, None, None, None)
+             for name in ('a', 'declines', 'b')]
+    seconds = conv_algorithms.measure(None, names, trial)
+    assert set(seconds) == {'a', 'b'}
+    assert seconds['a'] < 0.003 < seconds['b']
+    assert calls[:2] == ['a', 'b']                  # the warm-ups, then rounds in turns
+    rounds = calls[2:]
+    assert rounds[0::2] == ['a'] * (len(rounds) // 2) and rounds[1::2] == ['b'] * (len(rounds) // 2)
+    assert conv_algorithms.MEASURE_ROUNDS <= len(rounds) // 2 <= conv_algorithms.MEASURE_MAX_ROUNDS
+
+
+def test_measurement_of_slow_layers_stops_after_the_minimum_rounds(monkeypatch):
+    monkeypatch.setattr(conv_algorithms, 'MEASURE_SECONDS', 0.0)
+    trial, calls = _timed_trials({'a': [0.0], 'b': [0.0]})
+    names = [conv_algorithms.Algorithm(name, None, None, None) for name in 'ab']
+    conv_algorithms.measure(None, names, trial)
+    assert len(calls) == 2 + 2 * conv_algorithms.MEASURE_ROUNDS
+    monkeypatch.setattr(conv_algorithms, 'MEASURE_SECONDS', 60.0)
+    calls.clear()
+    conv_algorithms.measure(None, names, trial)
+    assert len(calls) == 2 + 2 * conv_algorithms.MEASURE_MAX_ROUNDS
+
+
 def test_cudnn_tune_of_the_operator_overrides_the_variable(measured):
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
         nd_conv(BIG, cudnn_tune='off')
