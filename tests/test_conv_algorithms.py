@@ -119,6 +119,22 @@ def run_algorithm(name, case, layout, residual=False, act_type=None, budget=None
     return out, expected
 
 
+def test_a_problem_is_worked_out_once_per_shape():
+    # every call of a layer asks for its problem: the same object comes back, with its window
+    # and FLOPs already known; a gradient, a new batch size or a new stride is another problem
+    attrs = CASES['3x3 pad'].attrs(CONV, 'NHWC')
+    x = CASES['3x3 pad'].arrays('NHWC')[0]
+    problem = problem_of(attrs, x)
+    assert problem_of(attrs, x.copy()) is problem
+    assert (problem.channel_last, problem.batch, problem.gradient) == (True, x.shape[0], '')
+    weight = problem_of(attrs, x, 'weight')
+    assert weight.gradient == 'weight' and weight == dataclasses.replace(problem,
+                                                                         gradient='weight')
+    assert problem_of(attrs, x[:1]).batch == 1
+    strided = problem_of({**attrs, 'stride': (2, 2)}, x)
+    assert strided.stride == (2, 2) and strided.size_out != problem.size_out
+
+
 def _supported(name, case, layout):
     x = CASES[case].arrays(layout)[0]
     return conv_algorithms.ALGORITHMS[name].supports(problem_of(CASES[case].attrs(CONV, layout),

@@ -2,6 +2,7 @@
 sliding windows (im2col / col2im) and scratch memory."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,14 +93,22 @@ def join_layout(batch, channels, spatial, layout):
     return (batch, channels) + tuple(spatial)
 
 
+@functools.lru_cache(maxsize=None)
+def _last_to_second(ndim):
+    """The axes that move an array's last axis to position 1: ``moveaxis(a, -1, 1)`` without
+    its argument checks, which cost more than the rest of a small convolution's setup."""
+    return (0, ndim - 1) + tuple(range(1, ndim - 1))
+
+
 def channel_first(xp, array, layout):
     """A channel-first view of `array` (no copy)."""
-    return xp.moveaxis(array, -1, 1) if is_channel_last(layout) else array
+    return array.transpose(_last_to_second(array.ndim)) if is_channel_last(layout) else array
 
 
 def weight_channel_first(xp, weight, layout):
     """Weights of channel-last layouts are (F, *kernel, C); kernels want (F, C, *kernel)."""
-    return xp.moveaxis(weight, -1, 1) if is_channel_last(layout) else weight
+    return weight.transpose(_last_to_second(weight.ndim)) if is_channel_last(layout) \
+        else weight
 
 
 def as_shape(xp, array, shape):

@@ -112,7 +112,7 @@ class ConvProblem:
     def dtype_size(self):
         return 8 if self.dtype == 'float64' else (2 if self.dtype == 'float16' else 4)
 
-    @property
+    @functools.cached_property
     def flops(self):
         """Multiply-adds times two of the direct convolution."""
         return (2 * self.batch * self.filters * (self.channels // self.groups)

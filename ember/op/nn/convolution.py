@@ -14,6 +14,7 @@ vice versa.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -397,7 +398,7 @@ class _Calls:
         # a gradient's call reads the output gradient as x: the problem is of the data (the
         # data gradient's out, the weight gradient's weight)
         data = {'': call.x, 'data': call.out, 'weight': call.weight}[gradient]
-        self.problem = dataclasses.replace(problem_of(call.attrs, data), gradient=gradient)
+        self.problem = problem_of(call.attrs, data, gradient)
         self.budget = workspace_bytes(call.attrs)
         self._trial = None
         # Winograd's transformed weights are past their budget: it transforms every call
@@ -446,14 +447,23 @@ class _Calls:
         return scratch(self.ctx, np, *specs)
 
 
-def problem_of(attrs, data) -> ConvProblem:
-    """The :class:`~ember.op.nn.conv_algorithms.ConvProblem` of a Convolution call."""
-    layout = attrs['layout']
-    batch, channels, size_in = split_layout(data.shape, layout)
-    stride, dilate, pad = spatial_defaults('Convolution', attrs, len(size_in))
-    return ConvProblem(is_channel_last(layout), batch, channels, attrs['num_filter'],
-                       attrs['num_group'], tuple(attrs['kernel']), stride, dilate, pad,
-                       tuple(size_in), data.dtype.name)
+def problem_of(attrs, data, gradient='') -> ConvProblem:
+    """The :class:`~ember.op.nn.conv_algorithms.ConvProblem` of a Convolution call, or of its
+    `gradient` ('data' or 'weight'), whose `data` is the array of that shape. The same object
+    for the same problem: what it derives, such as its window, is worked out once."""
+    return _problem(attrs['layout'], data.shape, data.dtype, attrs['num_filter'],
+                    attrs['num_group'], attrs['kernel'], attrs.get('stride'),
+                    attrs.get('dilate'), attrs.get('pad'), gradient)
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem(layout, shape, dtype, filters, groups, kernel, stride, dilate, pad, gradient):
+    batch, channels, size_in = split_layout(shape, layout)
+    stride, dilate, pad = spatial_defaults(
+        'Convolution', {'kernel': kernel, 'stride': stride, 'dilate': dilate, 'pad': pad},
+        len(size_in))
+    return ConvProblem(is_channel_last(layout), batch, channels, filters, groups, tuple(kernel),
+                       stride, dilate, pad, tuple(size_in), dtype.name, gradient)
 
 
 _TUNE_MODES = {'off': '0', 'limited_workspace': '1', 'fastest': '2'}
