@@ -325,6 +325,26 @@ def test_convolution_gradients_match_numpy(shape, kwargs):
         np.testing.assert_allclose(got, expected, rtol=RTOL, atol=1e-4)
 
 
+def test_channel_last_convolution_to_one_pixel_runs_the_channel_last_kernels(primitive_runs):
+    # a kernel covering its input leaves a (N, F, 1, 1) output, as much plain as channel-last;
+    # described as plain it sent oneDNN to its reference kernels, forward and backward
+    kwargs = dict(kernel=(5, 5), num_filter=8, layout='NHWC')
+    op = registry.get('Convolution')
+    attrs = op.parse_attrs(kwargs)
+    shapes, (out_shape,) = op.infer_shape(attrs, [(3, 5, 5, 16), None, None])
+    x, w, b = rand(3, 5, 5, 16), rand(*shapes[1], seed=1), rand(*shapes[2], seed=2)
+    assert_same_both_ways('Convolution', [x, w, b], runs=primitive_runs, **kwargs)
+    dy = rand(*out_shape, seed=3)
+    want, _ = run_kernel('_backward_Convolution', [dy, x, w], False, **kwargs)
+    got = [np.full(a.shape, np.nan, np.float32) for a in (x, w, b)]
+    assert provider.convolution_backward_data(attrs, dy, w, got[0])
+    assert provider.convolution_backward_weights(attrs, dy, x, got[1], got[2])
+    for g, expected in zip(got, want):
+        np.testing.assert_allclose(g, expected, rtol=RTOL, atol=1e-4)
+    assert all(not run.implementation.startswith('ref') for run in primitive_runs), \
+        [run.implementation for run in primitive_runs]
+
+
 def test_convolution_gradients_decline_when_disabled():
     attrs = registry.get('Convolution').parse_attrs(dict(kernel=(3, 3), num_filter=2))
     x, w, dy = rand(1, 2, 5, 5), rand(2, 2, 3, 3), rand(1, 2, 3, 3)

@@ -347,11 +347,7 @@ class MemoryDesc:
     @classmethod
     def channel_last(cls, dims) -> MemoryDesc:
         """A dense descriptor of dims (N, C, *spatial) with the channels innermost."""
-        strides, step = [0] * len(dims), 1
-        for axis in [1] + list(range(len(dims) - 1, 1, -1)) + [0]:
-            strides[axis] = step
-            step *= dims[axis]
-        return cls.plain(dims, strides)
+        return cls.plain(dims, channel_last_strides(dims))
 
     @classmethod
     def any(cls, dims) -> MemoryDesc:
@@ -376,6 +372,15 @@ class MemoryDesc:
     def __repr__(self):
         layout = 'any' if self.strides is None and self.owner is None else self.strides
         return f'MemoryDesc(dims={self.dims}, strides={layout})'
+
+
+def channel_last_strides(dims) -> tuple:
+    """Element strides of dense dims (N, C, *spatial) with the channels innermost."""
+    strides, step = [0] * len(dims), 1
+    for axis in [1] + list(range(len(dims) - 1, 1, -1)) + [0]:
+        strides[axis] = step
+        step *= dims[axis]
+    return tuple(strides)
 
 
 def _element_strides(array) -> tuple:

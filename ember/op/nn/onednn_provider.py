@@ -69,6 +69,24 @@ def _layout(array) -> tuple | None:
     return None if array is None else (array.shape, array.strides)
 
 
+def _alike(*arrays) -> list:
+    """Descriptors of channel-first views (N, C, *spatial) of activations that must agree on
+    their layout. A view whose spatial dims are all 1 (global pooling's output, a convolution
+    whose kernel covers its input) is as much channel-last as it is plain, and oneDNN takes
+    it as plain: next to channel-last data that mismatch sends it to its reference kernel,
+    250 times slower (resnet50_v1's last pooling at batch 32: 65 ms). So when every array is
+    a dense channel-last view, all are described as channel-last."""
+    if all(_dense_channel_last(a) for a in arrays):
+        return [MemoryDesc.channel_last(a.shape) for a in arrays]
+    return [MemoryDesc.of(a) for a in arrays]
+
+
+def _dense_channel_last(array) -> bool:
+    dense = onednn.channel_last_strides(array.shape)
+    return all(n == 1 or s == d * array.itemsize
+               for n, s, d in zip(array.shape, array.strides, dense))
+
+
 def _run(key, build, arrays, accumulate=None, versions=None) -> bool:
     primitive = onednn.cached(key, build)
     if primitive is None:
@@ -117,10 +135,10 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
            dilate, pad, post_ops)
 
     def build():
+        x_md, y_md, *r_md = _alike(x, y, *([] if r is None else [r]))
         return onednn.convolution(
-            MemoryDesc.of(x), MemoryDesc.of(w), None if bias is None else MemoryDesc.of(bias),
-            MemoryDesc.of(y), stride, dilate, pad, pad, post_ops,
-            accumulate=None if r is None else MemoryDesc.of(r),
+            x_md, MemoryDesc.of(w), None if bias is None else MemoryDesc.of(bias),
+            y_md, stride, dilate, pad, pad, post_ops, accumulate=r_md[0] if r_md else None,
             activations_as_given=is_channel_last(layout))
     arrays = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_DST: y}
     if bias is not None:
@@ -172,8 +190,9 @@ def convolution_backward_data(attrs, dy, weight, dx) -> bool:
     key = ('conv_bwd_data', _layout(dxc), _layout(w), _layout(dyc), stride, dilate, pad)
 
     def build():
-        return onednn.convolution_backward_data(MemoryDesc.of(dxc), MemoryDesc.of(w),
-                                                MemoryDesc.of(dyc), stride, dilate, pad, pad)
+        dx_md, dy_md = _alike(dxc, dyc)
+        return onednn.convolution_backward_data(dx_md, MemoryDesc.of(w), dy_md, stride, dilate,
+                                                pad, pad)
     return _run(key, build, {ARG_DIFF_SRC: dxc, ARG_WEIGHTS: w, ARG_DIFF_DST: dyc})
 
 
@@ -193,9 +212,10 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
            dilate, pad)
 
     def build():
+        x_md, dy_md = _alike(x, dyc)
         return onednn.convolution_backward_weights(
-            MemoryDesc.of(x), MemoryDesc.of(dw), None if dbias is None else MemoryDesc.of(dbias),
-            MemoryDesc.of(dyc), stride, dilate, pad, pad)
+            x_md, MemoryDesc.of(dw), None if dbias is None else MemoryDesc.of(dbias), dy_md,
+            stride, dilate, pad, pad)
     arrays = {ARG_SRC: x, ARG_DIFF_WEIGHTS: dw, ARG_DIFF_DST: dyc}
     if dbias is not None:
         arrays[ARG_DIFF_BIAS] = dbias
@@ -286,26 +306,6 @@ def _pool_step(x, y, window, algorithm, apart):
     if primitive is None:
         return None
     return lambda: primitive.run({ARG_SRC: x, ARG_DST: y})
-
-
-def _alike(*arrays) -> list:
-    """Descriptors of channel-first views (N, C, *spatial) that agree on their layout. A view
-    whose spatial dims are all 1 (global pooling's output) is as much channel-last as it is
-    plain, and oneDNN takes it as plain: next to channel-last data that mismatch sends it to
-    its reference kernel, 250 times slower (resnet50_v1's last pooling at batch 32: 65 ms).
-    So when every array is a dense channel-last view, all are described as channel-last."""
-    if all(_dense_channel_last(a) for a in arrays):
-        return [MemoryDesc.channel_last(a.shape) for a in arrays]
-    return [MemoryDesc.of(a) for a in arrays]
-
-
-def _dense_channel_last(array) -> bool:
-    step, strides = array.itemsize, array.strides
-    for axis in [1] + list(range(array.ndim - 1, 1, -1)) + [0]:
-        if array.shape[axis] > 1 and strides[axis] != step:
-            return False
-        step *= array.shape[axis]
-    return True
 
 
 def _run_all(steps) -> bool:
