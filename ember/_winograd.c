@@ -19,7 +19,10 @@
  * dU[p] += V[p]^T (A dY A^T)[p], the sum over the chunk's tiles (6 channels x 16 filters in
  * registers); finish_gradient() returns dU to 3x3 as G^T dU G.
  *
- * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. The
+ * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. With
+ * a shared counter (`claim`), convolve()'s threads instead take the next chunk of tiles, or
+ * the next group of filter panels of a chunk, from it as they go: a thread that starts late (woken
+ * 0.1 ms after the caller on a virtual machine) does less, and none waits for another. The
  * transforms are the separable 1-D ones, vectorised over 8 channels (GCC vector extensions).
  * The kernels (the second half of this file, which includes itself once per build) are
  * compiled twice: for AVX2 + FMA, chosen at run time where the CPU has them, and for the
@@ -84,6 +87,9 @@ typedef struct {
     Py_ssize_t f_lo, f_hi;      /* filters: f_lo a multiple of PANEL */
     Py_ssize_t width;           /* M's row: f_hi - f_lo rounded up to whole panels */
     Py_ssize_t chunk;
+    long long *claim;           /* shared: the next item to take, or NULL (the range given) */
+    Py_ssize_t claim_panels;    /* 0: items are chunks of tiles; else groups of this many
+                                   panels of filters of a chunk */
     int relu;
 } Conv;
 
@@ -233,6 +239,9 @@ static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs
     }
     Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL;
     k->width = (k->f_hi - k->f_lo + PANEL - 1) / PANEL * PANEL;
+    if (k->claim_panels > 0 && k->claim_panels * PANEL < k->width) {
+        k->width = k->claim_panels * PANEL;       /* one group of filters at a time */
+    }
     Py_ssize_t u_size = POSITIONS * panels * PANEL * k->g.channels;
     return (k->u = borrow(b, objs[1], "u", NULL, 0, u_size, 0)) &&
            (objs[3] == Py_None || (k->bias = borrow(b, objs[3], "bias", NULL, 0,
@@ -265,17 +274,45 @@ static PyObject *run_tiles(Conv *k, Buffers *b, int ok,
     Py_RETURN_NONE;
 }
 
+/* The shared counter of convolve(): one writable, aligned int64 (held in `b`); NULL with an
+ * exception otherwise. */
+static long long *borrow_claim(Buffers *b, PyObject *obj) {
+    Py_buffer *view = &b->views[b->count];
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    b->count++;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') {
+        f++;
+    }
+    if (view->itemsize != 8 || view->len < 8 || (f[0] != 'q' && f[0] != 'l') || f[1] != '\0' ||
+        (size_t)view->buf % 8 != 0) {
+        PyErr_Format(PyExc_TypeError, "claim: expected a writable, aligned int64 array, got "
+                     "buffer format '%s' of %zd bytes", f, view->len);
+        return NULL;
+    }
+    return (long long *)view->buf;
+}
+
 static PyObject *convolve(PyObject *self, PyObject *args) {
-    PyObject *objs[7];
+    PyObject *objs[7], *claim = Py_None;
     Py_ssize_t xs[4], os[4], lo, hi;
     Conv k = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO:convolve", &objs[0], &objs[1],
+    if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO|On:convolve", &objs[0], &objs[1],
                           &objs[2], &objs[3], &objs[4], &k.relu, &k.g.pad_top, &k.g.pad_left,
-                          &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk, &objs[5], &objs[6])) {
+                          &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk, &objs[5], &objs[6], &claim,
+                          &k.claim_panels)) {
+        return NULL;
+    }
+    if (k.claim_panels < 0) {
+        PyErr_Format(PyExc_ValueError, "claim_panels %zd: expected >= 0 (0: claim tiles)",
+                     k.claim_panels);
         return NULL;
     }
     Buffers b = {.count = 0};
-    return run_tiles(&k, &b, borrow_all(&k, &b, objs, xs, os, lo, hi), run, lo, hi);
+    int ok = claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL;
+    return run_tiles(&k, &b, ok && borrow_all(&k, &b, objs, xs, os, lo, hi), run, lo, hi);
 }
 
 /* Whether `name` has OHWI 3x3 shape `ws` and [lo, hi) of its `unit`s lies in [0, limit);
@@ -412,11 +449,16 @@ static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"convolve", convolve, METH_VARARGS,
      "convolve(x, u, out, bias, residual, relu, (pad_top, pad_left), (tile_lo, tile_hi),\n"
-     "         (f_lo, f_hi), chunk, v, m)\n\n"
+     "         (f_lo, f_hi), chunk, v, m, claim=None, claim_panels=0)\n\n"
      "out[..., f_lo:f_hi] = relu?(conv(x, w) + bias + residual) over the output tiles\n"
      "[tile_lo, tile_hi), `chunk` tiles at a time. x, out, residual: NHWC float32; u: G w G^T\n"
      "as (36, ceil(F / 16), C, 16); v, m: scratch of 36 * chunk * C and 36 * chunk *\n"
-     "round_up(f_hi - f_lo, 16) floats. bias and residual may be None."},
+     "round_up(f_hi - f_lo, 16) floats. bias and residual may be None.\n"
+     "claim: an int64 array of one value, 0 before the first of the threads that share the\n"
+     "work calls (each with the same arguments but its own v and m); each then takes the\n"
+     "next chunk of tiles (claim_panels 0), or the next group of claim_panels filter panels\n"
+     "of a chunk, chunk by chunk (then m needs 36 * chunk * 16 * claim_panels floats), until\n"
+     "none is left."},
     {"transform_weights", transform_weights, METH_VARARGS,
      "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
      "u = G w G^T of OHWI 3x3 float32 weights as (36, ceil(F / 16), C, 16), the panels of 16\n"
@@ -954,12 +996,55 @@ static void ISA(finish_gradient)(const float *du, Py_ssize_t channels, Py_ssize_
 /* ------------------------------------------------------------------------------------------ */
 /* A call's tiles, chunk by chunk */
 
+INLINE void ISA(convolve_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count) {
+    ISA(input_chunk)(k, first, count);
+    ISA(product_chunk)(k, count);
+    ISA(output_chunk)(k, first, count);
+}
+
 static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi) {
-    for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {
+    if (k->claim == NULL) {
+        for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {
+            Py_ssize_t count = tile_hi - first < k->chunk ? tile_hi - first : k->chunk;
+            ISA(convolve_chunk)(k, first, count);
+        }
+        return;
+    }
+    if (k->claim_panels == 0) {                     /* items: chunks of tiles */
+        for (;;) {
+            Py_ssize_t first = tile_lo + (Py_ssize_t)__atomic_fetch_add(
+                k->claim, (long long)k->chunk, __ATOMIC_RELAXED);
+            if (first >= tile_hi) {
+                return;
+            }
+            ISA(convolve_chunk)(k, first, tile_hi - first < k->chunk ? tile_hi - first
+                                                                     : k->chunk);
+        }
+    }
+    /* items: (chunk of tiles, group of claim_panels filter panels), chunk by chunk; a thread
+     * transforms a chunk's inputs once for the items of it that it takes in a row */
+    Conv group = *k;
+    Py_ssize_t step = k->claim_panels * PANEL;
+    Py_ssize_t groups = (k->f_hi - k->f_lo + step - 1) / step;
+    Py_ssize_t items = (tile_hi - tile_lo + k->chunk - 1) / k->chunk * groups;
+    Py_ssize_t held = -1;                           /* the chunk whose inputs v holds */
+    for (;;) {
+        Py_ssize_t item = (Py_ssize_t)__atomic_fetch_add(k->claim, 1LL, __ATOMIC_RELAXED);
+        if (item >= items) {
+            return;
+        }
+        Py_ssize_t chunk = item / groups, lo = k->f_lo + item % groups * step;
+        Py_ssize_t first = tile_lo + chunk * k->chunk;
         Py_ssize_t count = tile_hi - first < k->chunk ? tile_hi - first : k->chunk;
-        ISA(input_chunk)(k, first, count);
-        ISA(product_chunk)(k, count);
-        ISA(output_chunk)(k, first, count);
+        group.f_lo = lo;
+        group.f_hi = k->f_hi - lo < step ? k->f_hi : lo + step;
+        group.width = (group.f_hi - lo + PANEL - 1) / PANEL * PANEL;
+        if (chunk != held) {
+            ISA(input_chunk)(&group, first, count);
+            held = chunk;
+        }
+        ISA(product_chunk)(&group, count);
+        ISA(output_chunk)(&group, first, count);
     }
 }
 

@@ -477,6 +477,18 @@ def test_parts_run_their_gemms_on_one_blas_thread_each():
 
 
 @pytest.mark.skipif(config.cpu_count() < 2, reason='BLAS runs one thread on one core')
+def test_parts_of_compiled_kernels_leave_blas_alone(monkeypatch):
+    # kernels that call no BLAS (the compiled Winograd) skip setting its threads, ~50 us
+    def limit():
+        raise AssertionError('BLAS limited for parts that do not use it')
+    monkeypatch.setattr(conv_common, 'single_threaded_blas', limit)
+    before, seen = blas_threads(), []
+    with config.override(MXNET_CPU_PARALLEL_SIZE=1):
+        conv_common.run_parts(2, 1000, lambda part: seen.append(part), blas=False)
+    assert sorted(seen) == [0, 1] and blas_threads() == before
+
+
+@pytest.mark.skipif(config.cpu_count() < 2, reason='BLAS runs one thread on one core')
 def test_any_thread_limits_blas_whoever_set_it_before():
     import threading
     from threadpoolctl import threadpool_limits

@@ -5,6 +5,7 @@ and tiles, with every padding, with bias, residual (in place) and activations, o
 module's builds; the results do not depend on how the work is split; the transformed weights
 are kept per weight version; the NumPy code runs where the module cannot.
 """
+import threading
 import types
 import weakref
 
@@ -115,11 +116,70 @@ def test_results_do_not_depend_on_threads_or_chunks(case):
 
 
 def test_few_tiles_split_the_filters_and_many_split_the_tiles():
-    assert conv_winograd._split(1, 8, 64, 2) == [(0, 1, 0, 32), (0, 1, 32, 64)]
-    assert conv_winograd._split(1, 8, 21, 4) == [(0, 1, 0, 16), (0, 1, 16, 21)]
-    assert conv_winograd._split(64, 8, 64, 2) == [(0, 32, 0, 64), (32, 64, 0, 64)]
-    # weights too large for the cache: each thread reads only its filters' part
-    assert conv_winograd._split(64, 512, 512, 2) == [(0, 64, 0, 256), (0, 64, 256, 512)]
+    split = conv_winograd._Split
+    # (threads taking items, filter panels per item (0: chunks of tiles), products' width)
+    assert conv_winograd._split(1, 8, 64, 2) == split(2, 1, 16)
+    assert conv_winograd._split(1, 8, 21, 4) == split(2, 1, 16)
+    assert conv_winograd._split(64, 8, 64, 2) == split(2, 0, 64)
+    assert conv_winograd._split(16, 256, 256, 2) == split(2, 4, 64)
+    # weights too large for the cache: each item reads only its filters' part
+    assert conv_winograd._split(64, 512, 512, 2) == split(2, 8, 128)
+
+
+def _convolve_args(c, chunk, width):
+    """convolve()'s arguments for a whole case with fresh scratch, as lists to edit."""
+    u = conv_winograd._packed_weights(c.w, None, 1)
+    out = np.zeros(c.expected.shape, np.float32)
+    tiles = c.x.shape[0] * int(np.prod(conv_winograd._tiles(c.window, 4)))
+    channels, filters = c.w.shape[-1], c.w.shape[0]
+    return [c.x, u, out, c.bias, None, False, c.window.pad_before, (0, tiles), (0, filters),
+            chunk, np.empty(36 * chunk * channels, np.float32),
+            np.empty(36 * chunk * width, np.float32)]
+
+
+@needs_module
+@pytest.mark.parametrize('panels', [0, 1, 2])
+def test_threads_sharing_a_counter_compute_every_tile_once(panels):
+    """Callers sharing a claim counter take chunks of tiles (or filter groups of a chunk)
+    until none is left: a late caller finds the work done, concurrent ones split it, and
+    every output is as one caller computes it alone."""
+    c = CASES['many tiles']
+    width = 32 if panels == 0 else 16 * panels
+    alone = _convolve_args(c, 3, 32)
+    _winograd.convolve(*alone)
+    assert_close(alone[2], c.expected)
+    for concurrent in (False, True):
+        args = _convolve_args(c, 3, width)
+        claim = np.zeros(1, np.int64)
+        calls = [args + [claim, panels], args[:10] + [
+            np.empty_like(args[10]), np.empty_like(args[11]), claim, panels]]
+        if concurrent:
+            threads = [threading.Thread(target=_winograd.convolve, args=call) for call in calls]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        else:
+            for call in calls:
+                _winograd.convolve(*call)
+        np.testing.assert_array_equal(args[2], alone[2])
+        chunks = -(-args[7][1] // 3)
+        items = chunks if panels == 0 else chunks * -(-32 // (16 * panels))
+        # every caller takes one item past the last to see that none is left
+        assert claim[0] == (items + 2 if panels else 3 * (items + 2))
+
+
+@needs_module
+def test_a_claim_counter_must_be_one_writable_int64():
+    c = CASES['many tiles']
+    args = _convolve_args(c, 3, 32)
+    with pytest.raises(TypeError, match="claim: expected a writable, aligned int64 array, "
+                                        "got buffer format 'i'"):
+        _winograd.convolve(*args, np.zeros(2, np.int32), 0)
+    with pytest.raises(TypeError, match='claim'):
+        _winograd.convolve(*args, np.zeros(1, np.int64)[:0], 0)
+    with pytest.raises(ValueError, match=r'claim_panels -1: expected >= 0'):
+        _winograd.convolve(*args, np.zeros(1, np.int64), -1)
 
 
 @needs_module

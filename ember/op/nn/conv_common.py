@@ -87,10 +87,11 @@ def part_range(part, parts, items):
     return items * part // parts, items * (part + 1) // parts
 
 
-def run_parts(parts, elements, fn):
+def run_parts(parts, elements, fn, blas=True):
     """``fn(part)`` for every part in ``range(parts)``, concurrently on the kernel threads when
-    the `elements` of work reach ``MXNET_CPU_PARALLEL_SIZE``; BLAS runs one thread meanwhile,
-    since each part calls its own GEMMs."""
+    the `elements` of work reach ``MXNET_CPU_PARALLEL_SIZE``. With `blas` (parts that call
+    NumPy's GEMMs) BLAS runs one thread meanwhile; compiled kernels that call no BLAS pass
+    False and skip setting its thread count, about 50 us a call."""
     if parts <= 1:
         fn(0)
         return
@@ -100,6 +101,9 @@ def run_parts(parts, elements, fn):
         for part in range(first, last):
             fn(part)
     per_part = max(1, elements // parts)
+    if not blas:
+        engine.parallel_for(parts * per_part, chunk)
+        return
     with single_threaded_blas():
         engine.parallel_for(parts * per_part, chunk)
 
