@@ -1,9 +1,10 @@
 """Shape arithmetic of the imperative hot path, compiled when possible (MXNet's Cython switch).
 
-Every imperative operator call broadcasts, sizes or reshapes shapes. ``ember._accel`` is a small
-C extension (built by ``setup.py``; optional) doing this without the interpreter's overhead;
-this module is its loader and carries the pure-Python implementation that behaves identically,
-error messages included.
+Every imperative operator call broadcasts, sizes or reshapes shapes, and every oneDNN call
+binds the addresses of its arrays. ``ember._accel`` is a small C extension (built by
+``setup.py``; optional) doing this without the interpreter's overhead; this module is its
+loader and carries the pure-Python implementation that behaves identically, error messages
+included.
 
 ``MXNET_ENABLE_CYTHON`` (default on) picks the compiled module when it imports, else Python;
 ``MXNET_ENFORCE_CYTHON`` makes a failed import an ``ImportError`` instead. Both are read once
@@ -26,10 +27,12 @@ from __future__ import annotations
 import importlib
 import operator
 
+import numpy as np
+
 from ember import config
 
-__all__ = ['BACKEND', 'broadcast_shape', 'shape_size', 'infer_reshape', 'reload',
-           'python_impl']
+__all__ = ['BACKEND', 'broadcast_shape', 'shape_size', 'infer_reshape', 'data_address',
+           'reload', 'python_impl']
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -2**63
@@ -194,6 +197,18 @@ def _split(where, whole, first, second):
     return first, second
 
 
+def _py_data_address(array):
+    """The address of the first element of an array (an object with the buffer protocol)."""
+    interface = getattr(array, '__array_interface__', None)
+    if interface is None:
+        try:
+            interface = np.asarray(memoryview(array)).__array_interface__
+        except TypeError:
+            raise TypeError('data_address: expected an array (an object with the buffer '
+                            f'protocol), got {type(array).__name__}') from None
+    return interface['data'][0]
+
+
 # ----------------------------------------------------------------------------------------------
 # Choosing the implementation.
 
@@ -201,10 +216,11 @@ class _PythonImpl:
     broadcast_shape = staticmethod(_py_broadcast_shape)
     shape_size = staticmethod(_py_shape_size)
     infer_reshape = staticmethod(_py_infer_reshape)
+    data_address = staticmethod(_py_data_address)
 
 
 python_impl = _PythonImpl()
-_FUNCTIONS = ('broadcast_shape', 'shape_size', 'infer_reshape')
+_FUNCTIONS = ('broadcast_shape', 'shape_size', 'infer_reshape', 'data_address')
 
 
 def _choose():
@@ -242,6 +258,7 @@ BACKEND = 'python'
 broadcast_shape = _py_broadcast_shape
 shape_size = _py_shape_size
 infer_reshape = _py_infer_reshape
+data_address = _py_data_address
 
 
 def _deferred(name):

@@ -203,6 +203,17 @@ def test_compiled_argument_handling():
         compiled.broadcast_shape((2,))
 
 
+def test_data_address_is_the_first_element_of_any_view():
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    views = [base, base.transpose(0, 2, 1), base[:, 1:, ::2], base[::-1], base[0, 0, 3:],
+             np.zeros((0, 3), np.float64), base.view(np.uint8)]
+    for impl in implementations():
+        for view in views:
+            assert impl.data_address(view) == view.__array_interface__['data'][0]
+        with pytest.raises(TypeError, match='data_address: expected an array .* got list'):
+            impl.data_address([1.0])
+
+
 def test_long_shapes_use_the_heap_path():
     shape = tuple([1] * 40 + [3])
     for impl in implementations():

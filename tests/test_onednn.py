@@ -1,7 +1,9 @@
 """The oneDNN binding and kernel provider: every provider function against the NumPy kernel of
 its operator on random inputs, post-ops, the primitive cache bound, the on/off switch, thread
 control and the errors of a wrong library path."""
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -622,6 +624,29 @@ def test_kept_weights_are_per_array_and_go_with_their_variable():
     assert onednn.kept_bytes() == size
     onednn.clear_cache()
     assert onednn.kept_bytes() == 0
+
+
+@needs_onednn
+def test_a_discarded_copy_is_freed_though_a_primitive_found_it_by_shortcut():
+    onednn.clear_cache()
+    kwargs = dict(kernel=(3, 3), num_filter=8, pad=(1, 1), no_bias=True)
+    data, weight = conv_inputs((1, 8, 6, 6), kwargs)
+    attrs, (expected,) = numpy_outputs('Convolution', [data, weight], **kwargs)
+    out = empty_like(expected)
+    var = engine.get().new_var()
+    for _ in range(2):      # the second call finds the copy through the primitive's shortcut
+        assert provider.convolution_forward(attrs, data, weight, None, out,
+                                            weight_version=((var, 0),))
+    (copy,) = [c for copies in onednn._kept.copies.values() for c in copies]
+    buffer = weakref.ref(copy.buffer)
+    del copy
+    onednn.discard_kept(((var, 0),))
+    gc.collect()
+    assert onednn.kept_bytes() == 0 and buffer() is None
+    assert provider.convolution_forward(attrs, data, weight, None, out,
+                                        weight_version=((var, 0),))
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    assert onednn.kept_bytes() > 0
 
 
 @needs_onednn
