@@ -122,6 +122,50 @@ def test_convolution_activation_post_op_alone():
     assert not provider.convolution_forward(attrs, *inputs, out, act_type='softsign')
 
 
+def _nhwc(kwargs, data, weight, expected):
+    """The channel-last form of a convolution case: attrs, data, OHWI weight, expected."""
+    attrs = registry.get('Convolution').parse_attrs(dict(kwargs, layout='NHWC'))
+    return (attrs, data.transpose(0, 2, 3, 1).copy(), weight.transpose(0, 2, 3, 1).copy(),
+            expected.transpose(0, 2, 3, 1).copy())
+
+
+@needs_onednn
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+@pytest.mark.parametrize('act_type', ['relu', 'tanh'])
+def test_gemm_convolutions_run_their_activation_after_the_primitive(layout, act_type):
+    # oneDNN's GEMM convolution (here, as for alexnet's first layer: 11x11, stride 4, three
+    # channels) applies an activation post-op one value at a time, a third of its time: the
+    # activation runs as an eltwise primitive in place after it
+    kwargs = dict(kernel=(11, 11), num_filter=8, stride=(4, 4), pad=(2, 2))
+    data, weight, bias = conv_inputs((1, 3, 40, 40), kwargs)
+    attrs, (conv,) = numpy_outputs('Convolution', [data, weight, bias], **kwargs)
+    expected = np.maximum(conv, 0) if act_type == 'relu' else np.tanh(conv)
+    if layout == 'NHWC':
+        attrs, data, weight, expected = _nhwc(kwargs, data, weight, expected)
+    out = empty_like(expected)
+    onednn.clear_cache()
+    assert provider.convolution_forward(attrs, data, weight, bias, out, act_type=act_type)
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    (primitive,) = [p for p in onednn._cache.entries.values() if p is not None]
+    assert ('gemm' in primitive.implementation) == (primitive.then is not None)
+
+
+@needs_onednn
+def test_channel_first_data_of_a_channel_last_convolution_is_reordered_not_referenced():
+    # NHWC attrs on a channel-first view: oneDNN has only its reference kernel for these
+    # layouts as given (seconds for alexnet's first layer); reordering them is fast
+    kwargs = dict(kernel=(5, 5), num_filter=8, stride=(2, 2), pad=(2, 2))
+    data, weight, bias = conv_inputs((1, 3, 24, 24), kwargs)
+    _, (conv,) = numpy_outputs('Convolution', [data, weight, bias], **kwargs)
+    attrs, _, weight, expected = _nhwc(kwargs, data, weight, conv)
+    out = empty_like(expected)
+    onednn.clear_cache()
+    assert provider.convolution_forward(attrs, data.transpose(0, 2, 3, 1), weight, bias, out)
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    (primitive,) = [p for p in onednn._cache.entries.values() if p is not None]
+    assert not primitive.implementation.startswith('ref'), primitive.implementation
+
+
 @needs_onednn
 def test_convolution_reuses_the_cached_primitive_on_new_buffers():
     kwargs = dict(kernel=(3, 3), num_filter=4, pad=(1, 1))
