@@ -59,6 +59,7 @@ single-threaded GEMMs (:mod:`ember.op.nn.conv_common`); Winograd over at most
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -96,6 +97,14 @@ class ConvProblem:
     # '' for the convolution itself, else the gradient of it with respect to its 'data' or
     # its 'weight'
     gradient: str = ''
+
+    def __hash__(self):
+        # worked out once: the choices are looked up by problem on every call
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self):
+        return hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
 
     @functools.cached_property
     def window(self):

@@ -21,6 +21,8 @@ True
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ember import config, engine
@@ -132,7 +134,7 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
     w = _conv_weight(weight, layout, groups)
     r = channel_first(np, residual, layout) if residual is not None else None
-    stride, dilate, pad = spatial_defaults('Convolution', attrs, data.ndim - 2)
+    stride, dilate, pad = _conv_geometry(attrs, data.ndim - 2)
     post_ops = _conv_post_ops(r is not None, act)
     key = ('conv', _layout(x), _layout(w), _layout(bias), _layout(y), _layout(r), stride,
            dilate, pad, post_ops)
@@ -158,6 +160,18 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
         arrays[ARG_BIAS] = bias
     versions = None if weight_version is None else {ARG_WEIGHTS: (weight_version, prepare)}
     return _run(key, build, arrays, r, versions)
+
+
+def _conv_geometry(attrs, nd):
+    """Convolution's (stride, dilate, pad) with MXNet's defaults filled in."""
+    return _geometry(*(tuple(attrs.get(name) or ()) for name in ('stride', 'dilate', 'pad',
+                                                                 'kernel')), nd)
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(stride, dilate, pad, kernel, nd):
+    return spatial_defaults('Convolution', {'stride': stride, 'dilate': dilate, 'pad': pad,
+                                            'kernel': kernel}, nd)
 
 
 def _conv_weight(weight, layout, groups):
@@ -199,7 +213,7 @@ def convolution_backward_data(attrs, dy, weight, dx) -> bool:
     if w is None:
         return False
     dyc = channel_first(np, dy, attrs['layout'])
-    stride, dilate, pad = spatial_defaults('Convolution', attrs, dy.ndim - 2)
+    stride, dilate, pad = _conv_geometry(attrs, dy.ndim - 2)
     key = ('conv_bwd_data', _layout(dxc), _layout(w), _layout(dyc), stride, dilate, pad)
 
     def build():
@@ -220,7 +234,7 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
     if dw is None:
         return False
     dyc = channel_first(np, dy, attrs['layout'])
-    stride, dilate, pad = spatial_defaults('Convolution', attrs, dy.ndim - 2)
+    stride, dilate, pad = _conv_geometry(attrs, dy.ndim - 2)
     key = ('conv_bwd_weights', _layout(x), _layout(dw), _layout(dbias), _layout(dyc), stride,
            dilate, pad)
 
@@ -235,6 +249,7 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
     return _run(key, build, arrays)
 
 
+@functools.lru_cache(maxsize=None)
 def _conv_post_ops(has_residual, act) -> tuple:
     ops = (PostOp.sum(),) if has_residual else ()
     return ops + ((PostOp.activation(act[0], act[1]),) if act is not None else ())
@@ -727,3 +742,4 @@ def _rnn_pack(mode, dims, layer_weights):
         else:
             biases.append(bx + bh)
     return w_layer, w_iter, np.ascontiguousarray(np.stack(biases)[None])
+
