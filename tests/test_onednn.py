@@ -8,6 +8,7 @@ import weakref
 import numpy as np
 import pytest
 
+import ember as mx
 import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import config, engine
 from ember.backend import native, onednn
@@ -378,6 +379,30 @@ def test_lrn_matches_numpy(kwargs):
 
 # ----------------------------------------------------------------------------------------------
 # What the provider declines
+
+@needs_onednn
+@pytest.mark.parametrize('shape, axes', [((2, 3, 64, 48), (0, 2, 3, 1)),
+                                         ((300, 70), (1, 0)),
+                                         ((2, 5, 40, 3, 30), (4, 2, 0, 3, 1))])
+def test_large_transposes_are_onednn_reorders(shape, axes):
+    x = rand(*shape)
+    onednn.clear_cache()
+    out = mx.nd.transpose(mx.nd.array(x), axes=axes).asnumpy()
+    np.testing.assert_array_equal(out, x.transpose(axes))
+    assert [key[0] for key in onednn._cache.entries] == ['reorder']
+
+
+@needs_onednn
+def test_small_other_dtype_or_overlapping_transposes_stay_in_numpy():
+    x = rand(64, 64)
+    out = np.empty((64, 64), np.float32)
+    assert not provider.transpose(x.T, out)                                  # small
+    big = rand(256, 256)
+    assert not provider.transpose(big.astype(np.float64).T, np.empty((256, 256)))
+    assert not provider.transpose(big.T, big)                               # in place
+    assert provider.transpose(big.T, out := np.empty_like(big))
+    np.testing.assert_array_equal(out, big.T)
+
 
 @needs_onednn
 def test_declines_other_dtypes_and_strides():

@@ -164,7 +164,16 @@ def _transpose_infer(attrs, in_shapes):
 
 
 def _transpose_kernel(attrs, ins, outs, ctx):
-    outs[0][...] = ins[0].transpose(_transpose_axes(attrs, ins[0].ndim))
+    view = ins[0].transpose(_transpose_axes(attrs, ins[0].ndim))
+    if ctx.xp is np and _onednn_provider().transpose(view, outs[0]):
+        return
+    outs[0][...] = view
+
+
+def _onednn_provider():
+    # imported on first use: ember.op.nn imports this module
+    from ember.op.nn import onednn_provider
+    return onednn_provider
 
 
 def _transpose_grad(F, attrs, ins, outs, og):

@@ -39,7 +39,7 @@ __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'pooling_forward', 'pooling_backward', 'batch_norm_forward',
            'batch_norm_training_forward', 'batch_norm_backward', 'activation_forward',
            'activation_backward', 'leaky_relu_forward', 'leaky_relu_backward', 'softmax_forward',
-           'softmax_backward', 'lrn_forward', 'rnn_forward']
+           'softmax_backward', 'lrn_forward', 'rnn_forward', 'transpose']
 
 # MXNet's activation names -> (oneDNN eltwise algorithm, alpha)
 _ACTIVATIONS = {'relu': ('relu', 0.0), 'sigmoid': ('logistic', 0.0), 'tanh': ('tanh', 0.0),
@@ -743,3 +743,22 @@ def _rnn_pack(mode, dims, layer_weights):
             biases.append(bx + bh)
     return w_layer, w_iter, np.ascontiguousarray(np.stack(biases)[None])
 
+
+# ----------------------------------------------------------------------------------------------
+# Transpose
+
+# From about this many elements a oneDNN reorder copies a permuted view 3-10x faster than
+# NumPy's strided copy ((N, 3, 224, 224) to channel-last: 64 against 250 us at N=1, 0.8
+# against 7.6 ms at N=32); below it the call costs about what it saves.
+TRANSPOSE_MIN_ELEMENTS = 16384
+
+
+def transpose(view, out) -> bool:
+    """out = `view` (a permuted view of another array) through a oneDNN reorder; False (out
+    untouched) where NumPy should copy: small, not float32, or overlapping memory."""
+    if (view.size < TRANSPOSE_MIN_ELEMENTS or view.shape != out.shape or view.ndim > 12
+            or not _ready(view, out) or np.may_share_memory(view, out)):
+        return False
+    key = ('reorder', _layout(view), _layout(out))
+    return _run(key, lambda: onednn.reorder(MemoryDesc.of(view), MemoryDesc.of(out)),
+                {ARG_SRC: view, ARG_DST: out})
