@@ -390,6 +390,34 @@ def test_pooling_matches_loops(kind, kernel, stride, pad, convention, include_pa
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
+@pytest.mark.parametrize('kind', ['max', 'avg', 'lp'])
+@pytest.mark.parametrize('split', [False, True])
+def test_channel_last_pooling_pads_channel_last_and_splits_the_samples(kind, split):
+    # NumPy's pooling (oneDNN off, float32): channel-last data is padded in channel-last
+    # scratch, and the samples may be split over the kernel threads; every case matches the
+    # channel-first loops bit for bit
+    x = np.abs(RNG.standard_normal((4, 3, 9, 8))).astype(np.float32)
+    kwargs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type=kind, p_value=2)
+    expected = pool_reference(x.astype(np.float64), (3, 3), (2, 2), (1, 1), kind, 'valid',
+                              True).astype(np.float32)
+    with config.override(MXNET_MKLDNN_ENABLED=False,
+                         MXNET_CPU_PARALLEL_SIZE=1 if split else 10 ** 9):
+        got = run1('Pooling', [x.transpose(0, 2, 3, 1).copy()], layout='NHWC', **kwargs)
+        first = run1('Pooling', [x], **kwargs)
+    np.testing.assert_allclose(got.transpose(0, 3, 1, 2), expected, rtol=1e-6)
+    np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), first)
+
+
+def test_channel_last_padding_scratch_is_channel_last():
+    from ember.op.nn import pooling
+    attrs = registry.get('Pooling').parse_attrs(dict(kernel=(3, 3), pad=(1, 1),
+                                                     layout='NHWC'))
+    x = np.zeros((2, 5, 5, 4), np.float32).transpose(0, 3, 1, 2)    # channel-first view
+    window = pooling.pool_window(attrs, x.shape[2:])
+    buffer = pooling._pad_buffer(attrs, x, window, KernelContext(None))
+    assert buffer.shape == (2, 4, 7, 7) and buffer.strides[1] == 4     # channels innermost
+
+
 def test_pooling_global_and_same():
     x = RNG.standard_normal((2, 3, 5, 4))
     np.testing.assert_allclose(run1('Pooling', [x], global_pool=True, pool_type='avg'),
