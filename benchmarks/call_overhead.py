@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import timeit
 
 import numpy as np
 
@@ -45,13 +46,9 @@ def per_call(fn, calls, blocks=5):
 
 
 def best(fn, repeat):
+    """Seconds of the fastest of `repeat` calls after a warm-up."""
     fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timeit.repeat(fn, number=1, repeat=repeat))
 
 
 def call_layers(calls):
