@@ -698,9 +698,9 @@ class _Copy:
 
     def made_from(self, token) -> bool:
         """Whether `token` names this copy's variables at the versions it was made from."""
-        return (len(token) == len(self.variables)
+        return (self.versions is not None and len(token) == len(self.versions)
                 and all(ref() is var and version == made for ref, (var, version), made
-                        in zip(self.variables, token, self.versions or ())))
+                        in zip(self.variables, token, self.versions)))
 
     def alive(self) -> bool:
         return all(ref() is not None for ref in self.variables)
