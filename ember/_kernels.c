@@ -1,16 +1,21 @@
-/* ember._kernels: BatchNorm's channel-first CPU kernels, per range of channels.
+/* ember._kernels: BatchNorm's CPU kernels.
  *
  * Data is float32, C-contiguous and seen as (outer, channels, inner): a channel is `outer` rows
- * of `inner` values, `channels * inner` values apart. Each function works on the channels
+ * of `inner` values, `channels * inner` values apart. Channel-first data (inner >= 16) is worked
+ * on channel by channel, channel-last data (inner == 1: a row holds every channel) across the
+ * channels side by side. bn_train_forward, bn_backward and bn_normalize work on the channels
  * [lo, hi) with the GIL released, so engine.parallel_for runs disjoint ranges on every kernel
  * thread; a channel's results never depend on the range it was computed in (deterministic).
+ * Large channel-last data is split by rows instead, with bn_chunk_sums and bn_data_grad (see
+ * "Channel-last data" below).
  *
- * A channel's passes follow each other while its rows are still in cache, so the data is read
- * from memory once: forward = the statistics, then scale and shift; backward = the two sums,
- * then the data gradient.
+ * Channel-first, a channel's passes follow each other while its rows are still in cache, so the
+ * data is read from memory once: forward = the statistics, then scale and shift; backward = the
+ * two sums, then the data gradient. Channel-last, each pass sweeps the rows.
  *
  * Sums run in 16 float lanes (GCC/Clang vector types: SSE on any x86-64, NEON on arm64) that
- * pour into doubles every 512 values: as fast as float, about as exact as double.
+ * pour into doubles every 512 values (channel-first) or every 32 rows (channel-last, a lane per
+ * channel): as fast as float, about as exact as double.
  *
  * Build with -ffp-contract=off: out = x * scale + shift must round twice, as NumPy's
  * np.multiply then np.add do in ember/op/nn/bn_apply.py, never as one fused multiply-add.
@@ -295,6 +300,301 @@ static void normalize_channel(const Normalize *a, const Layout *s, Py_ssize_t c)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Channel-last data (inner == 1)
+ *
+ * A row holds every channel, so the lanes run across channels: groups of LANES neighbouring
+ * channels, one lane each, sum POUR_ROWS rows in float and pour into the channels' doubles, as
+ * many values as a channel-first lane takes between pours. The rows go by chunks of CHUNK_ROWS
+ * whose sums are added in order: bn_chunk_sums gives them one by one, so that the kernel
+ * threads can share the rows (ember/op/nn/normalization.py adds them up as these kernels do).
+ * Pours fall on the same rows whatever the range, and a lane rounds exactly as a scalar would,
+ * so a channel's sums depend neither on the channels beside it nor on the split. */
+
+#define POUR_ROWS (BLOCK / LANES)
+#define PREFETCH_BYTES 65536
+/* The grain of a split by rows; the sums' centre is the mean of the first chunk (neighbouring rows
+ * of an image differ little, so a few rows would often lie far from the channel's mean). */
+#define CHUNK_ROWS 512
+
+/* Up to 4 values from p, zeros after `count`; one load when count is 4. */
+static vec4 load_some(const float *p, int count) {
+    vec4 v = splat4(0);
+    memcpy(&v, p, (size_t)count * sizeof(float));
+    return v;
+}
+
+static int lanes_in(int width, int v) {
+    return width - 4 * v < 4 ? width - 4 * v : 4;
+}
+
+static void pour(const vec4 *a, const vec4 *b, int width, double *total_a, double *total_b) {
+    float lanes_a[LANES], lanes_b[LANES];
+    memcpy(lanes_a, a, sizeof lanes_a);
+    memcpy(lanes_b, b, sizeof lanes_b);
+    for (int i = 0; i < width; i++) {
+        total_a[i] += lanes_a[i];
+        total_b[i] += lanes_b[i];
+    }
+}
+
+/* Walks the lines of the range PREFETCH_BYTES ahead of the sums in memory order, asking for
+ * one per row that a group of lanes takes: the lanes read columns of lines, a row apart, an
+ * order that neither the hardware prefetchers nor the memory's open pages favour (the sums of
+ * dy and x took twice as long when asking for the same columns rows ahead). */
+typedef struct {
+    Py_ssize_t row, column, width, rows;
+} Ahead;
+
+static Ahead ahead_of(Py_ssize_t n, Py_ssize_t width, Py_ssize_t rows) {
+    Py_ssize_t distance = PREFETCH_BYTES / (width * (Py_ssize_t)sizeof(float));
+    Ahead a = {.row = n + (distance > 0 ? distance : 1), .column = 0, .width = width,
+               .rows = rows};
+    return a;
+}
+
+static void prefetch_next(Ahead *a, const float *dy, const float *x, Py_ssize_t stride) {
+    if (a->row < a->rows) {
+        __builtin_prefetch(x + a->row * stride + a->column);
+        if (dy != NULL) {
+            __builtin_prefetch(dy + a->row * stride + a->column);
+        }
+    }
+    a->column += LANES;
+    if (a->column >= a->width) {
+        a->column = 0;
+        a->row++;
+    }
+}
+
+/* Adds the two sums over `rows` <= POUR_ROWS rows, `stride` values apart, of `width` <= LANES
+ * channels: of x - centre and its square, or with dy, of dy and dy * (x - centre); `ahead`
+ * walks the range from base (and dy_base). Inlined so that full groups get constant widths. */
+static inline __attribute__((always_inline)) void lanes_sums(
+        const float *dy, const float *x, Py_ssize_t stride, Py_ssize_t rows, Ahead *ahead,
+        const float *dy_base, const float *base, const float *centre, int width, double *sum_a,
+        double *sum_b) {
+    int vecs = (width + 3) / 4;
+    vec4 middle[VECS], a[VECS], b[VECS];
+    for (int v = 0; v < vecs; v++) {
+        middle[v] = load_some(centre + 4 * v, lanes_in(width, v));
+        a[v] = b[v] = splat4(0);
+    }
+    for (Py_ssize_t n = 0; n < rows; n++) {
+        prefetch_next(ahead, dy_base, base, stride);
+        for (int v = 0; v < vecs; v++) {
+            Py_ssize_t at = n * stride + 4 * v;
+            vec4 d = load_some(x + at, lanes_in(width, v)) - middle[v];
+            vec4 g = dy != NULL ? load_some(dy + at, lanes_in(width, v)) : d;
+            a[v] += g;
+            b[v] += g * d;
+        }
+    }
+    pour(a, b, width, sum_a, sum_b);
+}
+
+static Py_ssize_t smaller(Py_ssize_t a, Py_ssize_t b) {
+    return a < b ? a : b;
+}
+
+/* lanes_sums of the channels [lo, hi) over the rows [r0, r1), into sum_a and sum_b (indexed
+ * from lo, like centre). */
+static void chunk_sums(const float *dy, const float *x, const Layout *s, Py_ssize_t lo,
+                       Py_ssize_t hi, Py_ssize_t r0, Py_ssize_t r1, const float *centre,
+                       double *sum_a, double *sum_b) {
+    memset(sum_a, 0, (size_t)(hi - lo) * sizeof(double));
+    memset(sum_b, 0, (size_t)(hi - lo) * sizeof(double));
+    if (hi <= lo) {
+        return;
+    }
+    const float *base = x + lo, *dy_base = dy != NULL ? dy + lo : NULL;
+    for (Py_ssize_t n = r0; n < r1; n += POUR_ROWS) {
+        Py_ssize_t rows = smaller(POUR_ROWS, r1 - n);
+        Ahead ahead = ahead_of(n, hi - lo, s->outer);
+        for (Py_ssize_t c = lo; c < hi; c += LANES) {
+            Py_ssize_t at = n * s->channels + c, i = c - lo;
+            const float *g = dy != NULL ? dy + at : NULL;
+            if (hi - c >= LANES && dy != NULL) {
+                lanes_sums(g, x + at, s->channels, rows, &ahead, dy_base, base, centre + i,
+                           LANES, sum_a + i, sum_b + i);
+            } else if (hi - c >= LANES) {
+                lanes_sums(NULL, x + at, s->channels, rows, &ahead, NULL, base, centre + i,
+                           LANES, sum_a + i, sum_b + i);
+            } else {
+                lanes_sums(g, x + at, s->channels, rows, &ahead, dy_base, base, centre + i,
+                           (int)(hi - c), sum_a + i, sum_b + i);
+            }
+        }
+    }
+}
+
+/* chunk_sums over the first `rows` rows, chunk by chunk, the chunks' sums added in order;
+ * `part` holds 2 * (hi - lo) doubles. */
+static void column_sums(const float *dy, const float *x, const Layout *s, Py_ssize_t lo,
+                        Py_ssize_t hi, Py_ssize_t rows, const float *centre, double *sum_a,
+                        double *sum_b, double *part) {
+    Py_ssize_t width = hi - lo;
+    chunk_sums(dy, x, s, lo, hi, 0, smaller(CHUNK_ROWS, rows), centre, sum_a, sum_b);
+    for (Py_ssize_t r0 = CHUNK_ROWS; r0 < rows; r0 += CHUNK_ROWS) {
+        chunk_sums(dy, x, s, lo, hi, r0, smaller(r0 + CHUNK_ROWS, rows), centre, part,
+                   part + width);
+        for (Py_ssize_t i = 0; i < width; i++) {
+            sum_a[i] += part[i];
+            sum_b[i] += part[width + i];
+        }
+    }
+}
+
+/* out = x * scale + shift along a row, each value with its own scale and shift. */
+static void row_scale_shift_each(const float *x, float *out, Py_ssize_t len, const float *scale,
+                                 const float *shift) {
+    Py_ssize_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        store4(out + i, load4(x + i) * load4(scale + i) + load4(shift + i));
+    }
+    for (; i < len; i++) {
+        out[i] = x[i] * scale[i] + shift[i];
+    }
+}
+
+/* row_batch_grad with per-value constants. */
+static void row_batch_grad_each(const float *dy, const float *x, float *dx, Py_ssize_t len,
+                                const float *centre, const float *mean_dy, const float *slope,
+                                const float *scale) {
+    Py_ssize_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        vec4 g = load4(dy + i) - load4(mean_dy + i) - (load4(x + i) - load4(centre + i))
+                 * load4(slope + i);
+        store4(dx + i, g * load4(scale + i));
+    }
+    for (; i < len; i++) {
+        dx[i] = (dy[i] - mean_dy[i] - (x[i] - centre[i]) * slope[i]) * scale[i];
+    }
+}
+
+static void row_scaled_each(const float *dy, float *dx, Py_ssize_t len, const float *scale) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        dx[i] = dy[i] * scale[i];
+    }
+}
+
+/* Per-channel values of a channel-last range, allocated per call: the two sums of each
+ * channel, a chunk's two sums, and the constants of the element-wise pass (forward: centre,
+ * scale and shift; backward: mean(dy), slope and scale). */
+typedef struct {
+    double *sums[2], *part;
+    float *constants[3];
+} Scratch;
+
+/* 0, or -1 with MemoryError. */
+static int scratch_alloc(Scratch *w, Py_ssize_t width) {
+    size_t each = (size_t)(width > 0 ? width : 1);
+    char *block = PyMem_Malloc(each * (4 * sizeof(double) + 3 * sizeof(float)));
+    if (block == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->sums[0] = (double *)block;
+    w->sums[1] = w->sums[0] + each;
+    w->part = w->sums[1] + each;
+    w->constants[0] = (float *)(w->part + 2 * each);
+    w->constants[1] = w->constants[0] + each;
+    w->constants[2] = w->constants[1] + each;
+    return 0;
+}
+
+/* channel_moments of each channel of [lo, hi), centred on the mean of the first chunk; the
+ * second pass sweeps the span of the channels that need it: the others between them get their
+ * sums again, bit for bit, since their centres did not change. */
+static void columns_moments(const float *x, const Layout *s, Py_ssize_t lo, Py_ssize_t hi,
+                            Scratch *w, float *mean, float *var) {
+    double count = (double)s->outer, *sum = w->sums[0], *squares = w->sums[1];
+    Py_ssize_t width = hi - lo, first = smaller(s->outer, CHUNK_ROWS), from = width, to = 0;
+    float *centre = w->constants[0];
+    memset(centre, 0, (size_t)width * sizeof(float));
+    column_sums(NULL, x, s, lo, hi, first, centre, sum, squares, w->part);
+    for (Py_ssize_t i = 0; i < width; i++) {
+        centre[i] = (float)(sum[i] / first);
+    }
+    column_sums(NULL, x, s, lo, hi, s->outer, centre, sum, squares, w->part);
+    for (Py_ssize_t i = 0; i < width; i++) {
+        if (sum[i] * sum[i] / count > squares[i] / 2) {
+            centre[i] = (float)(centre[i] + sum[i] / count);
+            from = smaller(from, i);
+            to = i + 1;
+        }
+    }
+    if (from < to) {
+        column_sums(NULL, x, s, lo + from, lo + to, s->outer, centre + from, sum + from,
+                    squares + from, w->part);
+    }
+    for (Py_ssize_t i = 0; i < width; i++) {
+        double spread = (squares[i] - sum[i] * sum[i] / count) / count;
+        mean[lo + i] = (float)(centre[i] + sum[i] / count);
+        var[lo + i] = (float)(spread > 0 ? spread : 0);
+    }
+}
+
+/* train_forward_channel for the channels [lo, hi) of channel-last data. */
+static void train_forward_columns(const TrainForward *a, const Layout *s, Py_ssize_t lo,
+                                  Py_ssize_t hi, Scratch *w) {
+    float *scale = w->constants[1], *shift = w->constants[2];
+    columns_moments(a->x, s, lo, hi, w, a->mean, a->var);
+    for (Py_ssize_t c = lo; c < hi; c++) {
+        float invstd = 1.0f / sqrtf(a->var[c] + a->eps);
+        scale[c - lo] = a->fix_gamma ? invstd : a->gamma[c] * invstd;
+        shift[c - lo] = a->beta[c] - a->mean[c] * scale[c - lo];
+        a->invstd[c] = invstd;
+    }
+    for (Py_ssize_t n = 0; n < s->outer; n++) {
+        Py_ssize_t at = n * s->channels + lo;
+        row_scale_shift_each(a->x + at, a->out + at, hi - lo, scale, shift);
+    }
+}
+
+/* dx of the channels [lo, hi) of channel-last data, their constants indexed from lo. */
+static void rows_data_grad(const float *dy, const float *x, float *dx, const Layout *s,
+                           Py_ssize_t lo, Py_ssize_t hi, const float *centre,
+                           const float *mean_dy, const float *slope, const float *scale,
+                           int batch_stats) {
+    for (Py_ssize_t n = 0; n < s->outer; n++) {
+        Py_ssize_t at = n * s->channels + lo;
+        if (batch_stats) {
+            row_batch_grad_each(dy + at, x + at, dx + at, hi - lo, centre, mean_dy, slope,
+                                scale);
+        } else {
+            row_scaled_each(dy + at, dx + at, hi - lo, scale);
+        }
+    }
+}
+
+/* backward_channel for the channels [lo, hi) of channel-last data. */
+static void backward_columns(const Backward *a, const Layout *s, Py_ssize_t lo, Py_ssize_t hi,
+                             Scratch *w) {
+    double count = (double)s->outer, *sum = w->sums[0], *products = w->sums[1];
+    float *mean_dy = w->constants[0], *slope = w->constants[1], *scale = w->constants[2];
+    column_sums(a->dy, a->x, s, lo, hi, s->outer, a->mean + lo, sum, products, w->part);
+    for (Py_ssize_t c = lo, i = 0; c < hi; c++, i++) {
+        float invstd = a->invstd[c];
+        double dgamma = products[i] * invstd;
+        scale[i] = a->fix_gamma ? invstd : a->gamma[c] * invstd;
+        mean_dy[i] = (float)(sum[i] / count);
+        slope[i] = (float)(dgamma * invstd / count);
+        a->dgamma[c] = a->fix_gamma ? 0.0f : (float)dgamma;
+        a->dbeta[c] = (float)sum[i];
+    }
+    rows_data_grad(a->dy, a->x, a->dx, s, lo, hi, a->mean + lo, mean_dy, slope, scale,
+                   a->batch_stats);
+}
+
+static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo,
+                              Py_ssize_t hi) {
+    for (Py_ssize_t n = 0; n < s->outer; n++) {
+        Py_ssize_t at = n * s->channels + lo;
+        row_scale_shift_each(a->x + at, a->out + at, hi - lo, a->scale + lo, a->shift + lo);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
 /* `obj`'s memory as `count` C-contiguous float32 values, held in `b` until release_all; NULL
@@ -333,6 +633,41 @@ static Py_ssize_t checked_size(const Layout *s, Py_ssize_t lo, Py_ssize_t hi) {
     return s->outer * s->channels * s->inner;
 }
 
+/* `obj`'s memory as `count` writable C-contiguous float64 values, as borrow. */
+static double *borrow_doubles(Buffers *b, PyObject *obj, const char *name, Py_ssize_t count) {
+    Py_buffer *view = &b->views[b->count];
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    b->count++;
+    const char *format = view->format != NULL ? view->format : "B", *kind = format;
+    if (kind[0] == '<' || kind[0] == '=' || kind[0] == '@') {
+        kind++;
+    }
+    if (view->itemsize != 8 || strcmp(kind, "d") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected float64 values, got buffer format '%s'",
+                     name, format);
+        return NULL;
+    }
+    if (view->len != count * (Py_ssize_t)sizeof(double)) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd float64 values, got %zd", name, count,
+                     view->len / (Py_ssize_t)sizeof(double));
+        return NULL;
+    }
+    return (double *)view->buf;
+}
+
+/* The size of a channel-last layout, or -1 with an exception. */
+static Py_ssize_t channel_last_size(const Layout *s, const char *function) {
+    Py_ssize_t size = checked_size(s, 0, s->channels);
+    if (size >= 0 && s->inner != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: layout (%zd, %zd, %zd): expected inner == 1 "
+                     "(channel-last data)", function, s->outer, s->channels, s->inner);
+        return -1;
+    }
+    return size;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Module functions */
 
@@ -362,11 +697,21 @@ static PyObject *train_forward(PyObject *self, PyObject *args) {
         release_all(&b);
         return NULL;
     }
+    Scratch w = {.sums = {NULL}};
+    if (s.inner == 1 && scratch_alloc(&w, hi - lo) < 0) {
+        release_all(&b);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t c = lo; c < hi; c++) {
-        train_forward_channel(&a, &s, c);
+    if (s.inner == 1) {
+        train_forward_columns(&a, &s, lo, hi, &w);
+    } else {
+        for (Py_ssize_t c = lo; c < hi; c++) {
+            train_forward_channel(&a, &s, c);
+        }
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(w.sums[0]);
     release_all(&b);
     Py_RETURN_NONE;
 }
@@ -397,11 +742,21 @@ static PyObject *backward(PyObject *self, PyObject *args) {
         release_all(&b);
         return NULL;
     }
+    Scratch w = {.sums = {NULL}};
+    if (s.inner == 1 && scratch_alloc(&w, hi - lo) < 0) {
+        release_all(&b);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t c = lo; c < hi; c++) {
-        backward_channel(&a, &s, c);
+    if (s.inner == 1) {
+        backward_columns(&a, &s, lo, hi, &w);
+    } else {
+        for (Py_ssize_t c = lo; c < hi; c++) {
+            backward_channel(&a, &s, c);
+        }
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(w.sums[0]);
     release_all(&b);
     Py_RETURN_NONE;
 }
@@ -427,9 +782,84 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t c = lo; c < hi; c++) {
-        normalize_channel(&a, &s, c);
+    if (s.inner == 1) {
+        normalize_columns(&a, &s, lo, hi);
+    } else {
+        for (Py_ssize_t c = lo; c < hi; c++) {
+            normalize_channel(&a, &s, c);
+        }
     }
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
+    PyObject *x, *dy, *centre, *sums;
+    Layout s;
+    Py_ssize_t first, last;
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn:bn_chunk_sums", &x, &dy, &centre, &sums, &s.outer,
+                          &s.channels, &s.inner, &first, &last)) {
+        return NULL;
+    }
+    Py_ssize_t size = channel_last_size(&s, "bn_chunk_sums");
+    if (size < 0) {
+        return NULL;
+    }
+    Py_ssize_t chunks = (s.outer + CHUNK_ROWS - 1) / CHUNK_ROWS;
+    if (first < 0 || last < first || last > chunks) {
+        PyErr_Format(PyExc_ValueError, "chunk range [%zd, %zd): expected 0 <= first <= last "
+                     "<= %zd", first, last, chunks);
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const float *xs, *dys = NULL, *middle;
+    double *out;
+    if (!(xs = borrow(&b, x, "x", size, 0)) ||
+        (dy != Py_None && !(dys = borrow(&b, dy, "dy", size, 0))) ||
+        !(middle = borrow(&b, centre, "centre", s.channels, 0)) ||
+        !(out = borrow_doubles(&b, sums, "sums", chunks * 2 * s.channels))) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = first; k < last; k++) {
+        double *at = out + 2 * k * s.channels;
+        chunk_sums(dys, xs, &s, 0, s.channels, k * CHUNK_ROWS,
+                   smaller((k + 1) * CHUNK_ROWS, s.outer), middle, at, at + s.channels);
+    }
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *data_grad(PyObject *self, PyObject *args) {
+    PyObject *dy, *x, *mean, *mean_dy, *slope, *scale, *dx;
+    Layout s;
+    int batch_stats;
+    if (!PyArg_ParseTuple(args, "OOOOOOO(nnn)p:bn_data_grad", &dy, &x, &mean, &mean_dy, &slope,
+                          &scale, &dx, &s.outer, &s.channels, &s.inner, &batch_stats)) {
+        return NULL;
+    }
+    Py_ssize_t size = channel_last_size(&s, "bn_data_grad");
+    if (size < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const float *dys, *xs, *centre, *mean_dys, *slopes, *scales;
+    float *dxs;
+    if (!(dys = borrow(&b, dy, "dy", size, 0)) || !(xs = borrow(&b, x, "x", size, 0)) ||
+        !(centre = borrow(&b, mean, "mean", s.channels, 0)) ||
+        !(mean_dys = borrow(&b, mean_dy, "mean_dy", s.channels, 0)) ||
+        !(slopes = borrow(&b, slope, "slope", s.channels, 0)) ||
+        !(scales = borrow(&b, scale, "scale", s.channels, 0)) ||
+        !(dxs = borrow(&b, dx, "dx", size, 1))) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rows_data_grad(dys, xs, dxs, &s, 0, s.channels, centre, mean_dys, slopes, scales,
+                   batch_stats);
     Py_END_ALLOW_THREADS
     release_all(&b);
     Py_RETURN_NONE;
@@ -447,6 +877,15 @@ static PyMethodDef methods[] = {
     {"bn_normalize", normalize, METH_VARARGS,
      "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi): out = x * scale[c] "
      "+ shift[c] for channels [lo, hi), rounded after the product and after the sum."},
+    {"bn_chunk_sums", chunk_sums_of, METH_VARARGS,
+     "bn_chunk_sums(x, dy, centre, sums, (outer, channels, 1), first, last): channel-last data; "
+     "for the chunks [first, last) of CHUNK_ROWS rows, sums[k] = (sum(x - centre), sum((x - "
+     "centre)^2)) of every channel, or with dy, (sum(dy), sum(dy * (x - centre))). sums is "
+     "float64 (chunks, 2, channels); bn_train_forward and bn_backward add the chunks in order."},
+    {"bn_data_grad", data_grad, METH_VARARGS,
+     "bn_data_grad(dy, x, mean, mean_dy, slope, scale, dx, (outer, channels, 1), batch_stats): "
+     "channel-last data; dx = (dy - mean_dy - (x - mean) * slope) * scale, or dx = dy * scale "
+     "without batch_stats, with bn_backward's per-channel constants."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -456,5 +895,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "CHUNK_ROWS", CHUNK_ROWS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -13,9 +13,14 @@ kernels = normalization._kernels
 pytestmark = pytest.mark.skipif(kernels is None, reason='ember._kernels is not built')
 
 # (shape, axis): rows of 49 values (7x7, a tail after whole vectors), 16 (the shortest taken),
-# 64 values over a 3-d array, channels on axis 2, and one large enough to split across threads
+# 64 values over a 3-d array, channels on axis 2, and one large enough to split across threads;
+# then channel-last: 6 channels (fewer than a group of lanes), 64 (whole groups), (N, C), 20
+# channels over several chunks of rows, and two large enough to split across threads by rows,
+# one with a group of lanes cut short and a last chunk of rows cut short
 SHAPES = [((4, 6, 7, 7), 1), ((3, 5, 16), 1), ((2, 3, 4, 64), 1), ((2, 3, 5, 32), 2),
-          ((4, 32, 32, 32), 1)]
+          ((4, 32, 32, 32), 1), ((4, 7, 7, 6), 3), ((2, 5, 5, 64), 3), ((37, 20), 1),
+          ((10, 15, 15, 20), 3), ((8, 16, 16, 64), 3), ((6, 24, 24, 21), 3)]
+CHANNEL_LAST = [case for case in SHAPES if case[1] == len(case[0]) - 1]
 
 
 class CountingKernels:
@@ -25,6 +30,9 @@ class CountingKernels:
         self.calls = {}
 
     def __getattr__(self, name):
+        if not callable(getattr(kernels, name)):
+            return getattr(kernels, name)
+
         def call(*args):
             self.calls[name] = self.calls.get(name, 0) + 1
             return getattr(kernels, name)(*args)
@@ -92,12 +100,20 @@ def along(vector, x, axis):
     return vector.reshape((1,) * axis + (-1,) + (1,) * (x.ndim - axis - 1))
 
 
+def ran_compiled_forward(calls):
+    """bn_train_forward ran, or for large channel-last data its sums and normalisation by rows
+    (not oneDNN's statistics then bn_normalize)."""
+    if 'bn_chunk_sums' in calls:
+        return 'bn_normalize' in calls and 'bn_train_forward' not in calls
+    return calls.get('bn_train_forward', 0) >= 1 and 'bn_normalize' not in calls
+
+
 @pytest.mark.parametrize('shape, axis', SHAPES)
 @pytest.mark.parametrize('fix_gamma', [False, True])
 def test_training_forward_matches_float64(shape, axis, fix_gamma, counted):
     x = data(shape, axis)
     attrs, ins, outs = forward(x, axis, fix_gamma)
-    assert counted.get('bn_train_forward', 0) >= 1 and 'bn_normalize' not in counted
+    assert ran_compiled_forward(counted)
     mean, var = reference_moments(x, axis)
     invstd = 1 / np.sqrt(var + attrs['eps'])
     scale = invstd if fix_gamma else ins[1] * invstd
@@ -133,7 +149,31 @@ def test_variance_stays_exact_when_samples_differ_widely():
     np.testing.assert_allclose(var, want_var, rtol=2e-7)
 
 
-@pytest.mark.parametrize('shape, axis', SHAPES[:3])
+@pytest.mark.parametrize('by_rows', [False, True])
+def test_channel_last_variance_stays_exact_when_samples_differ_widely(by_rows):
+    # in channel 0 the first chunk of rows, whose mean is the centre, sits far from the others,
+    # so sums of deviations from it would cancel (an error of 5e-7): the kernels take the
+    # deviations from the mean instead, and channel 1 keeps its sums (by rows, split across the
+    # threads as the operator does)
+    rows = 1 << 18
+    x = data((rows, 2), 1, offset=0)
+    x[:kernels.CHUNK_ROWS, 0] += 100
+    x += 1000
+    gamma, beta = bn_inputs(x, 1)[1:3]
+    out, layout = np.empty_like(x), (rows, 2, 1)
+    if by_rows:
+        mean, var, _ = normalization._train_by_rows(x, out, gamma, beta,
+                                                    {'eps': 1e-3, 'fix_gamma': False}, layout)
+    else:
+        mean, var, invstd = (np.empty(2, np.float32) for _ in range(3))
+        kernels.bn_train_forward(x, out, gamma, beta, mean, var, invstd, layout, 0, 2, 1e-3,
+                                 False)
+    want_mean, want_var = reference_moments(x, 1)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-7)
+    np.testing.assert_allclose(var, want_var, rtol=2e-7)
+
+
+@pytest.mark.parametrize('shape, axis', SHAPES[:3] + CHANNEL_LAST)
 @pytest.mark.parametrize('fix_gamma', [False, True])
 def test_bn_apply_in_numpy_reproduces_the_compiled_forward(shape, axis, fix_gamma):
     x = data(shape, axis, seed=3)
@@ -145,12 +185,13 @@ def test_bn_apply_in_numpy_reproduces_the_compiled_forward(shape, axis, fix_gamm
     np.testing.assert_array_equal(again[0], outs[0])
 
 
-@pytest.mark.parametrize('shape, axis', SHAPES[:2])
+@pytest.mark.parametrize('shape, axis', SHAPES[:2] + CHANNEL_LAST)
 def test_inference_normalises_like_numpy_bit_for_bit(shape, axis, counted):
     x = data(shape, axis, seed=4)
-    _, _, outs = forward(x, axis, is_train=False)
-    assert counted.get('bn_normalize') == 1
-    _, _, numpy_outs = forward(x, axis, is_train=False, compiled=False)
+    with config.override(MXNET_MKLDNN_ENABLED=False):    # oneDNN takes channel-last inference
+        _, _, outs = forward(x, axis, is_train=False)
+        assert counted.get('bn_normalize') >= 1
+        _, _, numpy_outs = forward(x, axis, is_train=False, compiled=False)
     for got, want in zip(outs, numpy_outs):
         np.testing.assert_array_equal(got, want)
 
@@ -190,7 +231,7 @@ def test_backward_matches_float64(shape, axis, fix_gamma, batch_stats, counted):
     dy = data(shape, axis, seed=6, offset=0.5)
     _, _, stats = forward(x, axis)
     gamma, outs = backward(dy, x, axis, stats[1], stats[2], fix_gamma, batch_stats)
-    assert counted.get('bn_backward') >= 1
+    assert counted.get('bn_backward', 0) >= 1 or {'bn_chunk_sums', 'bn_data_grad'} <= set(counted)
     want = reference_backward(dy, x, axis, gamma, stats[1], stats[2], fix_gamma, batch_stats)
     np.testing.assert_allclose(outs[0], want[0], rtol=1e-5, atol=1e-5 * np.abs(want[0]).max())
     np.testing.assert_allclose(outs[1], 0 if fix_gamma else want[1], rtol=1e-5,
@@ -208,21 +249,64 @@ def test_backward_agrees_with_numpy(shape, axis):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
 
 
-def test_results_do_not_depend_on_the_split_of_channels():
-    x = data((4, 8, 5, 5), 1, seed=9)
-    layout = (4, 8, 25)
+@pytest.mark.parametrize('shape, layout', [((4, 8, 5, 5), (4, 8, 25)),
+                                           ((1100, 40), (1100, 40, 1))])
+def test_results_do_not_depend_on_the_split_of_channels(shape, layout):
+    channels = layout[1]
+    x = data(shape, 1, seed=9)
+    dy = data(shape, 1, seed=10, offset=0)
     gamma, beta = bn_inputs(x, 1)[1:3]
 
     def run(ranges):
-        out, stats = np.empty_like(x), [np.empty(8, np.float32) for _ in range(3)]
+        out, stats = np.empty_like(x), [np.empty(channels, np.float32) for _ in range(3)]
+        grads = [np.empty_like(x)] + [np.empty(channels, np.float32) for _ in range(2)]
         for lo, hi in ranges:
             kernels.bn_train_forward(x, out, gamma, beta, *stats, layout, lo, hi, 1e-3, False)
-        return [out] + stats
-    whole, one_by_one = run([(0, 8)]), run([(c, c + 1) for c in range(8)])
-    for a, b in zip(whole, one_by_one):
-        np.testing.assert_array_equal(a, b)
-    for a, b in zip(whole, run([(0, 3), (3, 8)])):
-        np.testing.assert_array_equal(a, b)
+        for lo, hi in ranges:
+            kernels.bn_backward(dy, x, gamma, stats[0], stats[2], *grads, layout, lo, hi, False,
+                                True)
+        return [out] + stats + grads
+    whole = run([(0, channels)])
+    cuts = sorted({0, 3, channels // 2 + 1, channels - 3, channels})    # across groups of lanes
+    for ranges in ([(c, c + 1) for c in range(channels)], [(0, 0), (0, 3), (3, 3), (3, channels)],
+                   list(zip(cuts, cuts[1:]))):
+        for a, b in zip(whole, run(ranges)):
+            np.testing.assert_array_equal(a, b)
+
+
+def uneven_parallel_for(n, fn, split=None):
+    """engine.parallel_for cutting [0, n) into uneven ranges, as if there were more threads."""
+    bounds = sorted({0, n, n // 3, n // 3 + 1, 3 * n // 4})
+    for lo, hi in zip(bounds, bounds[1:]):
+        fn(lo, hi)
+
+
+@pytest.mark.parametrize('shape, axis', CHANNEL_LAST[-2:] + [((3, 40, 40, 37), 3)])
+@pytest.mark.parametrize('uneven', [False, True])
+def test_channel_last_by_rows_gives_the_kernels_results(shape, axis, uneven, monkeypatch,
+                                                        counted):
+    # large channel-last data is split by rows: the sums by chunks, added in order, and the
+    # float32 operations after them repeat the kernels' for every channel in one call
+    if uneven:
+        monkeypatch.setattr(normalization.engine, 'parallel_for', uneven_parallel_for)
+    x, dy = data(shape, axis, seed=11), data(shape, axis, seed=12, offset=0)
+    channels = shape[axis]
+    layout = (x.size // channels, channels, 1)
+    attrs, ins, outs = forward(x, axis)
+    assert 'bn_chunk_sums' in counted and 'bn_train_forward' not in counted
+    gamma, beta = ins[1:3]
+    want = [np.empty_like(x)] + [np.empty(channels, np.float32) for _ in range(3)]
+    kernels.bn_train_forward(x, want[0], gamma, beta, *want[1:], layout, 0, channels,
+                             attrs['eps'], False)
+    for got, expected in zip(outs, [want[0], want[1], want[3]]):
+        np.testing.assert_array_equal(got, expected)
+    for fix_gamma, batch_stats in [(False, True), (True, True), (False, False)]:
+        _, grads = backward(dy, x, axis, outs[1], outs[2], fix_gamma, batch_stats)
+        expected = [np.empty_like(x)] + [np.empty(channels, np.float32) for _ in range(2)]
+        kernels.bn_backward(dy, x, gamma, outs[1], outs[2], *expected, layout, 0, channels,
+                            fix_gamma, batch_stats)
+        for got, wanted in zip(grads, expected):
+            np.testing.assert_array_equal(got, wanted)
 
 
 def test_safe_accumulation_keeps_the_numpy_code_in_float64(counted):
@@ -234,15 +318,16 @@ def test_safe_accumulation_keeps_the_numpy_code_in_float64(counted):
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize('case', ['float64', 'channels last', 'short rows', 'strided', 'empty'])
+@pytest.mark.parametrize('case', ['float64', 'short rows', 'pairs', 'strided', 'empty'])
 def test_layouts_it_does_not_take_run_elsewhere(case, counted):
+    # rows of 2 to 15 values are short and strided: only rows of 1 (channel-last) or 16 on
     x, axis = data((2, 3, 4, 16), 1), 1
     if case == 'float64':
         x = x.astype(np.float64)
-    elif case == 'channels last':
-        x, axis = np.ascontiguousarray(np.moveaxis(x, 1, 3)), 3
     elif case == 'short rows':
         x = data((4, 32, 8), 1)
+    elif case == 'pairs':
+        x, axis = data((2, 3, 16, 2), 2), 2
     elif case == 'strided':
         x = data((2, 3, 4, 32), 1)[..., ::2]
     else:
@@ -273,6 +358,27 @@ def test_kernel_arguments_are_checked():
         kernels.bn_normalize(x, _read_only(x), vector, vector, layout, 0, 3)
     with pytest.raises(ValueError, match='must be >= 1'):
         kernels.bn_normalize(x, np.empty_like(x), vector, vector, (2, 0, 16), 0, 0)
+
+
+def test_channel_last_kernel_arguments_are_checked():
+    x = np.zeros((2000, 3), np.float32)
+    vector = np.zeros(3, np.float32)
+    layout, chunks = (2000, 3, 1), -(-2000 // kernels.CHUNK_ROWS)
+    sums = np.zeros((chunks, 2, 3))
+    with pytest.raises(ValueError, match=r'bn_chunk_sums: layout \(2, 3, 1000\): expected '
+                                         r'inner == 1 \(channel-last data\)'):
+        kernels.bn_chunk_sums(x, None, vector, sums, (2, 3, 1000), 0, 1)
+    with pytest.raises(ValueError, match=rf'chunk range \[0, {chunks + 1}\): expected 0 <= '
+                                         rf'first <= last <= {chunks}'):
+        kernels.bn_chunk_sums(x, None, vector, sums, layout, 0, chunks + 1)
+    with pytest.raises(TypeError, match="sums: expected float64 values, got buffer format 'f'"):
+        kernels.bn_chunk_sums(x, None, vector, sums.astype(np.float32), layout, 0, 1)
+    with pytest.raises(ValueError, match=f'sums: expected {chunks * 6} float64 values, got 6'):
+        kernels.bn_chunk_sums(x, x, vector, sums[:1], layout, 0, 1)
+    with pytest.raises(ValueError, match='bn_data_grad: layout'):
+        kernels.bn_data_grad(x, x, *[vector] * 4, np.empty_like(x), (2, 3, 1000), True)
+    with pytest.raises(ValueError, match='read-only'):
+        kernels.bn_data_grad(x, x, *[vector] * 4, _read_only(x), layout, True)
 
 
 def _read_only(x):

@@ -1,5 +1,6 @@
 """BatchNorm, LayerNorm, InstanceNorm and LRN; BatchNorm and LRN through oneDNN where it
-runs, and BatchNorm of channel-first float32 data through the compiled ``ember._kernels``."""
+runs, and BatchNorm of channel-first or channel-last float32 data through the compiled
+``ember._kernels``."""
 from __future__ import annotations
 
 import importlib
@@ -220,12 +221,14 @@ def _bn_backward_kernel(attrs, ins, outs, ctx):
 
 
 # ----------------------------------------------------------------------------------------------
-# BatchNorm through ember._kernels: channel-first float32 data, a channel's passes one after the
-# other while its rows stay in cache, channels split across the kernel threads. Each channel's
-# result is independent of the split, so it is deterministic.
+# BatchNorm through ember._kernels: float32 data, channel-first (a channel's passes one after the
+# other while its rows stay in cache, channels split across the kernel threads) or channel-last
+# (passes over the rows; large data split across the threads by rows, see _train_by_rows).
+# Each channel's result is independent of the split, so it is deterministic.
 
 # values per channel and sample: a row shorter than a cache line shares its lines with other
-# channels, so a channel's passes would read the lines of its neighbours too
+# channels, so a channel's passes would read the lines of its neighbours too. Channel-last data
+# (rows of one value) is taken: its kernels work on neighbouring channels side by side.
 _MIN_ROW = 16
 
 
@@ -236,7 +239,7 @@ def _channel_layout(x, axis, *alike):
     if _kernels is None or not all(_is_float32(a) and a.shape == x.shape for a in arrays):
         return None
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    if x.size == 0 or inner < _MIN_ROW:
+    if x.size == 0 or 1 < inner < _MIN_ROW:
         return None
     return x.size // (x.shape[axis] * inner), x.shape[axis], inner
 
@@ -246,15 +249,39 @@ def _is_float32(array):
             and array.flags.c_contiguous)
 
 
+def _is_large(layout):
+    outer, channels, inner = layout
+    return outer * channels * inner >= _SPLIT_SIZE
+
+
 def _over_channels(layout, fn):
     """``fn(lo, hi)`` over every channel, split across the kernel threads when large."""
-    outer, channels, inner = layout
-    large = outer * channels * inner >= _SPLIT_SIZE
-    engine.parallel_for(channels, fn, split=large and channels > 1)
+    engine.parallel_for(layout[1], fn, split=_is_large(layout) and layout[1] > 1)
+
+
+def _by_rows(layout):
+    """Whether channel-last data is large enough to split across the threads by rows."""
+    return layout[2] == 1 and _is_large(layout)
+
+
+def _over_rows(layout, fn, *arrays):
+    """``fn(*parts, part_layout)`` over ranges of rows of the channel-last `arrays`, split
+    across the kernel threads."""
+    outer, channels, _ = layout
+    rows = [a.reshape(outer, channels) for a in arrays]
+
+    def run(lo, hi):
+        if lo < hi:
+            fn(*(r[lo:hi] for r in rows), (hi - lo, channels, 1))
+    engine.parallel_for(outer, run, split=True)
 
 
 def _normalize_compiled(x, scale, shift, out, layout):
     scale, shift = np.ascontiguousarray(scale), np.ascontiguousarray(shift)
+    if _by_rows(layout):
+        _over_rows(layout, lambda rows, out_rows, part: _kernels.bn_normalize(
+            rows, out_rows, scale, shift, part, 0, layout[1]), x, out)
+        return
     _over_channels(layout, lambda lo, hi: _kernels.bn_normalize(x, out, scale, shift, layout,
                                                                 lo, hi))
 
@@ -270,10 +297,13 @@ def _compiled_bn(attrs, ins, outs, ctx):
     layout = _channel_layout(x, attrs['axis'] % x.ndim, outs[0])
     if layout is None or not all(_is_float32(v) for v in (gamma, beta)):
         return False
-    mean, var, invstd = (np.empty(layout[1], np.float32) for _ in range(3))
-    _over_channels(layout, lambda lo, hi: _kernels.bn_train_forward(
-        x, outs[0], gamma, beta, mean, var, invstd, layout, lo, hi, attrs['eps'],
-        attrs['fix_gamma']))
+    if _by_rows(layout):
+        mean, var, invstd = _train_by_rows(x, outs[0], gamma, beta, attrs, layout)
+    else:
+        mean, var, invstd = (np.empty(layout[1], np.float32) for _ in range(3))
+        _over_channels(layout, lambda lo, hi: _kernels.bn_train_forward(
+            x, outs[0], gamma, beta, mean, var, invstd, layout, lo, hi, attrs['eps'],
+            attrs['fix_gamma']))
     _update_moving(attrs, moving_mean, moving_var, mean, var)
     outs[1][...] = mean
     outs[2][...] = invstd
@@ -288,9 +318,78 @@ def _compiled_bn_backward(attrs, ins, outs, batch_stats):
     vectors = (gamma, mean, invstd, outs[1], outs[2])
     if layout is None or not all(_is_float32(v) for v in vectors):
         return False
+    if _by_rows(layout):
+        _backward_by_rows(ins, outs, attrs['fix_gamma'], batch_stats, layout)
+        return True
     _over_channels(layout, lambda lo, hi: _kernels.bn_backward(
         dy, x, gamma, mean, invstd, *outs, layout, lo, hi, attrs['fix_gamma'], batch_stats))
     return True
+
+
+# Large channel-last data is split across the threads by rows: a thread given some of the
+# channels would read part of every row, and the hardware prefetchers fetch the rest of the row
+# too (on 2 cores a split of the channels took longer than one thread). The sums go by chunks of
+# rows, added in order, and the float32 operations after them are bn_train_forward's and
+# bn_backward's, so the results are those of the kernels for every channel in one call, whatever
+# the split.
+
+def _chunk_sums(x, dy, centre, layout, chunks):
+    """Each channel's two sums (see bn_chunk_sums) over the first `chunks` chunks of rows: the
+    chunks across the kernel threads, then added one after the other, as the kernels add
+    them."""
+    part = np.empty((_chunks(layout), 2, layout[1]))
+    engine.parallel_for(chunks, lambda lo, hi: _kernels.bn_chunk_sums(
+        x, dy, centre, part, layout, lo, hi), split=chunks > 1)
+    total = part[0]
+    for sums in part[1:chunks]:
+        np.add(total, sums, out=total)
+    return total
+
+
+def _chunks(layout):
+    return -(-layout[0] // _kernels.CHUNK_ROWS)
+
+
+def _moments_by_rows(x, layout):
+    """channel_moments of every channel: the mean and biased variance, float32."""
+    outer, channels, _ = layout
+    first = _chunk_sums(x, None, np.zeros(channels, np.float32), layout, 1)
+    centre = (first[0] / min(outer, _kernels.CHUNK_ROWS)).astype(np.float32)
+    dev = _chunk_sums(x, None, centre, layout, _chunks(layout))
+    far = dev[0] * dev[0] / outer > dev[1] / 2
+    if far.any():
+        # those channels' deviations from their mean instead; the others get theirs again
+        centre = np.where(far, (centre + dev[0] / outer).astype(np.float32), centre)
+        dev = _chunk_sums(x, None, centre, layout, _chunks(layout))
+    spread = (dev[1] - dev[0] * dev[0] / outer) / outer
+    mean = (centre + dev[0] / outer).astype(np.float32)
+    return mean, np.where(spread > 0, spread, 0).astype(np.float32)
+
+
+def _train_by_rows(x, out, gamma, beta, attrs, layout):
+    """bn_train_forward of every channel: the mean, biased variance and invstd, with `out`
+    written."""
+    mean, var = _moments_by_rows(x, layout)
+    invstd = np.float32(1) / np.sqrt(var + np.float32(attrs['eps']))
+    scale = invstd if attrs['fix_gamma'] else gamma * invstd
+    _normalize_compiled(x, scale, beta - mean * scale, out, layout)
+    return mean, var, invstd
+
+
+def _backward_by_rows(ins, outs, fix_gamma, batch_stats, layout):
+    """bn_backward of every channel."""
+    dy, x, gamma, mean, invstd = ins
+    outer = layout[0]
+    sums = _chunk_sums(x, dy, mean, layout, _chunks(layout))
+    wide = invstd.astype(np.float64)
+    dgamma = sums[1] * wide
+    scale = invstd if fix_gamma else gamma * invstd
+    mean_dy = (sums[0] / outer).astype(np.float32)
+    slope = (dgamma * wide / outer).astype(np.float32)
+    _over_rows(layout, lambda dy_rows, rows, dx_rows, part: _kernels.bn_data_grad(
+        dy_rows, rows, mean, mean_dy, slope, scale, dx_rows, part, batch_stats), dy, x, outs[0])
+    outs[1][...] = 0 if fix_gamma else dgamma
+    outs[2][...] = sums[0]
 
 
 def _bn_gradient(F, attrs, inputs, outputs, out_grads):
