@@ -13,8 +13,9 @@ cached by the chain's text; ``MXNET_FUSION_VERBOSE=1`` prints it on stderr.
 residual add (``with_sum``) and activation, and FullyConnected with an activation, applied in
 place on the output (MXNet's oneDNN subgraph operators). ``_sg_conv`` may write over its residual.
 
-None of these has a gradient: the subgraph pass runs for inference only, and the fusion pass
-runs after the gradient pass.
+Only a plain ``_sg_conv`` has a gradient (``_backward_sg_conv``): in training graphs the subgraph
+pass puts convolutions channel-last with their weight left (F, C, *k), and fuses nothing. The
+fusion pass runs after the gradient pass.
 
 >>> import numpy as np
 >>> from ember.op import registry
@@ -36,12 +37,14 @@ import numpy as np
 
 from ember import config, engine
 from ember.op import registry, tuning
-from ember.op.nn._common import assign_shape, is_channel_last
+from ember.base import EmberError
+from ember.op.nn._common import assign_shape, is_channel_last, outputs_of
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn import convolution
 from ember.op.nn.convolution import CONV_PARAMS
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
-from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
+from ember.op.registry import (
+    REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register, same_type)
 
 __all__ = ['BLOCK', 'Step', 'Chain', 'chain_text', 'parse_chain', 'compiled']
 
@@ -399,7 +402,7 @@ def _sg_conv_kernel(attrs, ins, outs, ctx):
     at = {name: index for index, name in enumerate(_conv_inputs(attrs))}
     weight = ins[1]
     if _oihw_for_layout(attrs):
-        weight = weight.transpose((0,) + tuple(range(2, weight.ndim)) + (1,))   # a view
+        weight = _ohwi(weight)
     scale = at.get('weight_scale')
     convolution.forward(attrs, ins[0], weight, ins[at['bias']] if 'bias' in at else None,
                         outs[0], ctx, ins[at['sum']] if 'sum' in at else None,
@@ -407,21 +410,72 @@ def _sg_conv_kernel(attrs, ins, outs, ctx):
                         convolution.weight_token(ctx, 1, scale))
 
 
+def _ohwi(weight):
+    """An (F, C, *k) array seen as (F, *k, C): a view, no copy."""
+    return weight.transpose((0,) + tuple(range(2, weight.ndim)) + (1,))
+
+
+def _sg_conv_gradient(F, attrs, inputs, outputs, out_grads):
+    """The gradients of a plain ``_sg_conv``: the channel-last Convolution with an OIHW weight
+    that the subgraph pass puts in training graphs. The fused residual, activation and folded
+    scale only come from the inference rewrite and have no gradient here."""
+    fused = {name: attrs[name] for name in ('with_sum', 'act_type', 'weight_scale')
+             if attrs[name] not in (False, None)}
+    if fused:
+        raise EmberError(f'_sg_conv: no gradient with {fused}; only the plain convolution '
+                         '(with_sum=False, act_type=None, weight_scale=False) has one')
+    grads = F._backward_sg_conv(out_grads[0], inputs[0], inputs[1], **attrs)
+    return outputs_of(grads, len(_sg_conv_grad_outputs(attrs)))
+
+
+def _sg_conv_grad_outputs(attrs):
+    return ['data_grad', 'weight_grad'] + ([] if attrs['no_bias'] else ['bias_grad'])
+
+
+def _sg_conv_backward_kernel(attrs, ins, outs, ctx):
+    """Convolution's gradients, the weight and its gradient seen channel-last when they stay
+    (F, C, *k) under channel-last data (``weight_layout='OIHW'``)."""
+    dy, data, weight = ins
+    if _oihw_for_layout(attrs):
+        weight = _ohwi(weight)
+        outs = [outs[0], _ohwi(outs[1])] + list(outs[2:])
+    convolution.backward(attrs, dy, data, weight, outs, ctx)
+
+
+def _sg_conv_backward_infer(attrs, in_shapes):
+    """(out_grad, data, weight) -> gradients shaped like data, weight and the bias."""
+    in_shapes = list(in_shapes)
+    outs = [in_shapes[1], in_shapes[2]]
+    return in_shapes, outs + ([] if attrs['no_bias'] else [(attrs['num_filter'],)])
+
+
+def _sg_conv_backward_type(attrs, in_dtypes):
+    ins, outs = same_type(attrs, in_dtypes)
+    return ins, outs * len(_sg_conv_grad_outputs(attrs))
+
+
+_SG_CONV_PARAMS = CONV_PARAMS + (
+    Param('with_sum', p_bool, False, 'Add the last input (a residual shaped like the output).'),
+    _ACT,
+    Param('weight_scale', p_bool, False,
+          'An input after the bias scales the weight per output channel (a BatchNorm folded '
+          'in): the convolution uses weight * weight_scale.'),
+    Param('weight_layout', p_optional(p_enum('OIHW')), None,
+          "'OIHW': the weight stays (F, C, *k) for channel-last data; None: as layout says."))
+
+
 register('_sg_conv', _sg_conv_kernel, infer_shape=_sg_conv_infer, inputs=_conv_inputs,
-         params=CONV_PARAMS + (
-             Param('with_sum', p_bool, False, 'Add the last input (a residual shaped like the '
-                                              'output).'),
-             _ACT,
-             Param('weight_scale', p_bool, False,
-                   'An input after the bias scales the weight per output channel (a BatchNorm '
-                   'folded in): the convolution uses weight * weight_scale.'),
-             Param('weight_layout', p_optional(p_enum('OIHW')), None,
-                   "'OIHW': the weight stays (F, C, *k) for channel-last data; None: as "
-                   'layout says.')),
+         params=_SG_CONV_PARAMS, gradient=_sg_conv_gradient,
          inplace=lambda attrs: ((len(_conv_inputs(attrs)) - 1, 0),) if attrs['with_sum'] else (),
          resources=('temp',),
          doc='Convolution, plus a residual input when with_sum, then an activation, in one '
-             'operator (emitted by the subgraph pass for inference).')
+             'operator (emitted by the subgraph pass: fused for inference, plain channel-last '
+             'with an OIHW weight in training graphs).')
+
+register('_backward_sg_conv', _sg_conv_backward_kernel, infer_shape=_sg_conv_backward_infer,
+         infer_type=_sg_conv_backward_type,
+         inputs=('out_grad', 'data', 'weight'), outputs=_sg_conv_grad_outputs,
+         params=_SG_CONV_PARAMS, resources=('temp',))
 
 
 def _sg_fc_kernel(attrs, ins, outs, ctx):

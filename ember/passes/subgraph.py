@@ -1,7 +1,7 @@
 """Inference graph fusion, MXNet's oneDNN subgraph backend (``MXNET_SUBGRAPH_BACKEND``: 'MKLDNN',
 the default, or 'NONE' to turn it off).
 
-For inference only (``is_train=False``), in this order:
+For inference (``is_train=False``), in this order:
 
 1. Identity nodes go: ``_copy`` (``identity``), and ``Dropout`` in its default 'training' mode
    (an identity outside training) whose mask nobody reads.
@@ -28,6 +28,14 @@ For inference only (``is_train=False``), in this order:
    channel-last region and another leaves it before any other reader (a ``Reshape`` when the
    spatial size is 1x1, as after global pooling), so activations stay NHWC from the stem to the
    classifier instead of being reordered around every convolution.
+
+A training graph (``is_train=True``) only takes step 4, for every float32 2-D convolution
+(its weight's value is not needed): nothing folds or fuses, so each node keeps its gradient,
+and the convolutions become plain ``_sg_conv`` nodes whose gradient, ``_backward_sg_conv``, reads
+the weight and writes its gradient through (F, kh, kw, C) views of the (F, C, kh, kw) arrays.
+oneDNN's backward kernels, like its forward ones, are faster on plain NHWC than on plain NCHW,
+the Winograd gradients need no transposes, and NHWC max pooling's backward pass is four times
+faster (resnet50_v1 training at batch 16: see docs/architecture.md).
 
 A node that replaces a pattern takes the name of the pattern's last node, so the graph's output
 names stay. Shapes in ``attrs`` are dropped when nodes change (entry ids change).
@@ -69,9 +77,14 @@ def run(graph, params=None, is_train=False, device=None):
     """``(graph, params)`` after the inference fusions. `params` maps variable names to values
     (NumPy arrays or NDArrays); when a BatchNorm folds, the returned dict holds the values of
     the new graph's variables that have one (the folded ones as NumPy arrays), else it is
-    `params` itself. Returns `graph` and `params` unchanged for training graphs and with
+    `params` itself. A training graph only goes channel-last (step 4, with plain ``_sg_conv``
+    nodes, which have a gradient). Returns `graph` and `params` unchanged with
     ``MXNET_SUBGRAPH_BACKEND=NONE``."""
-    if is_train or config.get('MXNET_SUBGRAPH_BACKEND') == 'NONE':
+    if config.get('MXNET_SUBGRAPH_BACKEND') == 'NONE':
+        return graph, params
+    if is_train:
+        if channel_last_pays(device):
+            graph, _ = _channel_last(graph, params, training=True)
         return graph, params
     original = graph
     graph = _remove_identities(graph)
@@ -354,8 +367,8 @@ class _ChannelLast:
     """Builds the new graph: `last` maps an old entry to its new channel-last entry when its
     producer switched layout; entries without one keep their meaning (channel-first)."""
 
-    def __init__(self, graph, params):
-        self.graph, self.params = graph, dict(params or {})
+    def __init__(self, graph, params, training=False):
+        self.graph, self.params, self.training = graph, dict(params or {}), training
         self.shapes = graph.attrs['shape']
         self.rewriter = Rewriter(graph)
         self.taken = {n.name for n in graph.nodes}
@@ -416,14 +429,21 @@ class _ChannelLast:
         for entry in self.graph.outputs:
             self.rewriter.alias(entry, self.to_first(entry))
         graph = self.rewriter.finish()
+        if self.training:
+            return graph, self.params
         names = {node.name for node in graph.nodes if node.op is None}
         return graph, {k: v for k, v in self.params.items() if k in names}
 
 
-def _channel_last(graph, params):
-    if 'shape' not in graph.attrs or not params:
+def _channel_last(graph, params, training=False):
+    """Step 4. For inference a convolution goes channel-last when its weight's value is known;
+    in `training` any float32 2-D convolution does (nothing is fused, so every node keeps its
+    gradient)."""
+    if 'shape' not in graph.attrs or not (params or training):
         return graph, params
-    build = _ChannelLast(graph, params)
+    if training and 'dtype' not in graph.attrs:
+        return graph, params
+    build = _ChannelLast(graph, params, training)
     for position, node in enumerate(graph.nodes):
         if node.op is None:
             build.rewriter.copy(position)
@@ -466,14 +486,21 @@ def _switched_conv(build, node):
     they need only when they run."""
     weight = node.inputs[1]
     variable = build.graph.nodes[weight.node]
-    if (len(node.attrs['kernel']) != 2 or node.attrs['layout'] not in (None, 'NCHW')
-            or variable.op is not None or variable.name not in build.params
+    if len(node.attrs['kernel']) != 2 or node.attrs['layout'] not in (None, 'NCHW'):
+        return None
+    if build.training:
+        # any weight will do (a view of it is read), but only float32 data runs the fast
+        # channel-last kernels
+        dtypes = build.graph.attrs['dtype']
+        if any(dtypes[build.graph.entry_id(e)] != np.float32 for e in node.inputs[:2]):
+            return None
+    elif (variable.op is not None or variable.name not in build.params
             or _host(build.params[variable.name]).dtype != np.float32):
         return None
     op = registry.get('_sg_conv')
     attrs = {'with_sum': False, 'act_type': None, 'weight_scale': False, **node.attrs}
     names = _sg_conv_inputs(node)
-    inputs = [build.to_last(node.inputs[0]), build.rewriter.new(weight)]
+    inputs = [build.to_last(node.inputs[0]), build.to_first(weight)]
     inputs += [build.to_last(e) if name == 'sum' else build.rewriter.new(e)
                for name, e in zip(names[2:], node.inputs[2:])]
     return {**attrs, 'layout': 'NHWC', 'weight_layout': 'OIHW'}, inputs, op

@@ -32,7 +32,7 @@ from ember.op.nn._common import (
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional, p_shape, register, same_type)
 
-__all__ = ['forward', 'weight_token', 'plain_weight_bytes', 'problem_of', 'conv_forward',
+__all__ = ['forward', 'backward', 'weight_token', 'plain_weight_bytes', 'problem_of', 'conv_forward',
            'conv_backward_data',
            'conv_backward_weight']
 
@@ -512,7 +512,13 @@ def _conv_kernel(attrs, ins, outs, ctx):
 
 
 def _conv_backward_kernel(attrs, ins, outs, ctx):
-    dy, x, weight = ins
+    backward(attrs, *ins, outs, ctx)
+
+
+def backward(attrs, dy, x, weight, outs, ctx):
+    """Convolution's gradients from the output gradient `dy`, the data `x` and the `weight`
+    into `outs` (data, weight and, without no_bias, bias gradients; any strides), laid out as
+    ``attrs['layout']`` says; outputs in ``ctx.unused_outputs`` may be left unwritten."""
     dbias = None if attrs['no_bias'] else outs[2]
     onednn = ctx.xp is np and onednn_provider.enabled()
     # nobody reads the data gradient of a network's first convolution: 3% of a resnet50
@@ -558,8 +564,59 @@ def _chosen_gradient(call, gradient, onednn, fallback):
         fallback()
 
 
+def _pointwise_channel_last(attrs, ctx):
+    """Whether Convolution's `attrs` describe a 1x1, unpadded, ungrouped convolution of
+    channel-last NumPy data: its gradients are then single GEMMs over the (N*H*W, C) rows."""
+    return (ctx.xp is np and is_channel_last(attrs['layout']) and attrs['num_group'] == 1
+            and all(k == 1 for k in attrs['kernel']) and not any(attrs['pad']))
+
+
+def _rows(array):
+    """Channel-last `array` as (rows, channels), a view where possible."""
+    return as_shape(np, array, (-1, array.shape[-1]))
+
+
+def _sampled(attrs, array):
+    """The positions of channel-last `array` that a 1x1 convolution with `attrs` reads."""
+    stride = attrs['stride'] or (1,) * (array.ndim - 2)
+    if all(step == 1 for step in stride):
+        return array
+    return array[(slice(None),) + tuple(slice(None, None, step) for step in stride)]
+
+
+def _pointwise_data_gradient(attrs, dy, weight, dx):
+    """dx of a 1x1 channel-last convolution: dy rows (N*H'*W', F) times the (F, C) weight,
+    scattered to the strided positions (zeros elsewhere)."""
+    w = as_shape(np, weight, (weight.shape[0], weight.shape[-1]))
+    target = _sampled(attrs, dx)
+    rows = reshape_view(target, (-1, dx.shape[-1]))
+    if target is not dx:
+        dx.fill(0)
+    if rows is not None:
+        np.matmul(_rows(dy), w, out=rows)
+    else:
+        target[...] = np.matmul(_rows(dy), w).reshape(target.shape)
+
+
+def _pointwise_weight_gradient(attrs, dy, x, dweight, dbias):
+    """dweight (F, 1.., C) of a 1x1 channel-last convolution: dy rows transposed times the
+    rows of x it read; dbias the column sums of dy."""
+    dy_rows = _rows(dy)
+    x_rows = _rows(np.ascontiguousarray(_sampled(attrs, x)))
+    target = reshape_view(dweight, (dweight.shape[0], dweight.shape[-1]))
+    if target is not None:
+        np.matmul(dy_rows.T, x_rows, out=target)
+    else:
+        dweight[...] = np.matmul(dy_rows.T, x_rows).reshape(dweight.shape)
+    if dbias is not None:
+        dbias[...] = dy_rows.sum(axis=0)
+
+
 def numpy_backward_data(attrs, dy, weight, dx, ctx):
     """The data gradient by GEMM and col2im, in any array module."""
+    if _pointwise_channel_last(attrs, ctx):
+        _pointwise_data_gradient(attrs, dy, weight, dx)
+        return
     xp, layout = ctx.xp, attrs['layout']
     dxc = channel_first(xp, dx, layout)
     window = _conv_window('Convolution', attrs, dxc.shape[2:])
@@ -569,6 +626,9 @@ def numpy_backward_data(attrs, dy, weight, dx, ctx):
 
 def numpy_backward_weights(attrs, dy, x, dweight, dbias, ctx):
     """The weight (and bias) gradient by im2col and GEMM, in any array module."""
+    if _pointwise_channel_last(attrs, ctx):
+        _pointwise_weight_gradient(attrs, dy, x, dweight, dbias)
+        return
     xp, layout = ctx.xp, attrs['layout']
     dyc, xc = channel_first(xp, dy, layout), channel_first(xp, x, layout)
     window = _conv_window('Convolution', attrs, xc.shape[2:])
