@@ -458,9 +458,10 @@ int_var('MXNET_GPU_PARALLEL_RAND_COPY', 4, 'Independent random streams per GPU.'
         'resource', low=1, read='startup', status=GPU)
 int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU.', _OPS, 'resource',
         low=1, read='startup', status=GPU)
-enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Inference graph fusion: '
-         'MKLDNN folds BatchNorm and fuses convolution with add and activation; NONE turns it '
-         'off.', _EXEC, 'executor', cache_key=True)
+enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Graph rewrites for the CPU '
+         'kernels: MKLDNN folds BatchNorm and fuses convolution with add and activation for '
+         'inference, and puts convolution regions channel-last (NHWC) in inference and training '
+         'graphs; NONE turns them off.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
          'float32 (float64).', _OPS, 'op', cache_key=True)
 bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',

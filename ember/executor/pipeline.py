@@ -39,7 +39,8 @@ __all__ = ['PASSES', 'compile_graph', 'missing', 'direct_gradients', 'Options', 
 _log = logging.getLogger(__name__)
 
 PASSES = (
-    'subgraph',         # MXNET_SUBGRAPH_BACKEND: fold BatchNorm, fuse convolutions (inference)
+    'subgraph',         # MXNET_SUBGRAPH_BACKEND: fold BatchNorm, fuse convolutions (inference);
+                        # channel-last convolution regions (inference and training)
     'cse',              # MXNET_ELIMINATE_COMMON_EXPR: merge identical nodes
     'gradient',         # the backward part, when some grad_req is not 'null'
     'mirror',           # MXNET_BACKWARD_DO_MIRROR: recompute cheap forward results in backward

@@ -1,5 +1,6 @@
-"""Inference graph fusion, MXNet's oneDNN subgraph backend (``MXNET_SUBGRAPH_BACKEND``: 'MKLDNN',
-the default, or 'NONE' to turn it off).
+"""Graph rewrites for the CPU kernels, MXNet's oneDNN subgraph backend (``MXNET_SUBGRAPH_BACKEND``:
+'MKLDNN', the default, or 'NONE' to turn it off): fusion and channel-last regions for
+inference, channel-last regions for training.
 
 For inference (``is_train=False``), in this order:
 
