@@ -43,8 +43,7 @@ from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn import convolution
 from ember.op.nn.convolution import CONV_PARAMS
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
-from ember.op.registry import (
-    REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register, same_type)
+from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
 
 __all__ = ['BLOCK', 'Step', 'Chain', 'chain_text', 'parse_chain', 'compiled']
 
@@ -425,11 +424,7 @@ def _sg_conv_gradient(F, attrs, inputs, outputs, out_grads):
         raise EmberError(f'_sg_conv: no gradient with {fused}; only the plain convolution '
                          '(with_sum=False, act_type=None, weight_scale=False) has one')
     grads = F._backward_sg_conv(out_grads[0], inputs[0], inputs[1], **attrs)
-    return outputs_of(grads, len(_sg_conv_grad_outputs(attrs)))
-
-
-def _sg_conv_grad_outputs(attrs):
-    return ['data_grad', 'weight_grad'] + ([] if attrs['no_bias'] else ['bias_grad'])
+    return outputs_of(grads, 2 if attrs['no_bias'] else 3)
 
 
 def _sg_conv_backward_kernel(attrs, ins, outs, ctx):
@@ -440,18 +435,6 @@ def _sg_conv_backward_kernel(attrs, ins, outs, ctx):
         weight = _ohwi(weight)
         outs = [outs[0], _ohwi(outs[1])] + list(outs[2:])
     convolution.backward(attrs, dy, data, weight, outs, ctx)
-
-
-def _sg_conv_backward_infer(attrs, in_shapes):
-    """(out_grad, data, weight) -> gradients shaped like data, weight and the bias."""
-    in_shapes = list(in_shapes)
-    outs = [in_shapes[1], in_shapes[2]]
-    return in_shapes, outs + ([] if attrs['no_bias'] else [(attrs['num_filter'],)])
-
-
-def _sg_conv_backward_type(attrs, in_dtypes):
-    ins, outs = same_type(attrs, in_dtypes)
-    return ins, outs * len(_sg_conv_grad_outputs(attrs))
 
 
 _SG_CONV_PARAMS = CONV_PARAMS + (
@@ -472,10 +455,11 @@ register('_sg_conv', _sg_conv_kernel, infer_shape=_sg_conv_infer, inputs=_conv_i
              'operator (emitted by the subgraph pass: fused for inference, plain channel-last '
              'with an OIHW weight in training graphs).')
 
-register('_backward_sg_conv', _sg_conv_backward_kernel, infer_shape=_sg_conv_backward_infer,
-         infer_type=_sg_conv_backward_type,
-         inputs=('out_grad', 'data', 'weight'), outputs=_sg_conv_grad_outputs,
-         params=_SG_CONV_PARAMS, resources=('temp',))
+# shapes, types and outputs as Convolution's gradient: they depend on no_bias and num_filter only
+_CONV_BACKWARD = registry.get('_backward_Convolution')
+register('_backward_sg_conv', _sg_conv_backward_kernel, infer_shape=_CONV_BACKWARD.infer_shape,
+         infer_type=_CONV_BACKWARD.infer_type, inputs=_CONV_BACKWARD.inputs,
+         outputs=_CONV_BACKWARD.outputs, params=_SG_CONV_PARAMS, resources=('temp',))
 
 
 def _sg_fc_kernel(attrs, ins, outs, ctx):

@@ -32,9 +32,8 @@ from ember.op.nn._common import (
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional, p_shape, register, same_type)
 
-__all__ = ['forward', 'backward', 'weight_token', 'plain_weight_bytes', 'problem_of', 'conv_forward',
-           'conv_backward_data',
-           'conv_backward_weight']
+__all__ = ['forward', 'backward', 'weight_token', 'plain_weight_bytes', 'problem_of',
+           'conv_forward', 'conv_backward_data', 'conv_backward_weight']
 
 _TUNE = p_optional(p_enum('off', 'limited_workspace', 'fastest'))
 
