@@ -302,11 +302,15 @@ def multi_inputs(state_names, dtype, shapes):
     return groups
 
 
-@pytest.mark.parametrize('parallel_size', [200000, 1], ids=['one-thread', 'threads-split'])
+@pytest.mark.parametrize('parallel_size, block', [(200000, 1 << 17), (1, 1 << 17), (200000, 3),
+                                                  (1, 2)],
+                         ids=['one-thread', 'threads-split', 'blocks', 'threads-blocks'])
 @pytest.mark.parametrize('multi, single, state_names, dtype, extra', MULTI_CASES)
 def test_multi_update_equals_single_updates(multi, single, state_names, dtype, extra,
-                                            parallel_size):
-    # split: the kernel threads share the 20 elements, the cut falling inside a weight
+                                            parallel_size, block, monkeypatch):
+    # split: the kernel threads share the 20 elements, the cut falling inside a weight; blocks:
+    # each range is updated a few elements at a time, the last block of a weight shorter
+    monkeypatch.setattr(optimizer_ops, '_UPDATE_BLOCK', block)
     with config.override(MXNET_CPU_PARALLEL_SIZE=parallel_size):
         _check_multi_update(multi, single, state_names, dtype, extra)
 

@@ -264,6 +264,14 @@ def _update_kernel(step):
     return kernel
 
 
+# Elements per block of a multi-weight update: the step's temporaries (several per block) stay
+# in cache instead of going through memory. resnet50_v1's 25.6M weights with SGD and momentum
+# on 2 threads: 53 ms with each thread's range as one block; blocks of 2^14 / 2^15 / 2^16 /
+# 2^17 / 2^18 elements 67 / 45 / 31 / 28 / 38 ms (smaller blocks pay for the Python calls of
+# two threads that take turns holding the GIL).
+_UPDATE_BLOCK = 1 << 17
+
+
 def _multi_kernel(step, group):
     def kernel(attrs, ins, outs, ctx):
         settings = [dict(attrs, lr=attrs['lrs'][i], wd=attrs['wds'][i])
@@ -283,8 +291,12 @@ def _multi_kernel(step, group):
                 if begin >= stop:
                     break
                 lo, hi = max(start, begin) - begin, min(stop, int(ends[i])) - begin
-                arrays = [a.reshape(-1)[lo:hi] for a in ins[group * i: group * (i + 1)]]
-                outs[i].reshape(-1)[lo:hi] = step(np, settings[i], *arrays)
+                flat = [a.reshape(-1) for a in ins[group * i: group * (i + 1)]]
+                out = outs[i].reshape(-1)
+                # block by block, so that the step's temporaries stay in cache
+                for block in range(lo, hi, _UPDATE_BLOCK):
+                    part = slice(block, min(hi, block + _UPDATE_BLOCK))
+                    out[part] = step(np, settings[i], *(a[part] for a in flat))
         total = int(ends[-1]) if len(ends) else 0
         engine.parallel_for(total, run)
     return kernel
