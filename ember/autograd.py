@@ -232,7 +232,7 @@ def _accumulate(table, key, value):
     table[key] = value if key not in table else table[key] + value
 
 
-def _run_backward(heads, head_grads, retain_graph, create_graph, train):
+def _run_backward(heads, head_grads, retain_graph, create_graph, train, storing=False):
     heads = list(heads)
     if head_grads is None:
         head_grads = [None] * len(heads)
@@ -244,13 +244,57 @@ def _run_backward(heads, head_grads, retain_graph, create_graph, train):
         if hgrad is None:
             hgrad = nd.ones(head.shape, ctx=head.context, dtype=head.dtype)
         _route(head, hgrad, node_grads, leaf_grads, leaves)
+    order = _topological(heads)
     scope = record(train) if create_graph else pause(train)
-    with scope:
-        for node in _topological(heads):
-            _backward_node(node, node_grads, leaf_grads, leaves)
-            if not retain_graph:
-                node.inputs = []
+    previous = _targets.storing, _targets.once
+    _targets.storing, _targets.once = storing, _used_once(heads, order) if storing else frozenset()
+    try:
+        with scope:
+            for node in order:
+                _backward_node(node, node_grads, leaf_grads, leaves)
+                if not retain_graph:
+                    node.inputs = []
+    finally:
+        _targets.storing, _targets.once = previous
     return leaf_grads, leaves
+
+
+class _Targets(threading.local):
+    """What the backward pass running on this thread does with the variables' gradients:
+    whether it stores them into .grad (``backward``) or returns them (``grad``), and the
+    variables whose single gradient comes from one place in the graph."""
+    storing = False
+    once = frozenset()
+
+
+_targets = _Targets()
+
+
+def _used_once(heads, order):
+    """ids of the variable entries that are a head or a node's input exactly once."""
+    uses = {}
+    for x in [*heads, *(x for node in order for x in node.inputs)]:
+        if isinstance(x._ag, _Leaf):
+            uses[id(x._ag)] = uses.get(id(x._ag), 0) + 1
+    return frozenset(key for key, count in uses.items() if count == 1)
+
+
+def gradient_target(array) -> str:
+    """How a grad_fn that runs during a backward pass may treat variable `array`'s .grad
+    array when it would write `array`'s gradient there itself (a hybridized block's executor
+    is bound to its parameters' .grad arrays):
+
+    'direct': its gradient is that array's whole new value (``backward`` stores it there, with
+        grad_req 'write', and no other part of the graph adds to it): write it and return
+        ``array.grad`` itself, no copy is made;
+    'copy': ``backward`` stores the sum of this and other gradients: return a copy;
+    'keep': .grad must keep its value (``autograd.grad``, grad_req 'add', or not a
+        variable): return the gradient elsewhere.
+    """
+    entry = array._ag
+    if not _targets.storing or not isinstance(entry, _Leaf) or entry.grad_req != 'write':
+        return 'keep'
+    return 'direct' if id(entry) in _targets.once else 'copy'
 
 
 def _route(array, gradient, node_grads, leaf_grads, leaves):
@@ -282,7 +326,8 @@ def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
     if not isinstance(heads, (list, tuple)):
         heads = [heads]
         head_grads = None if head_grads is None else [head_grads]
-    leaf_grads, leaves = _run_backward(heads, head_grads, retain_graph, False, train_mode)
+    leaf_grads, leaves = _run_backward(heads, head_grads, retain_graph, False, train_mode,
+                                       storing=True)
     for key, gradient in leaf_grads.items():
         _store(leaves[key], gradient)
 
@@ -293,7 +338,7 @@ def _store(leaf, gradient):
         return
     if leaf.grad_req == 'add':
         array._grad += gradient
-    else:
+    elif gradient is not array._grad:      # else a grad_fn wrote it there ('direct')
         array._grad[:] = gradient
     array._grad._fresh_grad = True      # Trainer.step checks that backward reached it
 

@@ -470,3 +470,84 @@ def test_gradients_of_a_hybridized_block_are_not_overwritten_by_its_next_backwar
     np.testing.assert_allclose(x.grad.asnumpy(), kept * 15, rtol=1e-5)
     weight_grad = net.weight.grad().asnumpy()
     np.testing.assert_allclose(weight_grad, np.full((3, 4), 2 * 3 * 5.0), rtol=1e-5)
+
+
+def _dense_pair(hybridize, seed=5):
+    net = nn.Dense(3, in_units=4, prefix='d_')
+    net.initialize()
+    net.weight.set_data(array(3, 4, seed=seed))
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
+    return net
+
+
+def test_parameter_gradients_are_computed_into_their_grad_arrays():
+    net = _dense_pair(True)
+    x = array(2, 4, seed=1)
+    grad_before = net.weight.grad()
+    with autograd.record():
+        loss = (net(x) ** 2).sum()
+    loss.backward()
+    (bound,) = [b for pool in net._cached_op._pool.values() for b in pool]
+    # no second array per gradient and no copy into .grad: the executor wrote it there
+    assert bound.executor.grad_dict['d_weight'] is grad_before is net.weight.grad()
+    y = x.asnumpy() @ net.weight.data().asnumpy().T + net.bias.data().asnumpy()
+    np.testing.assert_allclose(grad_before.asnumpy(), 2 * y.T @ x.asnumpy(), rtol=1e-5)
+
+
+def test_autograd_grad_through_a_hybridized_block_leaves_grad_arrays_alone():
+    net = _dense_pair(True)
+    x = array(2, 4, seed=1)
+    with autograd.record():
+        (net(x) ** 2).sum().backward()
+    stored = net.weight.grad().asnumpy().copy()
+    net.weight.grad()[:] = 7
+    weight = net.weight.data()
+    with autograd.record():
+        loss = (net(x) ** 2).sum()
+    (result,) = autograd.grad(loss, [weight])
+    np.testing.assert_allclose(result.asnumpy(), stored, rtol=1e-6)
+    np.testing.assert_array_equal(net.weight.grad().asnumpy(), np.full((3, 4), 7.0))
+    # the next backward writes .grad again
+    with autograd.record():
+        (net(x) ** 2).sum().backward()
+    np.testing.assert_allclose(net.weight.grad().asnumpy(), stored, rtol=1e-6)
+
+
+@pytest.mark.parametrize('sharing', ['two blocks', 'outside the block'])
+def test_gradients_of_a_parameter_used_in_several_places_are_summed(sharing):
+    results = []
+    for hybridize in (False, True):
+        net = _dense_pair(hybridize)
+        other = nn.Dense(3, in_units=4, params=net.collect_params(), prefix='d_')
+        if hybridize:
+            other.hybridize(static_alloc=True)
+        x = array(2, 4, seed=1)
+        with autograd.record():
+            loss = (net(x) ** 2).sum()
+            if sharing == 'two blocks':
+                loss = loss + (other(x * 2) ** 3).sum()
+            else:
+                loss = loss + (net.weight.data() ** 2).sum() * 3
+        loss.backward()
+        results.append(net.weight.grad().asnumpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5)
+
+
+def test_gradients_follow_grad_arrays_made_after_the_executor():
+    net = _dense_pair(True)
+    x = array(2, 4, seed=1)
+
+    def backward():
+        with autograd.record():
+            (net(x) ** 2).sum().backward()
+    backward()
+    once = net.weight.grad().asnumpy().copy()
+    net.weight.grad_req = 'add'             # new .grad arrays; the executor keeps its own
+    net.weight.zero_grad()
+    backward()
+    backward()
+    np.testing.assert_allclose(net.weight.grad().asnumpy(), 2 * once, rtol=1e-5)
+    net.weight.grad_req = 'write'
+    backward()
+    np.testing.assert_allclose(net.weight.grad().asnumpy(), once, rtol=1e-5)
