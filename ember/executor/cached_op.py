@@ -12,9 +12,10 @@ backward. That computes the parameters' gradients straight into their .grad arra
 no second array per gradient: resnet50_v1's training at batch 16 peaked 60-120 MB lower),
 except where another part of the graph adds to them or ``autograd.grad`` asks (.grad then
 keeps its value). The executor is held for that node until its backward has run (or the node
-is freed), and a call meanwhile binds a second executor. With ``static_alloc`` every signature keeps its
-executors and their memory from call to call; without it only the signature in use does, and
-the others' memory goes back to the pool when another signature is called.
+is freed), and a call meanwhile binds a second executor. With ``static_alloc`` every
+signature keeps its executors and their memory from call to call; without it only the
+signature in use does, and the others' memory goes back to the pool when another signature
+is called.
 
 >>> import ember as mx
 >>> from ember.executor.cached_op import CachedOp
