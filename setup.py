@@ -1,6 +1,7 @@
 """Builds the optional compiled modules; everything else is in pyproject.toml.
 
-``ember._accel`` (shape arithmetic), ``ember._kernels`` (BatchNorm's CPU kernels) and
+``ember._accel`` (shape arithmetic), ``ember._kernels`` (BatchNorm's CPU kernels, and the
+residual add and relu chains of fused element-wise graphs) and
 ``ember._winograd`` (Winograd F(4x4, 3x3) convolution) are ``optional=True``: without a C
 compiler the build skips them and Ember runs the Python and NumPy implementations. Build in place for development with ``python setup.py build_ext
 --inplace`` (``pip install -e .`` builds them too).

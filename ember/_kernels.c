@@ -1,4 +1,5 @@
-/* ember._kernels: BatchNorm's CPU kernels.
+/* ember._kernels: BatchNorm's CPU kernels, and the two element-wise chains of ResNet training
+ * graphs that ember/op/fused.py runs in one pass (see "Residual add and relu" below).
  *
  * Data is float32, C-contiguous and seen as (outer, channels, inner): a channel is `outer` rows
  * of `inner` values, `channels * inner` values apart. Channel-first data (inner >= 16) is worked
@@ -23,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "_buffers.h"
@@ -595,6 +597,54 @@ static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Residual add and relu
+ *
+ * The _FusedElemwise chains relu(a + b) (a residual block's output) and (a + b) * (y > 0) (its
+ * gradient: the two gradients reaching y added, through relu's output y), with exactly NumPy's
+ * float32 results, NaN bits included: each value is one float add, then a select or a multiply
+ * by 1 or 0 as NumPy's maximum and multiply do them. They work on the elements [lo, hi) of flat
+ * arrays with the GIL released, so engine.parallel_for runs disjoint ranges on the kernel
+ * threads. Four values are read from every input before their four results are stored, so out
+ * may be an input's memory (the same elements; the graph's in-place outputs are). Written with
+ * vector types since GCC leaves the gradient's scalar loop unvectorised: it keeps the float
+ * comparison as a branch under the default -ftrapping-math. */
+
+typedef int32_t ivec4 __attribute__((vector_size(16)));
+
+/* out = np.maximum(a + b, 0): a sum <= 0 becomes +0.0 (so does -0.0, as NumPy's maximum gives),
+ * others, NaN among them, stay as they are. */
+static void add_relu_range(const float *a, const float *b, float *out, Py_ssize_t lo,
+                           Py_ssize_t hi) {
+    vec4 zero = splat4(0.0f);
+    Py_ssize_t i = lo;
+    for (; i + 4 <= hi; i += 4) {
+        vec4 sum = load4(a + i) + load4(b + i);
+        ivec4 clear = sum <= zero;        /* all ones where the sum is <= 0, never for NaN */
+        store4(out + i, (vec4)((ivec4)sum & ~clear));
+    }
+    for (; i < hi; i++) {
+        float sum = a[i] + b[i];
+        out[i] = sum <= 0.0f ? 0.0f : sum;
+    }
+}
+
+/* out = (a + b) * (y > 0), NumPy's multiply by the mask as 1.0f or 0.0f: the sum where y > 0,
+ * else sum * 0 (-0.0 for a negative sum, NaN for a NaN or infinite one); NaN y is not > 0. */
+static void add_relu_grad_range(const float *a, const float *b, const float *y, float *out,
+                                Py_ssize_t lo, Py_ssize_t hi) {
+    vec4 zero = splat4(0.0f), one = splat4(1.0f);
+    Py_ssize_t i = lo;
+    for (; i + 4 <= hi; i += 4) {
+        vec4 sum = load4(a + i) + load4(b + i);
+        ivec4 open = load4(y + i) > zero;
+        store4(out + i, sum * (vec4)((ivec4)one & open));
+    }
+    for (; i < hi; i++) {
+        out[i] = (a[i] + b[i]) * (y[i] > 0.0f ? 1.0f : 0.0f);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
 /* `obj`'s memory as `count` C-contiguous float32 values, held in `b` until release_all; NULL
@@ -663,6 +713,31 @@ static Py_ssize_t channel_last_size(const Layout *s, const char *function) {
     if (size >= 0 && s->inner != 1) {
         PyErr_Format(PyExc_ValueError, "%s: layout (%zd, %zd, %zd): expected inner == 1 "
                      "(channel-last data)", function, s->outer, s->channels, s->inner);
+        return -1;
+    }
+    return size;
+}
+
+/* The `count` arrays of an element-wise function (inputs, then the output written) as
+ * C-contiguous float32 values, as many as the first, held in `b`; their number, or -1 with an
+ * exception when an array or the element range [lo, hi) is invalid. */
+static Py_ssize_t borrow_elementwise(Buffers *b, PyObject *const *objs, const char *const *names,
+                                     int count, float **values, Py_ssize_t lo, Py_ssize_t hi) {
+    Py_buffer *first = borrow_float32(b, objs[0], names[0], 0);
+    if (first == NULL) {
+        return -1;
+    }
+    Py_ssize_t size = first->len / (Py_ssize_t)sizeof(float);
+    values[0] = (float *)first->buf;
+    for (int k = 1; k < count; k++) {
+        values[k] = borrow(b, objs[k], names[k], size, k == count - 1);
+        if (values[k] == NULL) {
+            return -1;
+        }
+    }
+    if (lo < 0 || hi < lo || hi > size) {
+        PyErr_Format(PyExc_ValueError, "element range [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     lo, hi, size);
         return -1;
     }
     return size;
@@ -865,6 +940,47 @@ static PyObject *data_grad(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *add_relu(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    const char *const names[3] = {"a", "b", "out"};
+    float *v[3];
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOnn:add_relu", &objs[0], &objs[1], &objs[2], &lo, &hi)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    if (borrow_elementwise(&b, objs, names, 3, v, lo, hi) < 0) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    add_relu_range(v[0], v[1], v[2], lo, hi);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *add_relu_grad(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    const char *const names[4] = {"a", "b", "y", "out"};
+    float *v[4];
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOOnn:add_relu_grad", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &lo, &hi)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    if (borrow_elementwise(&b, objs, names, 4, v, lo, hi) < 0) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    add_relu_grad_range(v[0], v[1], v[2], v[3], lo, hi);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bn_train_forward", train_forward, METH_VARARGS,
      "bn_train_forward(x, out, gamma, beta, mean, var, invstd, (outer, channels, inner), lo, "
@@ -886,12 +1002,21 @@ static PyMethodDef methods[] = {
      "bn_data_grad(dy, x, mean, mean_dy, slope, scale, dx, (outer, channels, 1), batch_stats): "
      "channel-last data; dx = (dy - mean_dy - (x - mean) * slope) * scale, or dx = dy * scale "
      "without batch_stats, with bn_backward's per-channel constants."},
+    {"add_relu", add_relu, METH_VARARGS,
+     "add_relu(a, b, out, lo, hi): out = np.maximum(a + b, 0) on the elements [lo, hi) of "
+     "float32 arrays of one size, bit for bit; out may be a or b."},
+    {"add_relu_grad", add_relu_grad, METH_VARARGS,
+     "add_relu_grad(a, b, y, out, lo, hi): out = (a + b) * (y > 0), relu's gradient of a sum "
+     "through its output y, on the elements [lo, hi) of float32 arrays of one size, bit for "
+     "bit as NumPy; out may be a, b or y."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember._kernels",
-    "BatchNorm's compiled CPU kernels (see ember/op/nn/normalization.py).", -1, methods,
+    "BatchNorm's compiled CPU kernels (see ember/op/nn/normalization.py), and the residual "
+    "add and relu chains of _FusedElemwise with their gradient (see ember/op/fused.py).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {

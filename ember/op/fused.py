@@ -9,6 +9,12 @@ through memory. Each step calls its own operator's kernel, so results equal the 
 The block function is Python source generated once per chain and compiled with ``compile()``,
 cached by the chain's text; ``MXNET_FUSION_VERBOSE=1`` prints it on stderr.
 
+Two chains of ResNet training graphs have compiled kernels in ``ember._kernels``, with the same
+results bit for bit: relu of a sum (``add_relu``: a residual block's output) and relu's gradient
+of a sum of gradients (``add_relu_grad``). They run when every array is float32 NumPy,
+C-contiguous and of the output's shape; anything else (broadcasting, other dtypes, another
+device, no compiled module) runs the blocks.
+
 ``_sg_conv`` and ``_sg_fc`` (from :mod:`ember.passes.subgraph`) are Convolution with an optional
 residual add (``with_sum``) and activation, and FullyConnected with an activation, applied in
 place on the output (MXNet's oneDNN subgraph operators). ``_sg_conv`` may write over its residual.
@@ -29,6 +35,7 @@ array([0., 6.], dtype=float32)
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -49,6 +56,13 @@ __all__ = ['BLOCK', 'Step', 'Chain', 'chain_text', 'parse_chain', 'compiled']
 
 # Elements per block: a handful of float32 blocks (256 KB each) fit in a core's L2 cache.
 BLOCK = 1 << 16
+
+try:
+    # the compiled forms of two chains (add_relu, add_relu_grad): a leaf C module that setup.py
+    # builds where it can
+    _kernels = importlib.import_module('ember._kernels')
+except ImportError:
+    _kernels = None     # built without a C compiler: the blocks run
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,6 +199,7 @@ class _Program:
         # the one sanctioned use of compile(): the fused kernel body, once per chain
         exec(compile(self.source, '<fused elemwise>', 'exec'), namespace)  # noqa: S102
         self.block = namespace['fused_block']
+        self.kernel = _compiled_kernel(chain)
         self._dtypes = {}
 
     def step_dtypes(self, in_dtypes):
@@ -195,6 +210,9 @@ class _Program:
 
     def __call__(self, ins, outs, ctx):
         out, xp = outs[0], ctx.xp
+        if self.kernel is not None and self.kernel.takes(ins, out, xp):
+            self._run_kernel(ins, out)
+            return
         dtypes = self.step_dtypes(tuple(np.dtype(x.dtype) for x in ins))
         if type(out) is not np.ndarray or out.size <= BLOCK or out.ndim == 0:
             buffers = self._buffers(xp, out.size, dtypes)
@@ -254,6 +272,25 @@ class _Program:
                            ctx)
         engine.parallel_for(outs[0].size, chunk, self._worth_splitting(ins, outs, ctx, dtypes))
 
+    def _run_kernel(self, ins, out):
+        # small arrays in one call, as the blocks run them; larger ones as the tuner says
+        run = self.kernel.bind(ins, out)
+        if out.size <= BLOCK:
+            run(0, out.size)
+        else:
+            engine.parallel_for(out.size, run, self._kernel_worth_splitting(ins, out))
+
+    def _kernel_worth_splitting(self, ins, out):
+        """The operator tuner's decision for the compiled kernel, timed on samples of the
+        inputs under the kernel's own name: it costs about half the blocks' time per element,
+        so the blocks' measurement would split arrays that gain less than the split costs."""
+        def prepare(size):
+            sample_ins = [tuning.prefix_sample(x, out.shape, size) for x in ins]
+            run = self.kernel.bind(sample_ins, np.empty(size, out.dtype))
+            return functools.partial(run, 0, size)
+        name = f'_kernels.{self.kernel.function}'
+        return tuning.should_split(name, out.dtype, out.size, prepare)
+
     def _worth_splitting(self, ins, outs, ctx, dtypes):
         """The operator tuner's decision, timing the chain on samples of its inputs."""
         shape = outs[0].shape
@@ -265,6 +302,57 @@ class _Program:
             return lambda: self.block(sample_ins, sample_outs, views, ctx)
         name = '_FusedElemwise[' + ','.join(step.op.name for step in self.chain.steps) + ']'
         return tuning.should_split(name, outs[0].dtype, outs[0].size, prepare)
+
+
+@dataclass(frozen=True)
+class _CompiledKernel:
+    """A chain that one function of ember._kernels computes: ``function(*args, out, lo, hi)``
+    with the chain's inputs `args` (indices, in the function's order)."""
+    function: str
+    args: tuple
+
+    def takes(self, ins, out, xp) -> bool:
+        """Whether the arrays suit the function: float32 NumPy arrays, C-contiguous, all shaped
+        like the output (no broadcasting)."""
+        if _kernels is None or xp is not np or not _flat_float32(out):
+            return False
+        return all(_flat_float32(x) and x.shape == out.shape for x in ins)
+
+    def bind(self, ins, out):
+        """``run(lo, hi)``: the function on the elements [lo, hi)."""
+        function = getattr(_kernels, self.function)
+        args = [ins[k] for k in self.args] + [out]
+        return lambda lo, hi: function(*args, lo, hi)
+
+
+def _flat_float32(x) -> bool:
+    return type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous
+
+
+_ADDS = ('elemwise_add', 'broadcast_add')
+
+
+def _compiled_kernel(chain):
+    """The _CompiledKernel of `chain` when it is an add of two inputs then relu (add_relu) or
+    relu's gradient through an input (add_relu_grad), the last step's value its output."""
+    if len(chain.steps) != 2 or chain.outputs != (1,):
+        return None
+    add, act = chain.steps
+    if add.op.name not in _ADDS or any(kind != 'i' for kind, _ in add.args):
+        return None
+    summands = tuple(k for _, k in add.args)
+    if _is_relu(act) and act.args == (('s', 0),):
+        return _CompiledKernel('add_relu', summands)
+    relu_grad = act.op.name == '_backward_Activation' and act.attrs['act_type'] == 'relu'
+    if relu_grad and act.args[0] == ('s', 0) and act.args[1][0] == 'i':
+        return _CompiledKernel('add_relu_grad', summands + (act.args[1][1],))
+    return None
+
+
+def _is_relu(step):
+    # the relu operator computes np.maximum(x, 0) as Activation's relu does
+    return step.op.name == 'relu' or (step.op.name == 'Activation'
+                                      and step.attrs['act_type'] == 'relu')
 
 
 def _assign_slots(chain):
