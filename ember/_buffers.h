@@ -4,7 +4,8 @@
 #ifndef EMBER_BUFFERS_H
 #define EMBER_BUFFERS_H
 
-#define MAX_BUFFERS 8
+/* The most arrays one call takes (bn_data_grad with a mask: 9). */
+#define MAX_BUFFERS 12
 
 typedef struct {
     Py_buffer views[MAX_BUFFERS];
@@ -28,8 +29,21 @@ static int is_float32(const Py_buffer *view) {
 
 /* `obj`'s memory as a C-contiguous float32 view, held in `b` until release_all (writable
  * when asked); NULL with an exception naming `name` otherwise. */
+/* The next free view of `b`; NULL with an exception when the call holds MAX_BUFFERS already. */
+static Py_buffer *next_view(Buffers *b, const char *name) {
+    if (b->count == MAX_BUFFERS) {
+        PyErr_Format(PyExc_SystemError, "%s: a kernel call holds at most %d arrays", name,
+                     MAX_BUFFERS);
+        return NULL;
+    }
+    return &b->views[b->count];
+}
+
 static Py_buffer *borrow_float32(Buffers *b, PyObject *obj, const char *name, int writable) {
-    Py_buffer *view = &b->views[b->count];
+    Py_buffer *view = next_view(b, name);
+    if (view == NULL) {
+        return NULL;
+    }
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
         return NULL;

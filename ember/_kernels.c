@@ -177,15 +177,47 @@ static void store4(float *p, vec4 v) {
     memcpy(p, &v, sizeof v);
 }
 
+typedef int32_t ivec4 __attribute__((vector_size(16)));
+
+/* np.maximum(v, 0) of each lane: v <= 0 (-0.0 too) becomes +0.0, NaN stays. */
+static vec4 relu4(vec4 v) {
+    ivec4 clear = v <= splat4(0.0f);
+    return (vec4)((ivec4)v & ~clear);
+}
+
+static float relu1(float v) {
+    return v <= 0.0f ? 0.0f : v;
+}
+
+/* NumPy's g * (y > 0) of relu's gradient: g where y > 0, else g * 0 (-0.0 for a negative g,
+ * NaN for NaN or infinite g); a NaN y is not > 0. */
+static vec4 through_relu4(vec4 g, vec4 y) {
+    ivec4 open = y > splat4(0.0f);
+    return g * (vec4)((ivec4)splat4(1.0f) & open);
+}
+
+static float through_relu1(float g, float y) {
+    return g * (y > 0.0f ? 1.0f : 0.0f);
+}
+
+/* BatchNormWithReLU's backward pass takes dy through relu's gradient, with relu's output
+ * recomputed from BatchNorm's input: y = x * scale + shift, the forward pass's float32
+ * operations, so y > 0 exactly where the output was (channel-last: per-channel constants). */
+typedef struct {
+    const float *scale, *shift;
+} Mask;
+
 static void row_scale_shift(const float *x, float *out, Py_ssize_t len, float scale,
-                            float shift) {
+                            float shift, int relu) {
     vec4 times = splat4(scale), plus = splat4(shift);
     Py_ssize_t i = 0;
     for (; i + 4 <= len; i += 4) {
-        store4(out + i, load4(x + i) * times + plus);  /* two roundings: -ffp-contract=off */
+        vec4 v = load4(x + i) * times + plus;          /* two roundings: -ffp-contract=off */
+        store4(out + i, relu ? relu4(v) : v);
     }
     for (; i < len; i++) {
-        out[i] = x[i] * scale + shift;
+        float v = x[i] * scale + shift;
+        out[i] = relu ? relu1(v) : v;
     }
 }
 
@@ -251,7 +283,7 @@ static void train_forward_channel(const TrainForward *a, const Layout *s, Py_ssi
     float shift = a->beta[c] - mean * scale;
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = row_offset(s, n, c);
-        row_scale_shift(a->x + at, a->out + at, s->inner, scale, shift);
+        row_scale_shift(a->x + at, a->out + at, s->inner, scale, shift, 0);
     }
     a->mean[c] = mean;
     a->var[c] = var;
@@ -292,12 +324,13 @@ static void backward_channel(const Backward *a, const Layout *s, Py_ssize_t c) {
 typedef struct {
     const float *x, *scale, *shift;
     float *out;
+    int relu;       /* then out = np.maximum(x * scale + shift, 0) */
 } Normalize;
 
 static void normalize_channel(const Normalize *a, const Layout *s, Py_ssize_t c) {
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = row_offset(s, n, c);
-        row_scale_shift(a->x + at, a->out + at, s->inner, a->scale[c], a->shift[c]);
+        row_scale_shift(a->x + at, a->out + at, s->inner, a->scale[c], a->shift[c], a->relu);
     }
 }
 
@@ -373,20 +406,27 @@ static void prefetch_next(Ahead *a, const float *dy, const float *x, Py_ssize_t 
  * walks the range from base (and dy_base). Inlined so that full groups get constant widths. */
 static inline __attribute__((always_inline)) void lanes_sums(
         const float *dy, const float *x, Py_ssize_t stride, Py_ssize_t rows, Ahead *ahead,
-        const float *dy_base, const float *base, const float *centre, int width, double *sum_a,
-        double *sum_b) {
+        const float *dy_base, const float *base, const float *centre, const Mask *mask,
+        int width, double *sum_a, double *sum_b) {
     int vecs = (width + 3) / 4;
-    vec4 middle[VECS], a[VECS], b[VECS];
+    vec4 middle[VECS], a[VECS], b[VECS], times[VECS], plus[VECS];
     for (int v = 0; v < vecs; v++) {
         middle[v] = load_some(centre + 4 * v, lanes_in(width, v));
         a[v] = b[v] = splat4(0);
+        if (mask != NULL) {
+            times[v] = load_some(mask->scale + 4 * v, lanes_in(width, v));
+            plus[v] = load_some(mask->shift + 4 * v, lanes_in(width, v));
+        }
     }
     for (Py_ssize_t n = 0; n < rows; n++) {
         prefetch_next(ahead, dy_base, base, stride);
         for (int v = 0; v < vecs; v++) {
             Py_ssize_t at = n * stride + 4 * v;
-            vec4 d = load_some(x + at, lanes_in(width, v)) - middle[v];
+            vec4 value = load_some(x + at, lanes_in(width, v)), d = value - middle[v];
             vec4 g = dy != NULL ? load_some(dy + at, lanes_in(width, v)) : d;
+            if (mask != NULL) {
+                g = through_relu4(g, value * times[v] + plus[v]);
+            }
             a[v] += g;
             b[v] += g * d;
         }
@@ -399,10 +439,10 @@ static Py_ssize_t smaller(Py_ssize_t a, Py_ssize_t b) {
 }
 
 /* lanes_sums of the channels [lo, hi) over the rows [r0, r1), into sum_a and sum_b (indexed
- * from lo, like centre). */
+ * from lo, like centre and the mask's constants). */
 static void chunk_sums(const float *dy, const float *x, const Layout *s, Py_ssize_t lo,
                        Py_ssize_t hi, Py_ssize_t r0, Py_ssize_t r1, const float *centre,
-                       double *sum_a, double *sum_b) {
+                       const Mask *mask, double *sum_a, double *sum_b) {
     memset(sum_a, 0, (size_t)(hi - lo) * sizeof(double));
     memset(sum_b, 0, (size_t)(hi - lo) * sizeof(double));
     if (hi <= lo) {
@@ -415,15 +455,22 @@ static void chunk_sums(const float *dy, const float *x, const Layout *s, Py_ssiz
         for (Py_ssize_t c = lo; c < hi; c += LANES) {
             Py_ssize_t at = n * s->channels + c, i = c - lo;
             const float *g = dy != NULL ? dy + at : NULL;
-            if (hi - c >= LANES && dy != NULL) {
+            Mask part, *m = NULL;
+            if (mask != NULL) {
+                part.scale = mask->scale + i, part.shift = mask->shift + i, m = &part;
+            }
+            if (hi - c >= LANES && dy != NULL && m != NULL) {
                 lanes_sums(g, x + at, s->channels, rows, &ahead, dy_base, base, centre + i,
-                           LANES, sum_a + i, sum_b + i);
+                           m, LANES, sum_a + i, sum_b + i);
+            } else if (hi - c >= LANES && dy != NULL) {
+                lanes_sums(g, x + at, s->channels, rows, &ahead, dy_base, base, centre + i,
+                           NULL, LANES, sum_a + i, sum_b + i);
             } else if (hi - c >= LANES) {
                 lanes_sums(NULL, x + at, s->channels, rows, &ahead, NULL, base, centre + i,
-                           LANES, sum_a + i, sum_b + i);
+                           NULL, LANES, sum_a + i, sum_b + i);
             } else {
                 lanes_sums(g, x + at, s->channels, rows, &ahead, dy_base, base, centre + i,
-                           (int)(hi - c), sum_a + i, sum_b + i);
+                           m, (int)(hi - c), sum_a + i, sum_b + i);
             }
         }
     }
@@ -435,9 +482,9 @@ static void column_sums(const float *dy, const float *x, const Layout *s, Py_ssi
                         Py_ssize_t hi, Py_ssize_t rows, const float *centre, double *sum_a,
                         double *sum_b, double *part) {
     Py_ssize_t width = hi - lo;
-    chunk_sums(dy, x, s, lo, hi, 0, smaller(CHUNK_ROWS, rows), centre, sum_a, sum_b);
+    chunk_sums(dy, x, s, lo, hi, 0, smaller(CHUNK_ROWS, rows), centre, NULL, sum_a, sum_b);
     for (Py_ssize_t r0 = CHUNK_ROWS; r0 < rows; r0 += CHUNK_ROWS) {
-        chunk_sums(dy, x, s, lo, hi, r0, smaller(r0 + CHUNK_ROWS, rows), centre, part,
+        chunk_sums(dy, x, s, lo, hi, r0, smaller(r0 + CHUNK_ROWS, rows), centre, NULL, part,
                    part + width);
         for (Py_ssize_t i = 0; i < width; i++) {
             sum_a[i] += part[i];
@@ -446,36 +493,50 @@ static void column_sums(const float *dy, const float *x, const Layout *s, Py_ssi
     }
 }
 
-/* out = x * scale + shift along a row, each value with its own scale and shift. */
+/* out = x * scale + shift along a row, each value with its own scale and shift (and relu). */
 static void row_scale_shift_each(const float *x, float *out, Py_ssize_t len, const float *scale,
-                                 const float *shift) {
+                                 const float *shift, int relu) {
     Py_ssize_t i = 0;
     for (; i + 4 <= len; i += 4) {
-        store4(out + i, load4(x + i) * load4(scale + i) + load4(shift + i));
+        vec4 v = load4(x + i) * load4(scale + i) + load4(shift + i);
+        store4(out + i, relu ? relu4(v) : v);
     }
     for (; i < len; i++) {
-        out[i] = x[i] * scale[i] + shift[i];
+        float v = x[i] * scale[i] + shift[i];
+        out[i] = relu ? relu1(v) : v;
     }
 }
 
-/* row_batch_grad with per-value constants. */
+/* dy through relu's gradient where a mask is given (see Mask), else dy itself. */
+static vec4 masked4(const float *dy, const float *x, const Mask *m, Py_ssize_t i) {
+    vec4 g = load4(dy + i);
+    return m == NULL ? g : through_relu4(g, load4(x + i) * load4(m->scale + i)
+                                                + load4(m->shift + i));
+}
+
+static float masked1(const float *dy, const float *x, const Mask *m, Py_ssize_t i) {
+    return m == NULL ? dy[i] : through_relu1(dy[i], x[i] * m->scale[i] + m->shift[i]);
+}
+
+/* row_batch_grad with per-value constants, dy through the mask's relu when given. */
 static void row_batch_grad_each(const float *dy, const float *x, float *dx, Py_ssize_t len,
                                 const float *centre, const float *mean_dy, const float *slope,
-                                const float *scale) {
+                                const float *scale, const Mask *m) {
     Py_ssize_t i = 0;
     for (; i + 4 <= len; i += 4) {
-        vec4 g = load4(dy + i) - load4(mean_dy + i) - (load4(x + i) - load4(centre + i))
+        vec4 g = masked4(dy, x, m, i) - load4(mean_dy + i) - (load4(x + i) - load4(centre + i))
                  * load4(slope + i);
         store4(dx + i, g * load4(scale + i));
     }
     for (; i < len; i++) {
-        dx[i] = (dy[i] - mean_dy[i] - (x[i] - centre[i]) * slope[i]) * scale[i];
+        dx[i] = (masked1(dy, x, m, i) - mean_dy[i] - (x[i] - centre[i]) * slope[i]) * scale[i];
     }
 }
 
-static void row_scaled_each(const float *dy, float *dx, Py_ssize_t len, const float *scale) {
+static void row_scaled_each(const float *dy, const float *x, float *dx, Py_ssize_t len,
+                            const float *scale, const Mask *m) {
     for (Py_ssize_t i = 0; i < len; i++) {
-        dx[i] = dy[i] * scale[i];
+        dx[i] = masked1(dy, x, m, i) * scale[i];
     }
 }
 
@@ -549,22 +610,23 @@ static void train_forward_columns(const TrainForward *a, const Layout *s, Py_ssi
     }
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = n * s->channels + lo;
-        row_scale_shift_each(a->x + at, a->out + at, hi - lo, scale, shift);
+        row_scale_shift_each(a->x + at, a->out + at, hi - lo, scale, shift, 0);
     }
 }
 
-/* dx of the channels [lo, hi) of channel-last data, their constants indexed from lo. */
+/* dx of the channels [lo, hi) of channel-last data, their constants (the mask's too)
+ * indexed from lo. */
 static void rows_data_grad(const float *dy, const float *x, float *dx, const Layout *s,
                            Py_ssize_t lo, Py_ssize_t hi, const float *centre,
                            const float *mean_dy, const float *slope, const float *scale,
-                           int batch_stats) {
+                           int batch_stats, const Mask *mask) {
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = n * s->channels + lo;
         if (batch_stats) {
             row_batch_grad_each(dy + at, x + at, dx + at, hi - lo, centre, mean_dy, slope,
-                                scale);
+                                scale, mask);
         } else {
-            row_scaled_each(dy + at, dx + at, hi - lo, scale);
+            row_scaled_each(dy + at, x + at, dx + at, hi - lo, scale, mask);
         }
     }
 }
@@ -585,14 +647,15 @@ static void backward_columns(const Backward *a, const Layout *s, Py_ssize_t lo, 
         a->dbeta[c] = (float)sum[i];
     }
     rows_data_grad(a->dy, a->x, a->dx, s, lo, hi, a->mean + lo, mean_dy, slope, scale,
-                   a->batch_stats);
+                   a->batch_stats, NULL);
 }
 
 static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo,
                               Py_ssize_t hi) {
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = n * s->channels + lo;
-        row_scale_shift_each(a->x + at, a->out + at, hi - lo, a->scale + lo, a->shift + lo);
+        row_scale_shift_each(a->x + at, a->out + at, hi - lo, a->scale + lo, a->shift + lo,
+                             a->relu);
     }
 }
 
@@ -609,22 +672,16 @@ static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo
  * vector types since GCC leaves the gradient's scalar loop unvectorised: it keeps the float
  * comparison as a branch under the default -ftrapping-math. */
 
-typedef int32_t ivec4 __attribute__((vector_size(16)));
-
 /* out = np.maximum(a + b, 0): a sum <= 0 becomes +0.0 (so does -0.0, as NumPy's maximum gives),
  * others, NaN among them, stay as they are. */
 static void add_relu_range(const float *a, const float *b, float *out, Py_ssize_t lo,
                            Py_ssize_t hi) {
-    vec4 zero = splat4(0.0f);
     Py_ssize_t i = lo;
     for (; i + 4 <= hi; i += 4) {
-        vec4 sum = load4(a + i) + load4(b + i);
-        ivec4 clear = sum <= zero;        /* all ones where the sum is <= 0, never for NaN */
-        store4(out + i, (vec4)((ivec4)sum & ~clear));
+        store4(out + i, relu4(load4(a + i) + load4(b + i)));
     }
     for (; i < hi; i++) {
-        float sum = a[i] + b[i];
-        out[i] = sum <= 0.0f ? 0.0f : sum;
+        out[i] = relu1(a[i] + b[i]);
     }
 }
 
@@ -632,15 +689,12 @@ static void add_relu_range(const float *a, const float *b, float *out, Py_ssize_
  * else sum * 0 (-0.0 for a negative sum, NaN for a NaN or infinite one); NaN y is not > 0. */
 static void add_relu_grad_range(const float *a, const float *b, const float *y, float *out,
                                 Py_ssize_t lo, Py_ssize_t hi) {
-    vec4 zero = splat4(0.0f), one = splat4(1.0f);
     Py_ssize_t i = lo;
     for (; i + 4 <= hi; i += 4) {
-        vec4 sum = load4(a + i) + load4(b + i);
-        ivec4 open = load4(y + i) > zero;
-        store4(out + i, sum * (vec4)((ivec4)one & open));
+        store4(out + i, through_relu4(load4(a + i) + load4(b + i), load4(y + i)));
     }
     for (; i < hi; i++) {
-        out[i] = (a[i] + b[i]) * (y[i] > 0.0f ? 1.0f : 0.0f);
+        out[i] = through_relu1(a[i] + b[i], y[i]);
     }
 }
 
@@ -685,8 +739,8 @@ static Py_ssize_t checked_size(const Layout *s, Py_ssize_t lo, Py_ssize_t hi) {
 
 /* `obj`'s memory as `count` writable C-contiguous float64 values, as borrow. */
 static double *borrow_doubles(Buffers *b, PyObject *obj, const char *name, Py_ssize_t count) {
-    Py_buffer *view = &b->views[b->count];
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+    Py_buffer *view = next_view(b, name);
+    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
         return NULL;
     }
     b->count++;
@@ -840,8 +894,9 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
     PyObject *x, *out, *scale, *shift;
     Layout s;
     Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn:bn_normalize", &x, &out, &scale, &shift, &s.outer,
-                          &s.channels, &s.inner, &lo, &hi)) {
+    int relu = 0;
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|p:bn_normalize", &x, &out, &scale, &shift,
+                          &s.outer, &s.channels, &s.inner, &lo, &hi, &relu)) {
         return NULL;
     }
     Py_ssize_t size = checked_size(&s, lo, hi);
@@ -849,7 +904,7 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
         return NULL;
     }
     Buffers b = {.count = 0};
-    Normalize a;
+    Normalize a = {.relu = relu};
     if (!(a.x = borrow(&b, x, "x", size, 0)) || !(a.out = borrow(&b, out, "out", size, 1)) ||
         !(a.scale = borrow(&b, scale, "scale", s.channels, 0)) ||
         !(a.shift = borrow(&b, shift, "shift", s.channels, 0))) {
@@ -869,12 +924,31 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The Mask of the optional (mask_scale, mask_shift) arguments: 1 with `mask` set when both are
+ * given, 0 when both are None, -1 with an exception otherwise. */
+static int borrow_mask(Buffers *b, PyObject *scale, PyObject *shift, Py_ssize_t channels,
+                       Mask *mask) {
+    if (scale == Py_None && shift == Py_None) {
+        return 0;
+    }
+    if (scale == Py_None || shift == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "mask_scale and mask_shift: expected both or neither");
+        return -1;
+    }
+    if (!(mask->scale = borrow(b, scale, "mask_scale", channels, 0)) ||
+        !(mask->shift = borrow(b, shift, "mask_shift", channels, 0))) {
+        return -1;
+    }
+    return 1;
+}
+
 static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
-    PyObject *x, *dy, *centre, *sums;
+    PyObject *x, *dy, *centre, *sums, *mask_scale = Py_None, *mask_shift = Py_None;
     Layout s;
     Py_ssize_t first, last;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn:bn_chunk_sums", &x, &dy, &centre, &sums, &s.outer,
-                          &s.channels, &s.inner, &first, &last)) {
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|OO:bn_chunk_sums", &x, &dy, &centre, &sums,
+                          &s.outer, &s.channels, &s.inner, &first, &last, &mask_scale,
+                          &mask_shift)) {
         return NULL;
     }
     Py_ssize_t size = channel_last_size(&s, "bn_chunk_sums");
@@ -890,18 +964,28 @@ static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
     Buffers b = {.count = 0};
     const float *xs, *dys = NULL, *middle;
     double *out;
+    Mask mask;
+    int masked = 0;
     if (!(xs = borrow(&b, x, "x", size, 0)) ||
         (dy != Py_None && !(dys = borrow(&b, dy, "dy", size, 0))) ||
         !(middle = borrow(&b, centre, "centre", s.channels, 0)) ||
-        !(out = borrow_doubles(&b, sums, "sums", chunks * 2 * s.channels))) {
+        !(out = borrow_doubles(&b, sums, "sums", chunks * 2 * s.channels)) ||
+        (masked = borrow_mask(&b, mask_scale, mask_shift, s.channels, &mask)) < 0) {
         release_all(&b);
+        return NULL;
+    }
+    if (masked && dys == NULL) {
+        release_all(&b);
+        PyErr_SetString(PyExc_ValueError, "bn_chunk_sums: a mask takes dy through relu's "
+                        "gradient; expected dy, got None");
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = first; k < last; k++) {
         double *at = out + 2 * k * s.channels;
         chunk_sums(dys, xs, &s, 0, s.channels, k * CHUNK_ROWS,
-                   smaller((k + 1) * CHUNK_ROWS, s.outer), middle, at, at + s.channels);
+                   smaller((k + 1) * CHUNK_ROWS, s.outer), middle, masked ? &mask : NULL, at,
+                   at + s.channels);
     }
     Py_END_ALLOW_THREADS
     release_all(&b);
@@ -910,10 +994,12 @@ static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
 
 static PyObject *data_grad(PyObject *self, PyObject *args) {
     PyObject *dy, *x, *mean, *mean_dy, *slope, *scale, *dx;
+    PyObject *mask_scale = Py_None, *mask_shift = Py_None;
     Layout s;
     int batch_stats;
-    if (!PyArg_ParseTuple(args, "OOOOOOO(nnn)p:bn_data_grad", &dy, &x, &mean, &mean_dy, &slope,
-                          &scale, &dx, &s.outer, &s.channels, &s.inner, &batch_stats)) {
+    if (!PyArg_ParseTuple(args, "OOOOOOO(nnn)p|OO:bn_data_grad", &dy, &x, &mean, &mean_dy,
+                          &slope, &scale, &dx, &s.outer, &s.channels, &s.inner, &batch_stats,
+                          &mask_scale, &mask_shift)) {
         return NULL;
     }
     Py_ssize_t size = channel_last_size(&s, "bn_data_grad");
@@ -923,18 +1009,21 @@ static PyObject *data_grad(PyObject *self, PyObject *args) {
     Buffers b = {.count = 0};
     const float *dys, *xs, *centre, *mean_dys, *slopes, *scales;
     float *dxs;
+    Mask mask;
+    int masked = 0;
     if (!(dys = borrow(&b, dy, "dy", size, 0)) || !(xs = borrow(&b, x, "x", size, 0)) ||
         !(centre = borrow(&b, mean, "mean", s.channels, 0)) ||
         !(mean_dys = borrow(&b, mean_dy, "mean_dy", s.channels, 0)) ||
         !(slopes = borrow(&b, slope, "slope", s.channels, 0)) ||
         !(scales = borrow(&b, scale, "scale", s.channels, 0)) ||
-        !(dxs = borrow(&b, dx, "dx", size, 1))) {
+        !(dxs = borrow(&b, dx, "dx", size, 1)) ||
+        (masked = borrow_mask(&b, mask_scale, mask_shift, s.channels, &mask)) < 0) {
         release_all(&b);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     rows_data_grad(dys, xs, dxs, &s, 0, s.channels, centre, mean_dys, slopes, scales,
-                   batch_stats);
+                   batch_stats, masked ? &mask : NULL);
     Py_END_ALLOW_THREADS
     release_all(&b);
     Py_RETURN_NONE;
@@ -991,17 +1080,23 @@ static PyMethodDef methods[] = {
      "hi, fix_gamma, batch_stats): BatchNorm's data, gamma and beta gradients of channels "
      "[lo, hi), through the statistics when batch_stats."},
     {"bn_normalize", normalize, METH_VARARGS,
-     "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi): out = x * scale[c] "
-     "+ shift[c] for channels [lo, hi), rounded after the product and after the sum."},
+     "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi, relu=False): out = "
+     "x * scale[c] + shift[c] for channels [lo, hi), rounded after the product and after the "
+     "sum; with relu, np.maximum of that and 0."},
     {"bn_chunk_sums", chunk_sums_of, METH_VARARGS,
-     "bn_chunk_sums(x, dy, centre, sums, (outer, channels, 1), first, last): channel-last data; "
+     "bn_chunk_sums(x, dy, centre, sums, (outer, channels, 1), first, last, mask_scale=None, "
+     "mask_shift=None): channel-last data; "
      "for the chunks [first, last) of CHUNK_ROWS rows, sums[k] = (sum(x - centre), sum((x - "
      "centre)^2)) of every channel, or with dy, (sum(dy), sum(dy * (x - centre))). sums is "
-     "float64 (chunks, 2, channels); bn_train_forward and bn_backward add the chunks in order."},
+     "float64 (chunks, 2, channels); bn_train_forward and bn_backward add the chunks in order. "
+     "With mask_scale and mask_shift (per channel), dy first goes through relu's gradient: "
+     "dy * (x * mask_scale + mask_shift > 0)."},
     {"bn_data_grad", data_grad, METH_VARARGS,
-     "bn_data_grad(dy, x, mean, mean_dy, slope, scale, dx, (outer, channels, 1), batch_stats): "
+     "bn_data_grad(dy, x, mean, mean_dy, slope, scale, dx, (outer, channels, 1), batch_stats, "
+     "mask_scale=None, mask_shift=None): "
      "channel-last data; dx = (dy - mean_dy - (x - mean) * slope) * scale, or dx = dy * scale "
-     "without batch_stats, with bn_backward's per-channel constants."},
+     "without batch_stats, with bn_backward's per-channel constants; with mask_scale and "
+     "mask_shift, dy is dy * (x * mask_scale + mask_shift > 0) there (as in bn_chunk_sums)."},
     {"add_relu", add_relu, METH_VARARGS,
      "add_relu(a, b, out, lo, hi): out = np.maximum(a + b, 0) on the elements [lo, hi) of "
      "float32 arrays of one size, bit for bit; out may be a or b."},

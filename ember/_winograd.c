@@ -277,8 +277,8 @@ static PyObject *run_tiles(Conv *k, Buffers *b, int ok,
 /* The shared counter of convolve(): one writable, aligned int64 (held in `b`); NULL with an
  * exception otherwise. */
 static long long *borrow_claim(Buffers *b, PyObject *obj) {
-    Py_buffer *view = &b->views[b->count];
-    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+    Py_buffer *view = next_view(b, "claim");
+    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
         return NULL;
     }
     b->count++;

@@ -385,3 +385,109 @@ def _read_only(x):
     view = x.view()
     view.setflags(write=False)
     return view
+
+
+# ----------------------------------------------------------------------------------------------
+# BatchNormWithReLU: relu(BatchNorm(x)) bit for bit, the relu inside the compiled passes of
+# large channel-last data (its gradient's mask recomputed from x), one pass more elsewhere.
+
+def _bn_then_relu(x, axis, dy, fix_gamma, is_train, use_global_stats, fused, **ctx):
+    """Forward outputs, moving statistics and the three gradients of BatchNorm then relu (two
+    operators) or of BatchNormWithReLU."""
+    name = '_contrib_BatchNormWithReLU' if fused else 'BatchNorm'
+    op, back = registry.get(name), registry.get(
+        '_backward_BatchNormWithReLU' if fused else '_backward_BatchNorm')
+    attrs = op.parse_attrs({'fix_gamma': fix_gamma, 'axis': axis,
+                            'use_global_stats': use_global_stats})
+    ins = bn_inputs(x, axis)
+    ins[3], ins[4] = ins[3] + 0.25, ins[4] * 1.5      # moving statistics in use
+    outs = [np.full_like(x, np.nan)] + [np.full(x.shape[axis], np.nan, x.dtype)
+                                        for _ in range(2)]
+    context = registry.KernelContext(None, is_train=is_train, **ctx)
+    op.kernel(attrs, ins, outs, context)
+    grads = [np.full_like(x, np.nan)] + [np.full(x.shape[axis], np.nan, x.dtype)
+                                         for _ in range(2)]
+    if fused:
+        back.kernel(attrs, [dy, x, ins[1], ins[2], outs[1], outs[2], outs[0]], grads, context)
+    else:
+        relu = registry.get('relu')
+        y = np.empty_like(outs[0])
+        relu.kernel(relu.parse_attrs({}), [outs[0]], [y], context)
+        dbn = np.empty_like(dy)
+        act = registry.get('_backward_Activation')
+        act.kernel(act.parse_attrs({'act_type': 'relu'}), [dy, y], [dbn], context)
+        back.kernel(attrs, [dbn, x, ins[1], outs[1], outs[2]], grads, context)
+        outs[0] = y
+    return outs + ins[3:] + grads
+
+
+BN_RELU_CASES = [((16, 14, 14, 64), 3), ((8, 20, 20, 24), 3), ((4, 7, 7, 6), 3),
+                 ((4, 16, 8, 8), 1), ((2, 3, 5, 32), 2)]
+
+
+@pytest.mark.parametrize('shape, axis', BN_RELU_CASES)
+@pytest.mark.parametrize('fix_gamma', [False, True])
+@pytest.mark.parametrize('mode', ['train', 'global stats', 'inference'])
+def test_batch_norm_with_relu_is_batch_norm_then_relu_bit_for_bit(shape, axis, fix_gamma, mode,
+                                                                  counted):
+    x = data(shape, axis, offset=0.3)
+    x.reshape(-1)[::97] = 0.0                 # some normalised values land near zero
+    dy = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    settings = dict(is_train=mode != 'inference', use_global_stats=mode == 'global stats')
+    want = _bn_then_relu(x, axis, dy, fix_gamma, fused=False, **settings)
+    counted.clear()
+    got = _bn_then_relu(x, axis, dy, fix_gamma, fused=True, **settings)
+    for name, a, b in zip(['out', 'mean', 'invstd', 'moving_mean', 'moving_var', 'dx',
+                           'dgamma', 'dbeta'], got, want):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        assert np.array_equal(np.signbit(a), np.signbit(b)), name
+    assert (want[0] == 0).any() and (want[0] > 0).any()
+    large_last = axis == len(shape) - 1 and x.size >= 1 << 16
+    if large_last and mode == 'train':
+        # the relu ran inside the normalisation and its mask inside the backward kernels
+        assert counted.get('bn_normalize', 0) >= 1 and 'bn_train_forward' not in counted
+        assert counted.get('bn_data_grad', 0) >= 1
+
+
+def test_the_relu_mask_is_taken_inside_the_backward_kernels(monkeypatch):
+    seen = []
+
+    class Recording(CountingKernels):
+        def __getattr__(self, name):
+            function = getattr(kernels, name)
+            if name not in ('bn_chunk_sums', 'bn_data_grad'):
+                return function
+
+            def call(*args):
+                seen.append((name, len(args)))
+                return function(*args)
+            return call
+    monkeypatch.setattr(normalization, '_kernels', Recording())
+    x = data((16, 14, 14, 64), 3)
+    dy = np.ones_like(x)
+    _bn_then_relu(x, 3, dy, False, True, False, fused=True)
+    # both with (mask_scale, mask_shift): 9 + 2 and 7 + 2 arguments; the statistics' sums
+    # (forward) take no mask
+    assert ('bn_data_grad', 11) in seen and ('bn_chunk_sums', 9) in seen
+    assert all(n in (7, 9, 11) for _, n in seen)
+
+
+def test_relu_mask_arguments_are_checked():
+    x = np.ones((2000, 3), np.float32)
+    vector = np.ones(3, np.float32)
+    layout, chunks = (2000, 3, 1), -(-2000 // kernels.CHUNK_ROWS)
+    sums = np.zeros((chunks, 2, 3))
+    with pytest.raises(ValueError, match='mask_scale and mask_shift: expected both or neither'):
+        kernels.bn_chunk_sums(x, x, vector, sums, layout, 0, 1, vector, None)
+    with pytest.raises(ValueError, match='mask_shift: expected 3 float32 values, got 2'):
+        kernels.bn_data_grad(x, x, *[vector] * 4, np.empty_like(x), layout, True, vector,
+                             vector[:2])
+    with pytest.raises(ValueError, match='a mask takes dy through relu'):
+        kernels.bn_chunk_sums(x, None, vector, sums, layout, 0, 1, vector, vector)
+    # relu of the normalisation: -0.0 and negatives become +0.0
+    out = np.empty((2, 4), np.float32)
+    kernels.bn_normalize(np.array([[-1, 0, 1, 2], [3, -4, 0.5, -0.0]], np.float32), out,
+                         np.ones(4, np.float32), np.full(4, -0.5, np.float32), (2, 4, 1), 0, 4,
+                         True)
+    np.testing.assert_array_equal(out, [[0, 0, 0.5, 1.5], [2.5, 0, 0, 0]])
+    assert not np.signbit(out).any()

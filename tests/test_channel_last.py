@@ -154,8 +154,9 @@ def test_channel_last_pays_on_the_cpu_with_either_provider():
 
 # ----------------------------------------------------------------------------------------------
 # Training graphs go channel-last too: their convolutions become plain ``_sg_conv`` nodes
-# (weight left (F, C, kh, kw)), whose gradient is ``_backward_sg_conv``, and nothing is fused.
-# Gradients, outputs and updated statistics match the channel-first graph.
+# (weight left (F, C, kh, kw)), whose gradient is ``_backward_sg_conv``, and nothing fuses with
+# them; a BatchNorm joins the relu after it. Gradients, outputs and updated statistics match the
+# channel-first graph.
 
 def _train_graph(net, values):
     graph = infer_shape.run(net.to_graph(), {k: v.shape for k, v in values.items()})
@@ -175,7 +176,7 @@ def _step(net, values):
             {n: a.asnumpy() for n, a in aux.items()})
 
 
-def test_training_graphs_run_channel_last_without_fusing():
+def test_training_graphs_run_channel_last_with_batch_norm_and_relu_joined():
     net = _resnet_like(projection=True)
     values = _values(net, (2, 3, 8, 8))
     graph, params = subgraph.run(_train_graph(net, values), values, is_train=True)
@@ -189,9 +190,33 @@ def test_training_graphs_run_channel_last_without_fusing():
     # the weights are the variables themselves; BatchNorm stays (no folding) on axis 3
     assert {graph.nodes[ops[c].inputs[1].node].name for c in convs} == \
         {'c1_weight', 'c2_weight', 'c3_weight'}
-    assert ops['b1'].op.name == 'BatchNorm' and ops['b1'].attrs['axis'] == 3
-    assert ops['r1'].op.name == 'relu' and ops['r2'].op.name == 'relu'
+    # BatchNorm (no folding) on axis 3, taking in the relu that alone reads it: one
+    # operator named after the relu
+    assert 'b1' not in ops
+    assert ops['r1'].op.name == '_contrib_BatchNormWithReLU' and ops['r1'].attrs['axis'] == 3
+    assert not ops['r1'].attrs['fix_gamma']
+    assert [graph.nodes[e.node].name for e in ops['r1'].inputs] == \
+        ['c1', 'b1_gamma', 'b1_beta', 'b1_moving_mean', 'b1_moving_var']
+    assert ops['r2'].op.name == 'relu'          # of a sum: no BatchNorm to join
     assert ops['p1'].attrs['layout'] == ops['gp'].attrs['layout'] == 'NHWC'
+
+
+def test_batch_norm_keeps_its_relu_apart_when_mirrored_or_read_by_others():
+    net = _resnet_like(projection=True)
+    values = _values(net, (2, 3, 8, 8))
+    with config.override(MXNET_BACKWARD_DO_MIRROR=True):
+        graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    ops = {n.name: n.op.name for n in graph.nodes if n.op is not None}
+    assert ops['b1'] == 'BatchNorm' and ops['r1'] == 'relu'
+    # another reader of the BatchNorm's output
+    x = sym.var('data')
+    b = sym.BatchNorm(sym.Convolution(x, kernel=(1, 1), num_filter=4, no_bias=True, name='c'),
+                      name='b')
+    net = sym.Group([sym.relu(b, name='r'), b * 2])
+    values = _values(net, (2, 3, 4, 4))
+    graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    ops = {n.name: n.op.name for n in graph.nodes if n.op is not None}
+    assert ops['b'] == 'BatchNorm' and ops['r'] == 'relu'
 
 
 def test_without_the_subgraph_backend_training_graphs_stay_channel_first():

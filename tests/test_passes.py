@@ -246,14 +246,18 @@ def test_sg_conv_kernel_writes_over_its_residual():
     np.testing.assert_allclose(shared, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_subgraph_is_a_no_op_when_off_or_training():
+def test_subgraph_is_a_no_op_when_off_and_folds_nothing_in_training():
     graph = conv_bn_net(False, False).to_graph()
     params = parameters(random_inputs(graph, {'data': (1, 3, 4, 4)}))
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
         off_graph, off_params = subgraph.run(graph, params)
-    train_graph, train_params = subgraph.run(graph, params, is_train=True)
+        assert subgraph.run(graph, params, is_train=True) == (graph, params)
     assert off_graph is graph and off_params is params
-    assert train_graph is graph and train_params is params
+    # training (without shapes: nothing goes channel-last): the BatchNorm only joins its relu
+    train_graph, train_params = subgraph.run(graph, params, is_train=True)
+    assert train_params is params
+    assert [n.op.name for n in train_graph.nodes if n.op] == \
+        ['Convolution', '_contrib_BatchNormWithReLU']
     assert subgraph.run(graph, params)[0] is not graph
 
 

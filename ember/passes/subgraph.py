@@ -30,13 +30,18 @@ For inference (``is_train=False``), in this order:
    spatial size is 1x1, as after global pooling), so activations stay NHWC from the stem to the
    classifier instead of being reordered around every convolution.
 
-A training graph (``is_train=True``) only takes step 4, for every float32 2-D convolution
-(its weight's value is not needed): nothing folds or fuses, so each node keeps its gradient,
-and the convolutions become plain ``_sg_conv`` nodes whose gradient, ``_backward_sg_conv``, reads
-the weight and writes its gradient through (F, kh, kw, C) views of the (F, C, kh, kw) arrays.
-oneDNN's backward kernels, like its forward ones, are faster on plain NHWC than on plain NCHW,
-the Winograd gradients need no transposes, and NHWC max pooling's backward pass is four times
-faster (resnet50_v1 training at batch 16: see docs/architecture.md).
+A training graph (``is_train=True``) takes step 4, for every float32 2-D convolution (its
+weight's value is not needed): nothing folds into a convolution or fuses with one, so each node
+keeps its gradient, and the convolutions become plain ``_sg_conv`` nodes whose gradient,
+``_backward_sg_conv``, reads the weight and writes its gradient through (F, kh, kw, C) views of
+the (F, C, kh, kw) arrays. oneDNN's backward kernels, like its forward ones, are faster on
+plain NHWC than on plain NCHW, the Winograd gradients need no transposes, and NHWC max
+pooling's backward pass is four times faster (resnet50_v1 training at batch 16: see
+docs/architecture.md). Then a BatchNorm whose output only a relu reads becomes one
+``_contrib_BatchNormWithReLU`` with it (named after the relu), unless
+``MXNET_BACKWARD_DO_MIRROR`` recomputes BatchNorms in the backward pass: the compiled kernels
+apply the relu inside the normalisation and its gradient inside BatchNorm's backward pass, two
+passes over memory fewer (33 relus in a resnet50_v1 training step).
 
 A node that replaces a pattern takes the name of the pattern's last node, so the graph's output
 names stay. Shapes in ``attrs`` are dropped when nodes change (entry ids change).
@@ -86,6 +91,7 @@ def run(graph, params=None, is_train=False, device=None):
     if is_train:
         if channel_last_pays(device):
             graph, _ = _channel_last(graph, params, training=True)
+            graph = _batch_norm_relu(graph)
         return graph, params
     original = graph
     graph = _remove_identities(graph)
@@ -146,6 +152,36 @@ def _act_type(node):
     if _is_op(node, 'Activation'):
         return node.attrs['act_type']
     return 'relu' if _is_op(node, 'relu') else None
+
+
+def _batch_norm_relu(graph):
+    """Training: BatchNorm + relu as one ``_contrib_BatchNormWithReLU`` where the relu alone
+    reads the BatchNorm (none of its outputs is a graph output), unless mirroring is on (the
+    mirror pass recomputes BatchNorm, not the fused operator)."""
+    if config.get('MXNET_BACKWARD_DO_MIRROR'):
+        return graph
+    reads, fused = _Reads(graph), {}
+    for position, node in enumerate(graph.nodes):
+        if not _is_op(node, 'BatchNorm'):
+            continue
+        following = reads.sole_reader(position)
+        if following is None or _act_type(graph.nodes[following]) != 'relu' \
+                or graph.nodes[following].inputs != (Entry(position, 0),):
+            continue
+        fused[following] = (position, make_node(
+            registry.get('_contrib_BatchNormWithReLU'), graph.nodes[following].name,
+            node.attrs, node.inputs, node.user_attrs))
+    if not fused:
+        return graph
+    skipped = {position for position, _ in fused.values()}
+    rewriter = Rewriter(graph)
+    for position in range(len(graph.nodes)):
+        if position in fused:
+            rewriter.copy(position, fused[position][1])
+        elif position not in skipped:
+            rewriter.copy(position)
+    _log.debug('subgraph: %d BatchNorm + relu pairs fused', len(fused))
+    return rewriter.finish()
 
 
 # ----------------------------------------------------------------------------------------------

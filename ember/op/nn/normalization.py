@@ -276,21 +276,22 @@ def _over_rows(layout, fn, *arrays):
     engine.parallel_for(outer, run, split=True)
 
 
-def _normalize_compiled(x, scale, shift, out, layout):
+def _normalize_compiled(x, scale, shift, out, layout, relu=False):
     scale, shift = np.ascontiguousarray(scale), np.ascontiguousarray(shift)
     if _by_rows(layout):
         _over_rows(layout, lambda rows, out_rows, part: _kernels.bn_normalize(
-            rows, out_rows, scale, shift, part, 0, layout[1]), x, out)
+            rows, out_rows, scale, shift, part, 0, layout[1], relu), x, out)
         return
     _over_channels(layout, lambda lo, hi: _kernels.bn_normalize(x, out, scale, shift, layout,
-                                                                lo, hi))
+                                                                lo, hi, relu))
 
 
-def _compiled_bn(attrs, ins, outs, ctx):
+def _compiled_bn(attrs, ins, outs, ctx, relu=False):
     """Training BatchNorm with the batch statistics, each channel read from memory once; False
     when the compiled kernels do not take the call. Under ``MXNET_SAFE_ACCUMULATION`` the
     NumPy code runs, in float64. The output is the one :func:`_normalize` gives for the mean
-    and invstd written (the kernel repeats its float32 operations)."""
+    and invstd written (the kernel repeats its float32 operations); with `relu`, np.maximum
+    of it and 0 (in the normalisation pass when the data is split by rows, else after it)."""
     x, gamma, beta, moving_mean, moving_var = ins
     if not _uses_batch_stats(attrs, ctx) or ctx.safe_accumulation:
         return False
@@ -298,12 +299,14 @@ def _compiled_bn(attrs, ins, outs, ctx):
     if layout is None or not all(_is_float32(v) for v in (gamma, beta)):
         return False
     if _by_rows(layout):
-        mean, var, invstd = _train_by_rows(x, outs[0], gamma, beta, attrs, layout)
+        mean, var, invstd = _train_by_rows(x, outs[0], gamma, beta, attrs, layout, relu)
     else:
         mean, var, invstd = (np.empty(layout[1], np.float32) for _ in range(3))
         _over_channels(layout, lambda lo, hi: _kernels.bn_train_forward(
             x, outs[0], gamma, beta, mean, var, invstd, layout, lo, hi, attrs['eps'],
             attrs['fix_gamma']))
+        if relu:
+            np.maximum(outs[0], 0, out=outs[0])
     _update_moving(attrs, moving_mean, moving_var, mean, var)
     outs[1][...] = mean
     outs[2][...] = invstd
@@ -333,13 +336,13 @@ def _compiled_bn_backward(attrs, ins, outs, batch_stats):
 # bn_backward's, so the results are those of the kernels for every channel in one call, whatever
 # the split.
 
-def _chunk_sums(x, dy, centre, layout, chunks):
-    """Each channel's two sums (see bn_chunk_sums) over the first `chunks` chunks of rows: the
-    chunks across the kernel threads, then added one after the other, as the kernels add
-    them."""
+def _chunk_sums(x, dy, centre, layout, chunks, mask=()):
+    """Each channel's two sums (see bn_chunk_sums, with its `mask` arguments) over the first
+    `chunks` chunks of rows: the chunks across the kernel threads, then added one after the
+    other, as the kernels add them."""
     part = np.empty((_chunks(layout), 2, layout[1]))
     engine.parallel_for(chunks, lambda lo, hi: _kernels.bn_chunk_sums(
-        x, dy, centre, part, layout, lo, hi), split=chunks > 1)
+        x, dy, centre, part, layout, lo, hi, *mask), split=chunks > 1)
     total = part[0]
     for sums in part[1:chunks]:
         np.add(total, sums, out=total)
@@ -366,28 +369,36 @@ def _moments_by_rows(x, layout):
     return mean, np.where(spread > 0, spread, 0).astype(np.float32)
 
 
-def _train_by_rows(x, out, gamma, beta, attrs, layout):
+def _train_by_rows(x, out, gamma, beta, attrs, layout, relu=False):
     """bn_train_forward of every channel: the mean, biased variance and invstd, with `out`
-    written."""
+    written (through relu with `relu`)."""
     mean, var = _moments_by_rows(x, layout)
     invstd = np.float32(1) / np.sqrt(var + np.float32(attrs['eps']))
-    scale = invstd if attrs['fix_gamma'] else gamma * invstd
-    _normalize_compiled(x, scale, beta - mean * scale, out, layout)
+    _normalize_compiled(x, *_scale_shift(attrs['fix_gamma'], gamma, beta, mean, invstd), out,
+                        layout, relu)
     return mean, var, invstd
 
 
-def _backward_by_rows(ins, outs, fix_gamma, batch_stats, layout):
-    """bn_backward of every channel."""
+def _scale_shift(fix_gamma, gamma, beta, mean, invstd):
+    """The float32 per-channel scale and shift of the normalisation, ``x * scale + shift``."""
+    scale = invstd if fix_gamma else gamma * invstd
+    return scale, beta - mean * scale
+
+
+def _backward_by_rows(ins, outs, fix_gamma, batch_stats, layout, mask=()):
+    """bn_backward of every channel; `mask`, (scale, shift), first takes dy through relu's
+    gradient where ``x * scale + shift > 0`` (see BatchNormWithReLU)."""
     dy, x, gamma, mean, invstd = ins
     outer = layout[0]
-    sums = _chunk_sums(x, dy, mean, layout, _chunks(layout))
+    sums = _chunk_sums(x, dy, mean, layout, _chunks(layout), mask)
     wide = invstd.astype(np.float64)
     dgamma = sums[1] * wide
     scale = invstd if fix_gamma else gamma * invstd
     mean_dy = (sums[0] / outer).astype(np.float32)
     slope = (dgamma * wide / outer).astype(np.float32)
     _over_rows(layout, lambda dy_rows, rows, dx_rows, part: _kernels.bn_data_grad(
-        dy_rows, rows, mean, mean_dy, slope, scale, dx_rows, part, batch_stats), dy, x, outs[0])
+        dy_rows, rows, mean, mean_dy, slope, scale, dx_rows, part, batch_stats, *mask),
+        dy, x, outs[0])
     outs[1][...] = 0 if fix_gamma else dgamma
     outs[2][...] = sums[0]
 
@@ -409,6 +420,61 @@ register('BatchNorm', _bn_kernel, infer_shape=_bn_infer, infer_type=_params_type
 
 register('_backward_BatchNorm', _bn_backward_kernel, infer_shape=_grads_like((1, 2, 2)),
          infer_type=_backward_type(3), inputs=('out_grad', 'data', 'gamma', 'mean', 'invstd'),
+         outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=BN_PARAMS)
+
+
+# ----------------------------------------------------------------------------------------------
+# BatchNormWithReLU (MXNet's contrib operator): relu(BatchNorm(x)) as one operator. Training
+# graphs get it for every BatchNorm whose output only a relu reads (ember.passes.subgraph): on
+# large channel-last float32 data the relu costs no pass of its own, forward (inside the
+# normalisation) or backward (the mask is recomputed from the input, x * scale + shift with
+# the forward pass's float32 operations, where the sums and the data gradient read x anyway).
+# Elsewhere the relu and its gradient are one pass each, as the two operators would be; the
+# results are those of BatchNorm then relu, bit for bit.
+
+def _bn_relu_kernel(attrs, ins, outs, ctx):
+    if _compiled_bn(attrs, ins, outs, ctx, relu=True):
+        return
+    _bn_kernel(attrs, ins, outs, ctx)
+    ctx.xp.maximum(outs[0], 0, out=outs[0])
+
+
+def _bn_relu_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, gamma, beta, mean, invstd, output) -> data, gamma, beta
+    gradients."""
+    dy, x, gamma, beta, mean, invstd, output = ins
+    batch_stats = _uses_batch_stats(attrs, ctx)
+    layout = _channel_layout(x, attrs['axis'] % x.ndim, dy, outs[0])
+    vectors = (gamma, beta, mean, invstd, outs[1], outs[2])
+    # the compiled forward pass normalised with these very float32 constants
+    if (layout is not None and _by_rows(layout) and batch_stats and not ctx.safe_accumulation
+            and all(_is_float32(v) for v in vectors)):
+        mask = tuple(np.ascontiguousarray(v) for v in _scale_shift(
+            attrs['fix_gamma'], gamma, beta, mean, invstd))
+        _backward_by_rows((dy, x, gamma, mean, invstd), outs, attrs['fix_gamma'], batch_stats,
+                          layout, mask)
+        return
+    _bn_backward_kernel(attrs, [dy * (output > 0), x, gamma, mean, invstd], outs, ctx)
+
+
+def _bn_relu_gradient(F, attrs, inputs, outputs, out_grads):
+    grads = F._backward_BatchNormWithReLU(out_grads[0], inputs[0], inputs[1], inputs[2],
+                                          outputs[1], outputs[2], outputs[0], **attrs)
+    return outputs_of(grads, 3) + [None, None]
+
+
+register('_contrib_BatchNormWithReLU', _bn_relu_kernel, infer_shape=_bn_infer,
+         infer_type=_params_typed(4, 3),
+         inputs=('data', 'gamma', 'beta', 'moving_mean', 'moving_var'),
+         outputs=('output', 'mean', 'var'),
+         visible_outputs=lambda attrs: 3 if attrs['output_mean_var'] else 1,
+         params=BN_PARAMS, gradient=_bn_relu_gradient, mutate=(3, 4),
+         aux=('moving_mean', 'moving_var'),
+         doc='BatchNorm followed by relu, as one operator (MXNet\'s contrib operator).')
+
+register('_backward_BatchNormWithReLU', _bn_relu_backward_kernel,
+         infer_shape=_grads_like((1, 2, 2)), infer_type=_backward_type(3),
+         inputs=('out_grad', 'data', 'gamma', 'beta', 'mean', 'invstd', 'output'),
          outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=BN_PARAMS)
 
 
