@@ -460,8 +460,9 @@ int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU.', _OPS
         low=1, read='startup', status=GPU)
 enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Graph rewrites for the CPU '
          'kernels: MKLDNN folds BatchNorm and fuses convolution with add and activation for '
-         'inference, and puts convolution regions channel-last (NHWC) in inference and training '
-         'graphs; NONE turns them off.', _EXEC, 'executor', cache_key=True)
+         'inference, puts convolution regions channel-last (NHWC) in inference and training '
+         'graphs, and joins BatchNorm with the relu after it in training graphs '
+         '(BatchNormWithReLU); NONE turns them off.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
          'float32 (float64).', _OPS, 'op', cache_key=True)
 bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',
