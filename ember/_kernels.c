@@ -207,16 +207,20 @@ typedef struct {
     const float *scale, *shift;
 } Mask;
 
+/* out = x * scale + shift, then + residual (when not NULL), then relu (when asked), each
+ * rounded as NumPy's operators one after the other round it. */
 static void row_scale_shift(const float *x, float *out, Py_ssize_t len, float scale,
-                            float shift, int relu) {
+                            float shift, const float *residual, int relu) {
     vec4 times = splat4(scale), plus = splat4(shift);
     Py_ssize_t i = 0;
     for (; i + 4 <= len; i += 4) {
         vec4 v = load4(x + i) * times + plus;          /* two roundings: -ffp-contract=off */
+        v = residual != NULL ? v + load4(residual + i) : v;
         store4(out + i, relu ? relu4(v) : v);
     }
     for (; i < len; i++) {
         float v = x[i] * scale + shift;
+        v = residual != NULL ? v + residual[i] : v;
         out[i] = relu ? relu1(v) : v;
     }
 }
@@ -283,7 +287,7 @@ static void train_forward_channel(const TrainForward *a, const Layout *s, Py_ssi
     float shift = a->beta[c] - mean * scale;
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = row_offset(s, n, c);
-        row_scale_shift(a->x + at, a->out + at, s->inner, scale, shift, 0);
+        row_scale_shift(a->x + at, a->out + at, s->inner, scale, shift, NULL, 0);
     }
     a->mean[c] = mean;
     a->var[c] = var;
@@ -322,15 +326,16 @@ static void backward_channel(const Backward *a, const Layout *s, Py_ssize_t c) {
 }
 
 typedef struct {
-    const float *x, *scale, *shift;
+    const float *x, *scale, *shift, *residual;   /* residual: NULL, or shaped like x */
     float *out;
-    int relu;       /* then out = np.maximum(x * scale + shift, 0) */
+    int relu;       /* out = np.maximum(x * scale + shift (+ residual), 0) */
 } Normalize;
 
 static void normalize_channel(const Normalize *a, const Layout *s, Py_ssize_t c) {
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = row_offset(s, n, c);
-        row_scale_shift(a->x + at, a->out + at, s->inner, a->scale[c], a->shift[c], a->relu);
+        row_scale_shift(a->x + at, a->out + at, s->inner, a->scale[c], a->shift[c],
+                        a->residual != NULL ? a->residual + at : NULL, a->relu);
     }
 }
 
@@ -493,16 +498,18 @@ static void column_sums(const float *dy, const float *x, const Layout *s, Py_ssi
     }
 }
 
-/* out = x * scale + shift along a row, each value with its own scale and shift (and relu). */
+/* row_scale_shift with each value's own scale and shift. */
 static void row_scale_shift_each(const float *x, float *out, Py_ssize_t len, const float *scale,
-                                 const float *shift, int relu) {
+                                 const float *shift, const float *residual, int relu) {
     Py_ssize_t i = 0;
     for (; i + 4 <= len; i += 4) {
         vec4 v = load4(x + i) * load4(scale + i) + load4(shift + i);
+        v = residual != NULL ? v + load4(residual + i) : v;
         store4(out + i, relu ? relu4(v) : v);
     }
     for (; i < len; i++) {
         float v = x[i] * scale[i] + shift[i];
+        v = residual != NULL ? v + residual[i] : v;
         out[i] = relu ? relu1(v) : v;
     }
 }
@@ -610,7 +617,7 @@ static void train_forward_columns(const TrainForward *a, const Layout *s, Py_ssi
     }
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = n * s->channels + lo;
-        row_scale_shift_each(a->x + at, a->out + at, hi - lo, scale, shift, 0);
+        row_scale_shift_each(a->x + at, a->out + at, hi - lo, scale, shift, NULL, 0);
     }
 }
 
@@ -655,7 +662,7 @@ static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo
     for (Py_ssize_t n = 0; n < s->outer; n++) {
         Py_ssize_t at = n * s->channels + lo;
         row_scale_shift_each(a->x + at, a->out + at, hi - lo, a->scale + lo, a->shift + lo,
-                             a->relu);
+                             a->residual != NULL ? a->residual + at : NULL, a->relu);
     }
 }
 
@@ -891,12 +898,12 @@ static PyObject *backward(PyObject *self, PyObject *args) {
 }
 
 static PyObject *normalize(PyObject *self, PyObject *args) {
-    PyObject *x, *out, *scale, *shift;
+    PyObject *x, *out, *scale, *shift, *residual = Py_None;
     Layout s;
     Py_ssize_t lo, hi;
     int relu = 0;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|p:bn_normalize", &x, &out, &scale, &shift,
-                          &s.outer, &s.channels, &s.inner, &lo, &hi, &relu)) {
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|pO:bn_normalize", &x, &out, &scale, &shift,
+                          &s.outer, &s.channels, &s.inner, &lo, &hi, &relu, &residual)) {
         return NULL;
     }
     Py_ssize_t size = checked_size(&s, lo, hi);
@@ -904,8 +911,9 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
         return NULL;
     }
     Buffers b = {.count = 0};
-    Normalize a = {.relu = relu};
+    Normalize a = {.relu = relu, .residual = NULL};
     if (!(a.x = borrow(&b, x, "x", size, 0)) || !(a.out = borrow(&b, out, "out", size, 1)) ||
+        (residual != Py_None && !(a.residual = borrow(&b, residual, "residual", size, 0))) ||
         !(a.scale = borrow(&b, scale, "scale", s.channels, 0)) ||
         !(a.shift = borrow(&b, shift, "shift", s.channels, 0))) {
         release_all(&b);
@@ -1080,9 +1088,10 @@ static PyMethodDef methods[] = {
      "hi, fix_gamma, batch_stats): BatchNorm's data, gamma and beta gradients of channels "
      "[lo, hi), through the statistics when batch_stats."},
     {"bn_normalize", normalize, METH_VARARGS,
-     "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi, relu=False): out = "
-     "x * scale[c] + shift[c] for channels [lo, hi), rounded after the product and after the "
-     "sum; with relu, np.maximum of that and 0."},
+     "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi, relu=False, "
+     "residual=None): out = x * scale[c] + shift[c] for channels [lo, hi), rounded after the "
+     "product and after the sum; then + residual (shaped like x, may be out) and, with relu, "
+     "np.maximum of that and 0, each rounded in turn."},
     {"bn_chunk_sums", chunk_sums_of, METH_VARARGS,
      "bn_chunk_sums(x, dy, centre, sums, (outer, channels, 1), first, last, mask_scale=None, "
      "mask_shift=None): channel-last data; "

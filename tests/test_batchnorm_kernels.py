@@ -491,3 +491,47 @@ def test_relu_mask_arguments_are_checked():
                          True)
     np.testing.assert_array_equal(out, [[0, 0, 0.5, 1.5], [2.5, 0, 0, 0]])
     assert not np.signbit(out).any()
+
+
+@pytest.mark.parametrize('shape, axis', BN_RELU_CASES)
+@pytest.mark.parametrize('mode', ['train', 'global stats'])
+def test_batch_norm_add_relu_is_the_three_operators_bit_for_bit(shape, axis, mode, monkeypatch):
+    seen = []
+
+    class Recording(CountingKernels):
+        def __getattr__(self, name):
+            function = getattr(kernels, name)
+
+            def call(*args):
+                seen.append((name, len(args)))
+                return function(*args)
+            return call if callable(function) else function
+    x = data(shape, axis, offset=0.3)
+    residual = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    context = registry.KernelContext(None, is_train=True)
+    results = []
+    for fused in (False, True):
+        bn = registry.get('_sg_bn_add_relu' if fused else 'BatchNorm')
+        attrs = bn.parse_attrs({'fix_gamma': False, 'axis': axis,
+                                'use_global_stats': mode == 'global stats'})
+        ins = bn_inputs(x, axis)
+        outs = [np.full_like(x, np.nan)] + [np.full(shape[axis], np.nan, np.float32)] * 2
+        outs[2] = outs[2].copy()
+        if fused:
+            monkeypatch.setattr(normalization, '_kernels', Recording())
+            bn.kernel(attrs, ins + [residual], outs, context)
+            monkeypatch.setattr(normalization, '_kernels', kernels)
+        else:
+            bn.kernel(attrs, ins, outs, context)
+            summed = np.empty_like(x)
+            add, relu = registry.get('elemwise_add'), registry.get('relu')
+            add.kernel(add.parse_attrs({}), [outs[0], residual], [summed], context)
+            relu.kernel(relu.parse_attrs({}), [summed], [outs[0]], context)
+        results.append(outs + ins[3:])
+    for name, a, b in zip(['out', 'mean', 'invstd', 'moving_mean', 'moving_var'], *results):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        assert np.array_equal(np.signbit(a), np.signbit(b)), name
+    if axis == len(shape) - 1 and x.size >= 1 << 16 and mode == 'train':
+        # the sum and the relu inside the normalisation (x, out, scale, shift, layout, lo, hi,
+        # relu, residual)
+        assert ('bn_normalize', 9) in seen

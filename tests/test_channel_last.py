@@ -19,9 +19,10 @@ def channel_last(monkeypatch):
     monkeypatch.setattr(subgraph, 'channel_last_pays', lambda device=None: True)
 
 
-def _resnet_like(projection=False):
+def _resnet_like(projection=False, normalized=False):
     """Stem, pooling, a residual block (with `projection`, a strided one whose shortcut is a
-    strided 1x1 convolution, 'c3'), global pooling and a classifier."""
+    strided 1x1 convolution, 'c3'; with `normalized`, a BatchNorm 'b2' before its add),
+    global pooling and a classifier."""
     x = sym.var('data')
     c1 = sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True, name='c1')
     b1 = sym.BatchNorm(c1, fix_gamma=False, name='b1')
@@ -31,6 +32,8 @@ def _resnet_like(projection=False):
     c2 = sym.Convolution(p1, kernel=(3, 3), stride=stride, pad=(1, 1), num_filter=8, name='c2')
     shortcut = sym.Convolution(p1, kernel=(1, 1), stride=stride, num_filter=8,
                                name='c3') if projection else p1
+    if normalized:
+        c2 = sym.BatchNorm(c2, fix_gamma=False, name='b2')
     r2 = sym.relu(c2 + shortcut, name='r2')
     gp = sym.Pooling(r2, kernel=(1, 1), global_pool=True, pool_type='avg', name='gp')
     return sym.FullyConnected(sym.flatten(gp), num_hidden=5, name='fc')
@@ -201,6 +204,20 @@ def test_training_graphs_run_channel_last_with_batch_norm_and_relu_joined():
     assert ops['p1'].attrs['layout'] == ops['gp'].attrs['layout'] == 'NHWC'
 
 
+def test_a_residual_blocks_batch_norm_add_and_relu_become_one_operator():
+    net = _resnet_like(projection=True, normalized=True)
+    values = _values(net, (2, 3, 8, 8))
+    graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    ops = {n.name: n for n in graph.nodes if n.op is not None}
+    assert 'b2' not in ops and ops['r2'].op.name == '_sg_bn_add_relu'
+    assert ops['r2'].attrs['axis'] == 3 and not ops['r2'].attrs['fix_gamma']
+    assert [graph.nodes[e.node].name for e in ops['r2'].inputs] == \
+        ['c2', 'b2_gamma', 'b2_beta', 'b2_moving_mean', 'b2_moving_var', 'c3']
+    with config.override(MXNET_BACKWARD_DO_MIRROR=True):
+        graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    assert {n.name: n.op.name for n in graph.nodes if n.op is not None}['b2'] == 'BatchNorm'
+
+
 def test_batch_norm_keeps_its_relu_apart_when_mirrored_or_read_by_others():
     net = _resnet_like(projection=True)
     values = _values(net, (2, 3, 8, 8))
@@ -234,9 +251,14 @@ def test_float64_training_graphs_stay_channel_first():
     assert '_sg_conv' not in [n.op.name for n in graph.nodes if n.op is not None]
 
 
-def test_gradients_and_statistics_match_the_channel_first_graph():
-    net = _resnet_like(projection=True)
-    values = _values(net, (4, 3, 8, 8))
+@pytest.mark.parametrize('normalized, shape', [(False, (4, 3, 8, 8)), (True, (4, 3, 8, 8)),
+                                               (True, (16, 3, 64, 64))],
+                         ids=['block', 'normalized-block', 'normalized-large'])
+def test_gradients_and_statistics_match_the_channel_first_graph(normalized, shape):
+    # large: the BatchNorms take the compiled kernels' by-rows path, the relu (and the add)
+    # inside them
+    net = _resnet_like(projection=True, normalized=normalized)
+    values = _values(net, shape)
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
         expected = _step(net, values)
     got = _step(net, values)

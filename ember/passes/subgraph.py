@@ -90,8 +90,9 @@ def run(graph, params=None, is_train=False, device=None):
         return graph, params
     if is_train:
         if channel_last_pays(device):
+            original = graph
             graph, _ = _channel_last(graph, params, training=True)
-            graph = _batch_norm_relu(graph)
+            graph = _batch_norm_relu(_batch_norm_add_relu(_shapes_again(original, graph)))
         return graph, params
     original = graph
     graph = _remove_identities(graph)
@@ -152,6 +153,40 @@ def _act_type(node):
     if _is_op(node, 'Activation'):
         return node.attrs['act_type']
     return 'relu' if _is_op(node, 'relu') else None
+
+
+def _batch_norm_add_relu(graph):
+    """Training: BatchNorm, an add of a same-shape residual and relu as one
+    ``_sg_bn_add_relu`` (named after the relu) where each reads only the one before, unless
+    mirroring is on."""
+    if config.get('MXNET_BACKWARD_DO_MIRROR'):
+        return graph
+    reads, fused, skipped = _Reads(graph), {}, set()
+    for position, node in enumerate(graph.nodes):
+        if not _is_op(node, 'BatchNorm'):
+            continue
+        add = reads.sole_reader(position)
+        if add is None or add in skipped:
+            continue
+        residual = _residual(graph, graph.nodes[add], position)
+        if residual is None or not _same_shapes(graph, graph.nodes[add].inputs):
+            continue
+        relu = reads.sole_reader(add)
+        if relu is None or _act_type(graph.nodes[relu]) != 'relu':
+            continue
+        fused[relu] = make_node(registry.get('_sg_bn_add_relu'), graph.nodes[relu].name,
+                                node.attrs, node.inputs + (residual,), node.user_attrs)
+        skipped.update((position, add))
+    if not fused:
+        return graph
+    rewriter = Rewriter(graph)
+    for position in range(len(graph.nodes)):
+        if position in fused:
+            rewriter.copy(position, fused[position])
+        elif position not in skipped:
+            rewriter.copy(position)
+    _log.debug('subgraph: %d BatchNorm + add + relu fused', len(fused))
+    return rewriter.finish()
 
 
 def _batch_norm_relu(graph):

@@ -276,37 +276,41 @@ def _over_rows(layout, fn, *arrays):
     engine.parallel_for(outer, run, split=True)
 
 
-def _normalize_compiled(x, scale, shift, out, layout, relu=False):
+def _normalize_compiled(x, scale, shift, out, layout, relu=False, residual=None):
     scale, shift = np.ascontiguousarray(scale), np.ascontiguousarray(shift)
     if _by_rows(layout):
-        _over_rows(layout, lambda rows, out_rows, part: _kernels.bn_normalize(
-            rows, out_rows, scale, shift, part, 0, layout[1], relu), x, out)
+        arrays = (x, out) if residual is None else (x, out, residual)
+        _over_rows(layout, lambda rows, out_rows, *more: _kernels.bn_normalize(
+            rows, out_rows, scale, shift, more[-1], 0, layout[1], relu,
+            more[0] if residual is not None else None), *arrays)
         return
-    _over_channels(layout, lambda lo, hi: _kernels.bn_normalize(x, out, scale, shift, layout,
-                                                                lo, hi, relu))
+    _over_channels(layout, lambda lo, hi: _kernels.bn_normalize(
+        x, out, scale, shift, layout, lo, hi, relu, residual))
 
 
-def _compiled_bn(attrs, ins, outs, ctx, relu=False):
+def _compiled_bn(attrs, ins, outs, ctx, relu=False, residual=None):
     """Training BatchNorm with the batch statistics, each channel read from memory once; False
     when the compiled kernels do not take the call. Under ``MXNET_SAFE_ACCUMULATION`` the
     NumPy code runs, in float64. The output is the one :func:`_normalize` gives for the mean
-    and invstd written (the kernel repeats its float32 operations); with `relu`, np.maximum
-    of it and 0 (in the normalisation pass when the data is split by rows, else after it)."""
-    x, gamma, beta, moving_mean, moving_var = ins
+    and invstd written (the kernel repeats its float32 operations); with `residual` (shaped
+    like x) that plus it, and with `relu` np.maximum of it and 0, each rounded in turn (in the
+    normalisation pass when the data is split by rows, else after it)."""
+    x, gamma, beta, moving_mean, moving_var = ins[:5]
     if not _uses_batch_stats(attrs, ctx) or ctx.safe_accumulation:
         return False
-    layout = _channel_layout(x, attrs['axis'] % x.ndim, outs[0])
+    extra = () if residual is None else (residual,)
+    layout = _channel_layout(x, attrs['axis'] % x.ndim, outs[0], *extra)
     if layout is None or not all(_is_float32(v) for v in (gamma, beta)):
         return False
     if _by_rows(layout):
-        mean, var, invstd = _train_by_rows(x, outs[0], gamma, beta, attrs, layout, relu)
+        mean, var, invstd = _train_by_rows(x, outs[0], gamma, beta, attrs, layout, relu,
+                                           residual)
     else:
         mean, var, invstd = (np.empty(layout[1], np.float32) for _ in range(3))
         _over_channels(layout, lambda lo, hi: _kernels.bn_train_forward(
             x, outs[0], gamma, beta, mean, var, invstd, layout, lo, hi, attrs['eps'],
             attrs['fix_gamma']))
-        if relu:
-            np.maximum(outs[0], 0, out=outs[0])
+        _add_relu_after(outs[0], residual, relu)
     _update_moving(attrs, moving_mean, moving_var, mean, var)
     outs[1][...] = mean
     outs[2][...] = invstd
@@ -369,14 +373,23 @@ def _moments_by_rows(x, layout):
     return mean, np.where(spread > 0, spread, 0).astype(np.float32)
 
 
-def _train_by_rows(x, out, gamma, beta, attrs, layout, relu=False):
+def _train_by_rows(x, out, gamma, beta, attrs, layout, relu=False, residual=None):
     """bn_train_forward of every channel: the mean, biased variance and invstd, with `out`
-    written (through relu with `relu`)."""
+    written (plus `residual`, through relu with `relu`)."""
     mean, var = _moments_by_rows(x, layout)
     invstd = np.float32(1) / np.sqrt(var + np.float32(attrs['eps']))
     _normalize_compiled(x, *_scale_shift(attrs['fix_gamma'], gamma, beta, mean, invstd), out,
-                        layout, relu)
+                        layout, relu, residual)
     return mean, var, invstd
+
+
+def _add_relu_after(out, residual, relu, xp=np):
+    """out += residual, then relu, in place: the passes that the compiled normalisation
+    takes in where it can."""
+    if residual is not None:
+        xp.add(out, residual, out=out)
+    if relu:
+        xp.maximum(out, 0, out=out)
 
 
 def _scale_shift(fix_gamma, gamma, beta, mean, invstd):
@@ -436,7 +449,7 @@ def _bn_relu_kernel(attrs, ins, outs, ctx):
     if _compiled_bn(attrs, ins, outs, ctx, relu=True):
         return
     _bn_kernel(attrs, ins, outs, ctx)
-    ctx.xp.maximum(outs[0], 0, out=outs[0])
+    _add_relu_after(outs[0], None, True, ctx.xp)
 
 
 def _bn_relu_backward_kernel(attrs, ins, outs, ctx):
@@ -476,6 +489,53 @@ register('_backward_BatchNormWithReLU', _bn_relu_backward_kernel,
          infer_shape=_grads_like((1, 2, 2)), infer_type=_backward_type(3),
          inputs=('out_grad', 'data', 'gamma', 'beta', 'mean', 'invstd', 'output'),
          outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=BN_PARAMS)
+
+
+# ----------------------------------------------------------------------------------------------
+# _sg_bn_add_relu: relu(BatchNorm(x) + residual), a residual block's end in a training graph
+# (ember.passes.subgraph), the sum and the relu inside the compiled normalisation pass of large
+# channel-last data: BatchNorm's output is never written or read back. Its gradient is relu's
+# gradient, which is also the residual's, then BatchNorm's: the operators it replaced.
+
+def _bn_add_relu_kernel(attrs, ins, outs, ctx):
+    if _compiled_bn(attrs, ins, outs, ctx, relu=True, residual=ins[5]):
+        return
+    _bn_kernel(attrs, ins[:5], outs, ctx)
+    _add_relu_after(outs[0], ins[5], True, ctx.xp)
+
+
+def _bn_add_relu_gradient(F, attrs, inputs, outputs, out_grads):
+    through = F._backward_Activation(out_grads[0], outputs[0], act_type='relu')
+    grads = F._backward_BatchNorm(through, inputs[0], inputs[1], outputs[1], outputs[2],
+                                  **attrs)
+    return outputs_of(grads, 3) + [None, None, through]
+
+
+def _bn_add_relu_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    if in_shapes[0] is None:
+        in_shapes[0] = in_shapes[5]
+    ins, outs = _bn_infer(attrs, in_shapes[:5])
+    ins = list(ins) + [in_shapes[5]]
+    if ins[0] is not None:
+        assign_shape('_sg_bn_add_relu', ins, 5, 'residual', ins[0])
+    return ins, outs
+
+
+def _bn_add_relu_type(attrs, in_dtypes):
+    ins, outs = _params_typed(4, 3)(attrs, in_dtypes[:5])
+    return list(ins) + [in_dtypes[5] if in_dtypes[5] is not None else ins[0]], outs
+
+
+register('_sg_bn_add_relu', _bn_add_relu_kernel, infer_shape=_bn_add_relu_infer,
+         infer_type=_bn_add_relu_type,
+         inputs=('data', 'gamma', 'beta', 'moving_mean', 'moving_var', 'residual'),
+         outputs=('output', 'mean', 'var'),
+         visible_outputs=lambda attrs: 3 if attrs['output_mean_var'] else 1,
+         params=BN_PARAMS, gradient=_bn_add_relu_gradient, mutate=(3, 4),
+         aux=('moving_mean', 'moving_var'),
+         doc='relu(BatchNorm(data) + residual), residual shaped like data (emitted by the '
+             'subgraph pass for training graphs).')
 
 
 # ----------------------------------------------------------------------------------------------
