@@ -166,6 +166,12 @@ GRADIENT_CASES = [
     Case('BatchNorm', dict(fix_gamma=False), [(2, 3, 2), None, None, N([0.5, -1., 0.]),
                                               N([2.0, 0.5, 1.0])],
          wrt=(0, 1, 2), is_train=False, name='batchnorm-inference'),
+    Case('_contrib_BatchNormWithReLU', dict(fix_gamma=False),
+         [(3, 2, 2, 2), None, None, N([0.5, -1.]), N([2.0, 0.5])],
+         wrt=(0, 1, 2), is_train=True, name='batchnorm-relu-train'),
+    Case('_contrib_BatchNormWithReLU', dict(fix_gamma=False, axis=-1),
+         [(2, 3, 2), None, None, N([0.5, -1.]), N([2.0, 0.5])],
+         wrt=(0, 1, 2), is_train=False, name='batchnorm-relu-inference'),
     Case('LayerNorm', dict(axis=1), [(2, 4, 3), None, None], name='layernorm'),
     Case('InstanceNorm', dict(), [(2, 3, 4), None, None], name='instancenorm'),
     Case('LRN', dict(nsize=3, alpha=0.3, beta=0.75, knorm=1.5), [(2, 4, 2, 2)], name='lrn'),
@@ -837,4 +843,5 @@ def test_every_backward_operator_is_checked():
     checked_elsewhere = {'SoftmaxOutput', 'LinearRegressionOutput', 'LogisticRegressionOutput',
                          'MAERegressionOutput', 'MakeLoss',
                          'CTCLoss', 'ctc_loss'}     # tests/test_ctc.py
-    assert forward - checked_elsewhere - {case.op for case in GRADIENT_CASES} == set()
+    checked = {case.op.removeprefix('_contrib_') for case in GRADIENT_CASES}
+    assert forward - checked_elsewhere - checked == set()
