@@ -179,14 +179,8 @@ def _batch_norm_add_relu(graph):
         skipped.update((position, add))
     if not fused:
         return graph
-    rewriter = Rewriter(graph)
-    for position in range(len(graph.nodes)):
-        if position in fused:
-            rewriter.copy(position, fused[position])
-        elif position not in skipped:
-            rewriter.copy(position)
     _log.debug('subgraph: %d BatchNorm + add + relu fused', len(fused))
-    return rewriter.finish()
+    return _replaced(graph, fused, skipped)
 
 
 def _batch_norm_relu(graph):
@@ -195,7 +189,7 @@ def _batch_norm_relu(graph):
     mirror pass recomputes BatchNorm, not the fused operator)."""
     if config.get('MXNET_BACKWARD_DO_MIRROR'):
         return graph
-    reads, fused = _Reads(graph), {}
+    reads, fused, skipped = _Reads(graph), {}, set()
     for position, node in enumerate(graph.nodes):
         if not _is_op(node, 'BatchNorm'):
             continue
@@ -203,20 +197,14 @@ def _batch_norm_relu(graph):
         if following is None or _act_type(graph.nodes[following]) != 'relu' \
                 or graph.nodes[following].inputs != (Entry(position, 0),):
             continue
-        fused[following] = (position, make_node(
-            registry.get('_contrib_BatchNormWithReLU'), graph.nodes[following].name,
-            node.attrs, node.inputs, node.user_attrs))
+        fused[following] = make_node(registry.get('_contrib_BatchNormWithReLU'),
+                                     graph.nodes[following].name, node.attrs, node.inputs,
+                                     node.user_attrs)
+        skipped.add(position)
     if not fused:
         return graph
-    skipped = {position for position, _ in fused.values()}
-    rewriter = Rewriter(graph)
-    for position in range(len(graph.nodes)):
-        if position in fused:
-            rewriter.copy(position, fused[position][1])
-        elif position not in skipped:
-            rewriter.copy(position)
     _log.debug('subgraph: %d BatchNorm + relu pairs fused', len(fused))
-    return rewriter.finish()
+    return _replaced(graph, fused, skipped)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,12 +346,19 @@ def _fuse_layers(graph):
                 patterns[members[-1]] = (members, fused)
     if not patterns:
         return graph
-    skipped = {m for members, _ in patterns.values() for m in members[:-1]}
+    return _replaced(graph, {position: fused for position, (_, fused) in patterns.items()},
+                     {m for members, _ in patterns.values() for m in members[:-1]})
+
+
+def _replaced(graph, placed, dropped):
+    """`graph` with the nodes `placed` ({position: node with old-graph inputs}) in the places
+    of the nodes at those positions, and without the nodes at the positions `dropped` (the
+    rest of each pattern)."""
     rewriter = Rewriter(graph)
     for position in range(len(graph.nodes)):
-        if position in patterns:
-            rewriter.copy(position, patterns[position][1])
-        elif position not in skipped:
+        if position in placed:
+            rewriter.copy(position, placed[position])
+        elif position not in dropped:
             rewriter.copy(position)
     return rewriter.finish()
 
