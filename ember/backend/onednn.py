@@ -1010,19 +1010,45 @@ def _conv_hint(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, ds
                       attr=_Attr(library))
 
 
+def _given_or_chosen(make: Callable[[bool], tuple], as_given: bool, choose: bool) -> tuple:
+    """``make(as_given)`` -> (pd, hint): first with the activations as given when `as_given`,
+    then, where oneDNN implements that layout not at all or only by its reference kernel (and
+    `choose` lets it pick), with every layout chosen."""
+    if as_given:
+        try:
+            pd, hint = make(True)
+        except OneDNNError as exc:
+            if exc.status != UNIMPLEMENTED:
+                raise
+        else:
+            library = _lib()
+            if not (choose and _implementation(library, pd).startswith('ref')):
+                return pd, hint
+            library.primitive_desc_destroy(pd)
+            library.primitive_desc_destroy(hint)
+    return make(False)
+
+
 def convolution_backward_data(diff_src: MemoryDesc, weights: MemoryDesc, diff_dst: MemoryDesc,
                               strides, dilates, pad_before, pad_after,
-                              choose_layouts: bool = True) -> Primitive:
+                              choose_layouts: bool = True,
+                              activations_as_given: bool = False) -> Primitive:
     """The data gradient of a convolution (geometry as :func:`convolution`): run with
-    ARG_WEIGHTS and ARG_DIFF_DST, writes ARG_DIFF_SRC."""
+    ARG_WEIGHTS and ARG_DIFF_DST, writes ARG_DIFF_SRC. `activations_as_given` keeps diff_src
+    and diff_dst as they are where oneDNN implements that, as :func:`convolution` does."""
     library = _lib()
-    src, w, dst = [_user_or_any(md, choose_layouts) for md in (diff_src, weights, diff_dst)]
     geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
-    pd, hint = _with_hint(
-        lambda: _conv_hint(src, w, None, dst, geometry),
-        lambda hint: _create_pd(library.convolution_backward_data_primitive_desc_create,
-                                _CONVOLUTION_DIRECT, src.handle, w.handle, dst.handle,
-                                *geometry, hint, attr=_Attr(library)))
+    w = _user_or_any(weights, choose_layouts)
+
+    def make(as_given):
+        src, dst = (diff_src, diff_dst) if as_given else [
+            _user_or_any(md, choose_layouts) for md in (diff_src, diff_dst)]
+        return _with_hint(
+            lambda: _conv_hint(src, w, None, dst, geometry),
+            lambda hint: _create_pd(library.convolution_backward_data_primitive_desc_create,
+                                    _CONVOLUTION_DIRECT, src.handle, w.handle, dst.handle,
+                                    *geometry, hint, attr=_Attr(library)))
+    pd, hint = _given_or_chosen(make, activations_as_given, choose_layouts)
     return Primitive(pd, {ARG_WEIGHTS: weights, ARG_DIFF_DST: diff_dst},
                      {ARG_DIFF_SRC: diff_src}, hints=(hint,))
 
@@ -1030,18 +1056,25 @@ def convolution_backward_data(diff_src: MemoryDesc, weights: MemoryDesc, diff_ds
 def convolution_backward_weights(src: MemoryDesc, diff_weights: MemoryDesc,
                                  diff_bias: MemoryDesc | None, diff_dst: MemoryDesc, strides,
                                  dilates, pad_before, pad_after,
-                                 choose_layouts: bool = True) -> Primitive:
+                                 choose_layouts: bool = True,
+                                 activations_as_given: bool = False) -> Primitive:
     """The weight (and bias) gradient of a convolution: run with ARG_SRC and ARG_DIFF_DST,
-    writes ARG_DIFF_WEIGHTS (and ARG_DIFF_BIAS)."""
+    writes ARG_DIFF_WEIGHTS (and ARG_DIFF_BIAS). `activations_as_given` keeps src and
+    diff_dst as they are where oneDNN implements that, as :func:`convolution` does."""
     library = _lib()
-    x, dw, dy = [_user_or_any(md, choose_layouts) for md in (src, diff_weights, diff_dst)]
+    dw = _user_or_any(diff_weights, choose_layouts)
     db = diff_bias.handle if diff_bias is not None else None
     geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
-    pd, hint = _with_hint(
-        lambda: _conv_hint(x, dw, diff_bias, dy, geometry),
-        lambda hint: _create_pd(library.convolution_backward_weights_primitive_desc_create,
-                                _CONVOLUTION_DIRECT, x.handle, dw.handle, db, dy.handle,
-                                *geometry, hint, attr=_Attr(library)))
+
+    def make(as_given):
+        x, dy = (src, diff_dst) if as_given else [
+            _user_or_any(md, choose_layouts) for md in (src, diff_dst)]
+        return _with_hint(
+            lambda: _conv_hint(x, dw, diff_bias, dy, geometry),
+            lambda hint: _create_pd(library.convolution_backward_weights_primitive_desc_create,
+                                    _CONVOLUTION_DIRECT, x.handle, dw.handle, db, dy.handle,
+                                    *geometry, hint, attr=_Attr(library)))
+    pd, hint = _given_or_chosen(make, activations_as_given, choose_layouts)
     outputs = {ARG_DIFF_WEIGHTS: diff_weights}
     if diff_bias is not None:
         outputs[ARG_DIFF_BIAS] = diff_bias

@@ -218,8 +218,9 @@ def convolution_backward_data(attrs, dy, weight, dx) -> bool:
 
     def build():
         dx_md, dy_md = _alike(dxc, dyc)
-        return onednn.convolution_backward_data(dx_md, MemoryDesc.of(w), dy_md, stride, dilate,
-                                                pad, pad)
+        return onednn.convolution_backward_data(
+            dx_md, MemoryDesc.of(w), dy_md, stride, dilate, pad, pad,
+            activations_as_given=is_channel_last(attrs['layout']))
     return _run(key, build, {ARG_DIFF_SRC: dxc, ARG_WEIGHTS: w, ARG_DIFF_DST: dyc})
 
 
@@ -242,7 +243,8 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
         x_md, dy_md = _alike(x, dyc)
         return onednn.convolution_backward_weights(
             x_md, MemoryDesc.of(dw), None if dbias is None else MemoryDesc.of(dbias), dy_md,
-            stride, dilate, pad, pad)
+            stride, dilate, pad, pad,
+            activations_as_given=is_channel_last(attrs['layout']))
     arrays = {ARG_SRC: x, ARG_DIFF_WEIGHTS: dw, ARG_DIFF_DST: dyc}
     if dbias is not None:
         arrays[ARG_DIFF_BIAS] = dbias
