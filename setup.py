@@ -13,7 +13,8 @@ from setuptools import Extension, setup
 # -ffp-contract=off: BatchNorm's output must round like NumPy's multiply then add (no FMA).
 # No -march flags: the module must run on any CPU of its architecture.
 KERNEL_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
-# Winograd's transforms and products want FMA contraction; its AVX2 path is chosen at run time.
+# Winograd's transforms and products want FMA contraction; its AVX-512 or AVX2 path is chosen
+# at run time.
 WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3']
 
 setup(ext_modules=[

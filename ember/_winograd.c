@@ -25,8 +25,10 @@
  * 0.1 ms after the caller on a virtual machine) does less, and none waits for another. The
  * transforms are the separable 1-D ones, vectorised over 8 channels (GCC vector extensions).
  * The kernels (the second half of this file, which includes itself once per build) are
- * compiled twice: for AVX2 + FMA, chosen at run time where the CPU has them, and for the
- * architecture's baseline (SSE2 on x86-64), so the module needs no -march flag.
+ * compiled three times: for AVX-512 (F and VL), for AVX2 + FMA and for the architecture's
+ * baseline (SSE2 on x86-64); the widest the CPU runs is chosen at import, so the module needs
+ * no -march flag. The AVX-512 build multiplies with 16-float vectors, two panels by 12 tiles
+ * per register block, each output summed in the same order as in the others.
  */
 #ifndef ISA      /* the module; the kernels follow below the #else, included once per build */
 
@@ -102,7 +104,7 @@ typedef struct {
 } OutputTile;
 
 /* ------------------------------------------------------------------------------------------ */
-/* The kernels, compiled twice: for the baseline and, where GCC can, for AVX2 + FMA. The
+/* The kernels, compiled for the baseline and, where GCC can, for AVX2 + FMA and AVX-512. The
  * options must hold for the whole of each copy, inlined helpers included: GCC lowers a
  * broadcast in a helper compiled without AVX to lane-by-lane inserts before inlining it. */
 
@@ -117,13 +119,28 @@ typedef struct {
 #include "_winograd.c"
 #undef ISA
 #pragma GCC pop_options
+
+/* The AVX-512 copy: the transforms as in the AVX2 one (8 channels per vector), the products
+ * on 16-float vectors, two panels of filters by WIDE_ROWS rows per register block. */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx2,fma")
+#define WIDE 1
+#define ISA(name) name##_avx512
+#include "_winograd.c"
+#undef ISA
+#undef WIDE
+#pragma GCC pop_options
 #endif
 
-static int use_avx2 = 0;
+/* The build that runs: the widest the CPU has, or the one use_instruction_set() chose. */
+enum { BASELINE, AVX2, AVX512 };
+static const char *const build_names[] = {"baseline", "avx2", "avx512"};
+static int build = BASELINE;
 
-/* Calls the AVX2 copy of a kernel where the CPU has it, the baseline copy otherwise. */
 #if HAVE_AVX2_BUILD
-#define DISPATCH(name, ...) (use_avx2 ? name##_avx2(__VA_ARGS__) : name##_baseline(__VA_ARGS__))
+#define DISPATCH(name, ...) (build == AVX512 ? name##_avx512(__VA_ARGS__)                      \
+                             : build == AVX2 ? name##_avx2(__VA_ARGS__)                        \
+                             : name##_baseline(__VA_ARGS__))
 #else
 #define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
 #endif
@@ -413,37 +430,41 @@ static PyObject *finish_gradient(PyObject *self, PyObject *args) {
 }
 
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
-    return PyUnicode_FromString(use_avx2 ? "avx2" : "baseline");
+    return PyUnicode_FromString(build_names[build]);
 }
 
-static int avx2_supported(void) {
+/* Whether `level`'s build exists here and the CPU runs it. */
+static int supported(int level) {
 #if HAVE_AVX2_BUILD
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return level == BASELINE || (avx2 && (level == AVX2 || (
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))));
 #else
-    return 0;
+    return level == BASELINE;
 #endif
 }
 
-/* Tests run both builds on a CPU that has AVX2. */
+/* Tests run every build that the CPU has. */
 static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
     const char *name;
     if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
         return NULL;
     }
-    int avx2 = strcmp(name, "avx2") == 0;
-    if (!avx2 && strcmp(name, "baseline") != 0) {
-        PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx2' or 'baseline'",
-                     name);
-        return NULL;
+    for (int level = BASELINE; level <= AVX512; level++) {
+        if (strcmp(name, build_names[level]) == 0) {
+            if (!supported(level)) {
+                PyErr_Format(PyExc_ValueError, "instruction set '%s': this build or CPU does "
+                             "not have it; '%s' runs", name, build_names[build]);
+                return NULL;
+            }
+            build = level;
+            Py_RETURN_NONE;
+        }
     }
-    if (avx2 && !avx2_supported()) {
-        PyErr_SetString(PyExc_ValueError, "instruction set 'avx2': this build or CPU has no "
-                        "AVX2 + FMA; 'baseline' runs");
-        return NULL;
-    }
-    use_avx2 = avx2;
-    Py_RETURN_NONE;
+    PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx512', 'avx2' or "
+                 "'baseline'", name);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -476,9 +497,9 @@ static PyMethodDef methods[] = {
      "dw[..., c_lo:c_hi] = G^T du G: the OHWI 3x3 weight gradient of the channels\n"
      "[c_lo, c_hi) from weight_gradient()'s sums."},
     {"instruction_set", instruction_set, METH_NOARGS,
-     "'avx2' where the AVX2 + FMA build runs, else 'baseline'."},
+     "The build that runs: 'avx512' (AVX-512 F and VL), 'avx2' (AVX2 + FMA) or 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
-     "use_instruction_set('avx2' or 'baseline'): the build that runs from now on."},
+     "use_instruction_set('avx512', 'avx2' or 'baseline'): the build that runs from now on."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -492,7 +513,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__winograd(void) {
-    use_avx2 = avx2_supported();
+    build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
     return PyModule_Create(&module);
 }
 
@@ -674,12 +695,109 @@ INLINE void ISA(product_tail)(const float *v, Py_ssize_t channels, const float *
     }
 }
 
+#ifdef WIDE
+/* The AVX-512 register block: WIDE_ROWS rows by two panels (32 filters), or by one panel where
+ * a single one is left. Each output is the same chain of multiply-adds, in the same order, as
+ * in outer_sums(): the builds agree bit for bit. */
+#define WIDE_ROWS 12
+typedef float wide __attribute__((vector_size(PANEL * sizeof(float))));
+typedef float unaligned_wide __attribute__((vector_size(PANEL * sizeof(float)), aligned(4)));
+
+INLINE wide ISA(wide_splat)(float s) {
+    wide v = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+    return v;
+}
+
+/* For each of `rows` rows r and each of the `panels` (1 or 2) panels j: sum[r][j] = sum over
+   k < steps of a[r * a_row + k * a_step] * (the 16 floats at b + k * b_step + j * b_next). */
+INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
+                           const float *b, Py_ssize_t b_step, Py_ssize_t b_next,
+                           Py_ssize_t steps, wide sum[WIDE_ROWS][2], int rows, int panels) {
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        sum[r][0] = sum[r][1] = ISA(wide_splat)(0.0f);
+    }
+    for (Py_ssize_t k = 0; k < steps; k++) {
+        wide first = *(const unaligned_wide *)(b + k * b_step);
+        wide second = panels == 2 ? *(const unaligned_wide *)(b + k * b_step + b_next) : first;
+        UNROLL
+        for (int r = 0; r < rows; r++) {
+            wide value = ISA(wide_splat)(a[r * a_row + k * a_step]);
+            sum[r][0] += value * first;
+            if (panels == 2) {
+                sum[r][1] += value * second;
+            }
+        }
+    }
+}
+
+/* Calls block(..., rows, panels) with both as constants, rows = 1 .. WIDE_ROWS. */
+#define WIDE_BLOCK(block, rows, panels, ...)                                                   \
+    do {                                                                                       \
+        switch ((panels) * 16 + (int)(rows)) {                                                 \
+        case 17: block(__VA_ARGS__, 1, 1); break;  case 33: block(__VA_ARGS__, 1, 2); break;   \
+        case 18: block(__VA_ARGS__, 2, 1); break;  case 34: block(__VA_ARGS__, 2, 2); break;   \
+        case 19: block(__VA_ARGS__, 3, 1); break;  case 35: block(__VA_ARGS__, 3, 2); break;   \
+        case 20: block(__VA_ARGS__, 4, 1); break;  case 36: block(__VA_ARGS__, 4, 2); break;   \
+        case 21: block(__VA_ARGS__, 5, 1); break;  case 37: block(__VA_ARGS__, 5, 2); break;   \
+        case 22: block(__VA_ARGS__, 6, 1); break;  case 38: block(__VA_ARGS__, 6, 2); break;   \
+        case 23: block(__VA_ARGS__, 7, 1); break;  case 39: block(__VA_ARGS__, 7, 2); break;   \
+        case 24: block(__VA_ARGS__, 8, 1); break;  case 40: block(__VA_ARGS__, 8, 2); break;   \
+        case 25: block(__VA_ARGS__, 9, 1); break;  case 41: block(__VA_ARGS__, 9, 2); break;   \
+        case 26: block(__VA_ARGS__, 10, 1); break; case 42: block(__VA_ARGS__, 10, 2); break;  \
+        case 27: block(__VA_ARGS__, 11, 1); break; case 43: block(__VA_ARGS__, 11, 2); break;  \
+        case 28: block(__VA_ARGS__, 12, 1); break; default: block(__VA_ARGS__, 12, 2); break;  \
+        }                                                                                      \
+    } while (0)
+
+/* `rows` tiles by `panels` panels: M's rows from V's rows and U's panels (next one
+   channels * PANEL floats on). */
+INLINE void ISA(wide_product)(const float *v, Py_ssize_t channels, const float *panel,
+                              float *m, Py_ssize_t width, int rows, int panels) {
+    wide sum[WIDE_ROWS][2];
+    ISA(wide_sums)(v, channels, 1, panel, PANEL, channels * PANEL, channels, sum, rows, panels);
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        *(unaligned_wide *)(m + r * width) = sum[r][0];
+        if (panels == 2) {
+            *(unaligned_wide *)(m + r * width + PANEL) = sum[r][1];
+        }
+    }
+}
+
+/* dU's `rows` channels by `panels` panels += the sums over the chunk's `count` tiles. */
+INLINE void ISA(wide_gradient_sum)(const float *v, Py_ssize_t channels, const float *m,
+                                   Py_ssize_t width, Py_ssize_t count, float *du,
+                                   Py_ssize_t du_row, int rows, int panels) {
+    wide sum[WIDE_ROWS][2];
+    ISA(wide_sums)(v, 1, channels, m, width, PANEL, count, sum, rows, panels);
+    UNROLL
+    for (int r = 0; r < rows; r++) {
+        for (int j = 0; j < panels; j++) {
+            unaligned_wide *at = (unaligned_wide *)(du + r * du_row + j * PANEL);
+            *at = *at + sum[r][j];
+        }
+    }
+}
+#endif
+
 INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
     Py_ssize_t channels = k->g.channels, width = k->width;
     Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL, first_panel = k->f_lo / PANEL;
     for (int p = 0; p < POSITIONS; p++) {
         const float *v = k->v + p * count * channels;
         float *m = k->m + p * count * width;
+#ifdef WIDE
+        for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
+            const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            int pair = f + PANEL < width ? 2 : 1;
+            for (Py_ssize_t t = 0; t < count; t += WIDE_ROWS) {
+                Py_ssize_t rows = count - t < WIDE_ROWS ? count - t : WIDE_ROWS;
+                WIDE_BLOCK(ISA(wide_product), rows, pair, v + t * channels, channels, panel,
+                           m + t * width + f, width);
+            }
+        }
+#else
         for (Py_ssize_t f = 0; f < width; f += PANEL) {
             const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
             Py_ssize_t t = 0;
@@ -692,6 +810,7 @@ INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
                                   count - t);
             }
         }
+#endif
     }
 }
 
@@ -928,6 +1047,16 @@ INLINE void ISA(sum_chunk)(const Conv *k, Py_ssize_t count) {
         const float *v = k->v + p * count * channels;
         const float *m = k->m + p * count * width;
         float *du = k->du + p * channels * du_row + k->f_lo;
+#ifdef WIDE
+        for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
+            int pair = f + PANEL < width ? 2 : 1;
+            for (Py_ssize_t c = 0; c < channels; c += WIDE_ROWS) {
+                Py_ssize_t rows = channels - c < WIDE_ROWS ? channels - c : WIDE_ROWS;
+                WIDE_BLOCK(ISA(wide_gradient_sum), rows, pair, v + c, channels, m + f, width,
+                           count, du + c * du_row + f, du_row);
+            }
+        }
+#else
         for (Py_ssize_t f = 0; f < width; f += PANEL) {
             Py_ssize_t c = 0;
             for (; c + ROWS <= channels; c += ROWS) {
@@ -939,6 +1068,7 @@ INLINE void ISA(sum_chunk)(const Conv *k, Py_ssize_t count) {
                               du_row, channels - c);
             }
         }
+#endif
     }
 }
 

@@ -1,8 +1,8 @@
 """The compiled Winograd F(4x4, 3x3) (ember._winograd) through conv_winograd.winograd.
 
 Checked against a float64 direct convolution on shapes that end in partial vectors, panels
-and tiles, with every padding, with bias, residual (in place) and activations, on both of the
-module's builds; the results do not depend on how the work is split; the transformed weights
+and tiles, with every padding, with bias, residual (in place) and activations, on each of the
+module's builds (the AVX-512 and AVX2 ones agree bit for bit); the results do not depend on how the work is split; the transformed weights
 are kept per weight version; the NumPy code runs where the module cannot.
 """
 import threading
@@ -68,9 +68,9 @@ def assert_close(out, expected):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
-@pytest.fixture(params=['avx2', 'baseline'])
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
 def build(request):
-    """Each of the module's builds in turn (the AVX2 one where the CPU has it)."""
+    """Each of the module's builds in turn (AVX-512 and AVX2 where the CPU has them)."""
     if _winograd is None:
         pytest.skip('ember._winograd is not built')
     before = _winograd.instruction_set()
@@ -344,7 +344,7 @@ def direct_weight_gradient(dy, x, pad):
 @needs_module
 @pytest.mark.parametrize('channel_last', [True, False], ids=['NHWC', 'NCHW'])
 @pytest.mark.parametrize('pad', [0, 1, 2])
-def test_weight_gradient_sums_in_the_winograd_domain(channel_last, pad):
+def test_weight_gradient_sums_in_the_winograd_domain(build, channel_last, pad):
     rng = np.random.default_rng(10 + pad)
     x = rng.standard_normal((3, 10, 7, 13)).astype(np.float32)
     filters = 21                                     # a partial panel and a partial vector
@@ -360,6 +360,35 @@ def test_weight_gradient_sums_in_the_winograd_domain(channel_last, pad):
         conv_winograd.weight_gradient(_nchw(dy), _nchw(x), dw, window, False, threads=2)
         expected = expected.transpose(0, 3, 1, 2)
     assert_close(dw, expected)
+
+
+@needs_module
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
+    """The AVX-512 products take two panels by 12 rows at a time, the AVX2 ones one panel by
+    6: each output is still the same chain of multiply-adds. 40 filters: a pair of panels
+    and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder."""
+    before = _winograd.instruction_set()
+    try:
+        _winograd.use_instruction_set('avx512')
+        _winograd.use_instruction_set('avx2')
+    except ValueError:
+        pytest.skip('this CPU lacks AVX-512 or AVX2')
+    c = Case(1, (18, 34), 25, 40, 1, seed=4)
+    x, dy, window = same_size_layer(5, (2, 20, 18, 25), 40)
+
+    def both():
+        dw = np.empty((40, 3, 3, 25), np.float32)
+        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
+        return c.run(c.residual, 'relu'), dw
+    try:
+        wide = both()
+        _winograd.use_instruction_set('avx2')
+        narrow = both()
+    finally:
+        _winograd.use_instruction_set(before)
+    for a, b in zip(wide, narrow):
+        assert a.tobytes() == b.tobytes()
+    assert_close(wide[0], np.maximum(c.expected + c.residual, 0))
 
 
 def same_size_layer(seed, x_shape, filters):
@@ -502,7 +531,7 @@ def test_errors_name_the_argument_and_what_it_accepts():
             _winograd.convolve(*bad)
     with pytest.raises(ValueError, match='expected OHWI 3x3 weights'):
         _winograd.transform_weights(np.zeros((16, 5, 5, 8), np.float32), u, (0, 1))
-    with pytest.raises(ValueError, match="expected 'avx2' or 'baseline'"):
+    with pytest.raises(ValueError, match="expected 'avx512', 'avx2' or 'baseline'"):
         _winograd.use_instruction_set('sse9')
 
 
