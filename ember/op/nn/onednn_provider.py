@@ -234,6 +234,14 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
     x, dw = _conv_views(attrs, data, dweight)
     if dw is None:
         return False
+    rows = reshape_view(dy, (-1, dy.shape[-1])) if is_channel_last(attrs['layout']) else None
+    if dbias is not None and rows is not None:
+        # oneDNN's channel-last kernels sum the bias gradient slowly: 3.7 of 10.9 ms for
+        # resnet50_v1's 64->256 1x1 layer at batch 16, where NumPy's column sums take 1.8
+        if not convolution_backward_weights(attrs, dy, data, dweight):
+            return False
+        np.add.reduce(rows, axis=0, out=dbias)
+        return True
     dyc = channel_first(np, dy, attrs['layout'])
     stride, dilate, pad = _conv_geometry(attrs, dy.ndim - 2)
     key = ('conv_bwd_weights', _layout(x), _layout(dw), _layout(dbias), _layout(dyc), stride,
