@@ -1,5 +1,5 @@
 """Milliseconds of a training convolution's three passes on ResNet-50 (v1)'s 3x3 layers, per
-algorithm.
+algorithm, and of the weight gradient of its 1x1 layers.
 
     PYTHONPATH=. python benchmarks/conv_gradients.py [--batch 16] [--repeat 5] [--threads N]
 
@@ -17,6 +17,14 @@ the minimum over `repeat` calls, after a warm-up, of the algorithm alone on the 
 
 The last rows weigh each shape by how often ResNet-50 uses it: milliseconds per training step
 of its 16 3x3 layers, and GFLOP/s of the direct convolution's work.
+
+A second table takes the weight and bias gradients of resnet50_v1's stride-1 1x1 layers,
+channel-last as the training graph runs them (dy and x in NHWC, OHWI weights):
+
+  dnn+b   oneDNN's backward-weights primitive summing the bias gradient itself
+  dnn     the provider as it runs: the primitive without the bias, NumPy's column sums after
+  sums    the compiled sums of ember._winograd.pointwise_gradient, the bias summed in the same
+          pass (conv_winograd.pointwise_weight_gradient)
 """
 from __future__ import annotations
 
@@ -61,6 +69,60 @@ def _calls(batch, channels, size, threads):
     }
 
 
+# (input channels, filters, height = width, uses in resnet50_v1; all with a bias)
+POINTWISE = [(64, 64, 56, 1), (64, 256, 56, 3), (256, 64, 56, 2), (128, 512, 28, 4),
+             (512, 128, 28, 3), (256, 1024, 14, 6), (1024, 256, 14, 5), (512, 2048, 7, 3),
+             (2048, 512, 7, 2)]
+
+
+def _pointwise_calls(batch, channels, filters, size, threads):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, size, size, channels)).astype(np.float32)
+    dy = rng.standard_normal((batch, size, size, filters)).astype(np.float32)
+    dw, db = np.empty((filters, 1, 1, channels), np.float32), np.empty(filters, np.float32)
+    attrs = registry.get('Convolution').parse_attrs(
+        {'kernel': (1, 1), 'num_filter': filters, 'layout': 'NHWC'})
+    key = ('conv_bwd_weights_with_bias', filters, channels, size)
+
+    def dnn_with_bias():
+        # the primitive as oneDNN builds it with a bias gradient, bypassing the provider's
+        # split (which sums the bias in NumPy)
+        x_md, dy_md = (onednn.MemoryDesc.of(np.moveaxis(a, -1, 1)) for a in (x, dy))
+        w = np.moveaxis(dw, -1, 1)
+        primitive = onednn.cached(key, lambda: onednn.convolution_backward_weights(
+            x_md, onednn.MemoryDesc.of(w), onednn.MemoryDesc.of(db), dy_md, (1, 1), (1, 1),
+            (0, 0), (0, 0), activations_as_given=True))
+        primitive.run({onednn.ARG_SRC: np.moveaxis(x, -1, 1),
+                       onednn.ARG_DIFF_DST: np.moveaxis(dy, -1, 1),
+                       onednn.ARG_DIFF_WEIGHTS: w, onednn.ARG_DIFF_BIAS: db})
+    return {
+        'dnn+b': dnn_with_bias,
+        'dnn': lambda: onednn_provider.convolution_backward_weights(attrs, dy, x, dw, db),
+        'sums': lambda: conv_winograd.pointwise_weight_gradient(dy, x, dw, db,
+                                                                threads=threads),
+    }
+
+
+def pointwise_table(batch, repeat, threads) -> None:
+    print(f'\nresnet50_v1 1x1 stride-1 layers, weight and bias gradients, batch {batch}, NHWC '
+          f'float32; ms per call (best of {repeat})\n')
+    names = ('dnn+b', 'dnn', 'sums')
+    print('| channels | filters | size | ' + ' | '.join(names) + ' |')
+    print('|' + '---|' * (3 + len(names)))
+    totals, flops = dict.fromkeys(names, 0.0), 0
+    for channels, filters, size, uses in POINTWISE:
+        calls = _pointwise_calls(batch, channels, filters, size, threads)
+        row = best_ms(lambda name: calls[name](), list(names), repeat)
+        for name in names:
+            totals[name] += uses * row[name]
+        flops += uses * 2 * batch * channels * filters * size * size
+        print(f'| {channels} | {filters} | {size} | '
+              + ' | '.join(f'{row[name]:.2f}' for name in names) + ' |')
+    print('| per step | | | ' + ' | '.join(f'{ms:.0f}' for ms in totals.values()) + ' |')
+    print('| GFLOP/s | | | ' + ' | '.join(f'{flops / ms / 1e6:.0f}' for ms in totals.values())
+          + ' |')
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--batch', type=int, default=16)
@@ -91,6 +153,7 @@ def main(argv=None) -> None:
     print('| per step | | ' + ' | '.join(f'{ms:.0f}' for ms in totals.values()) + ' |')
     print('| GFLOP/s | | ' + ' | '.join(f'{flops / ms / 1e6:.0f}' for ms in totals.values())
           + ' |')
+    pointwise_table(args.batch, args.repeat, threads)
 
 
 if __name__ == '__main__':

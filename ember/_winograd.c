@@ -429,6 +429,48 @@ static PyObject *finish_gradient(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *pointwise_gradient(PyObject *self, PyObject *args) {
+    PyObject *dy, *x, *dw, *db;
+    Py_ssize_t ds[4], xs[4], lo, hi, chunk;
+    if (!PyArg_ParseTuple(args, "OOOO(nn)n:pointwise_gradient", &dy, &x, &dw, &db, &lo, &hi,
+                          &chunk)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const float *grad = borrow(&b, dy, "dy", ds, 0, 0, 0), *data = NULL;
+    float *out = NULL, *sums = NULL;
+    Py_ssize_t rows = 0;
+    if (grad != NULL && (data = borrow(&b, x, "x", xs, 0, 0, 0)) != NULL) {
+        rows = ds[0] * ds[1] * ds[2];
+        if (xs[0] != ds[0] || xs[1] != ds[1] || xs[2] != ds[2]) {
+            PyErr_Format(PyExc_ValueError, "x: expected the samples, rows and columns of dy "
+                         "(%zd, %zd, %zd), got (%zd, %zd, %zd)", ds[0], ds[1], ds[2], xs[0],
+                         xs[1], xs[2]);
+        } else if (xs[3] % PANEL != 0) {
+            PyErr_Format(PyExc_ValueError, "x: expected channels in whole panels of %d, got "
+                         "%zd", PANEL, xs[3]);
+        } else if (lo < 0 || lo > hi || hi > rows) {
+            PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                         lo, hi, rows);
+        } else if (chunk < 1) {
+            PyErr_Format(PyExc_ValueError, "chunk: expected at least 1 row, got %zd", chunk);
+        } else if ((out = borrow(&b, dw, "dw", NULL, 0, ds[3] * xs[3], 1)) != NULL
+                   && db != Py_None
+                   && (sums = borrow(&b, db, "db", NULL, 0, ds[3], 1)) == NULL) {
+            out = NULL;
+        }
+    }
+    if (out == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    DISPATCH(pointwise_gradient, grad, data, out, sums, ds[3], xs[3], lo, hi, chunk);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(build_names[build]);
 }
@@ -496,6 +538,12 @@ static PyMethodDef methods[] = {
      "finish_gradient(du, dw, (c_lo, c_hi))\n\n"
      "dw[..., c_lo:c_hi] = G^T du G: the OHWI 3x3 weight gradient of the channels\n"
      "[c_lo, c_hi) from weight_gradient()'s sums."},
+    {"pointwise_gradient", pointwise_gradient, METH_VARARGS,
+     "pointwise_gradient(dy, x, dw, db, (lo, hi), chunk)\n\n"
+     "dw += dy^T x over the rows [lo, hi) of the (N*H*W, F) and (N*H*W, C) matrices that the\n"
+     "NHWC arrays dy and x are, `chunk` rows at a time: the weight gradient of a 1x1\n"
+     "stride-1 convolution, (F, C) float32 values (OHWI). C a multiple of 16. db, None or F\n"
+     "float32 values: += the column sums of those rows of dy (the bias gradient)."},
     {"instruction_set", instruction_set, METH_NOARGS,
      "The build that runs: 'avx512' (AVX-512 F and VL), 'avx2' (AVX2 + FMA) or 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
@@ -1041,34 +1089,60 @@ INLINE void ISA(sum_tail)(const float *v, Py_ssize_t channels, const float *m,
     }
 }
 
+/* du (rows of du_row, `channels` of them) += v^T m over `count` rows: v (count x channels)
+   and m (count x width, width a multiple of PANEL). */
+INLINE void ISA(sum_rows)(const float *v, Py_ssize_t channels, const float *m, Py_ssize_t width,
+                          Py_ssize_t count, float *du, Py_ssize_t du_row) {
+#ifdef WIDE
+    for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
+        int pair = f + PANEL < width ? 2 : 1;
+        for (Py_ssize_t c = 0; c < channels; c += WIDE_ROWS) {
+            Py_ssize_t rows = channels - c < WIDE_ROWS ? channels - c : WIDE_ROWS;
+            WIDE_BLOCK(ISA(wide_gradient_sum), rows, pair, v + c, channels, m + f, width,
+                       count, du + c * du_row + f, du_row);
+        }
+    }
+#else
+    for (Py_ssize_t f = 0; f < width; f += PANEL) {
+        Py_ssize_t c = 0;
+        for (; c + ROWS <= channels; c += ROWS) {
+            ISA(sum_block)(v + c, channels, m + f, width, count, du + c * du_row + f,
+                           du_row, ROWS);
+        }
+        if (c < channels) {
+            ISA(sum_tail)(v + c, channels, m + f, width, count, du + c * du_row + f,
+                          du_row, channels - c);
+        }
+    }
+#endif
+}
+
 INLINE void ISA(sum_chunk)(const Conv *k, Py_ssize_t count) {
     Py_ssize_t channels = k->g.channels, width = k->width, du_row = k->du_row;
     for (int p = 0; p < POSITIONS; p++) {
-        const float *v = k->v + p * count * channels;
-        const float *m = k->m + p * count * width;
-        float *du = k->du + p * channels * du_row + k->f_lo;
-#ifdef WIDE
-        for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
-            int pair = f + PANEL < width ? 2 : 1;
-            for (Py_ssize_t c = 0; c < channels; c += WIDE_ROWS) {
-                Py_ssize_t rows = channels - c < WIDE_ROWS ? channels - c : WIDE_ROWS;
-                WIDE_BLOCK(ISA(wide_gradient_sum), rows, pair, v + c, channels, m + f, width,
-                           count, du + c * du_row + f, du_row);
+        ISA(sum_rows)(k->v + p * count * channels, channels, k->m + p * count * width, width,
+                      count, k->du + p * channels * du_row + k->f_lo, du_row);
+    }
+}
+
+/* The weight gradient of a 1x1 stride-1 convolution, the same sums without the transforms:
+   dw (filters x channels) += dy^T x over the rows [lo, hi), `chunk` rows at a time, and
+   where db is given db += the column sums of those rows of dy, read while they are in cache. */
+static void ISA(pointwise_gradient)(const float *dy, const float *x, float *dw, float *db,
+                                    Py_ssize_t filters, Py_ssize_t channels, Py_ssize_t lo,
+                                    Py_ssize_t hi, Py_ssize_t chunk) {
+    for (Py_ssize_t first = lo; first < hi; first += chunk) {
+        Py_ssize_t count = hi - first < chunk ? hi - first : chunk;
+        const float *rows = dy + first * filters;
+        ISA(sum_rows)(rows, filters, x + first * channels, channels, count, dw, channels);
+        for (Py_ssize_t f = 0; db != NULL && f < filters; f += LANES) {
+            Py_ssize_t n = filters - f < LANES ? filters - f : LANES;
+            vec sum = ISA(load)(db + f, n);
+            for (Py_ssize_t r = 0; r < count; r++) {
+                sum += ISA(load)(rows + r * filters + f, n);
             }
+            ISA(store)(db + f, &sum, n);
         }
-#else
-        for (Py_ssize_t f = 0; f < width; f += PANEL) {
-            Py_ssize_t c = 0;
-            for (; c + ROWS <= channels; c += ROWS) {
-                ISA(sum_block)(v + c, channels, m + f, width, count, du + c * du_row + f,
-                               du_row, ROWS);
-            }
-            if (c < channels) {
-                ISA(sum_tail)(v + c, channels, m + f, width, count, du + c * du_row + f,
-                              du_row, channels - c);
-            }
-        }
-#endif
     }
 }
 

@@ -328,6 +328,31 @@ def test_sg_conv_gradients_keep_the_weight_oihw(force_conv, monkeypatch, algorit
         np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+def test_a_1x1_weight_gradient_by_the_compiled_sums(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 16, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((20, 16, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+    head = rng.standard_normal((3, 20, 10, 10)).astype(np.float32)
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        want = _conv_grads('Convolution', x, w, b, head, num_filter=20, kernel=(1, 1))
+    ran, rule = [], conv_algorithms.rule
+
+    def choose(problem, *args, **kwargs):
+        if problem.gradient == 'weight':
+            ran.append(problem.channel_last)
+            return conv_algorithms.WEIGHT_GRADIENT_ALGORITHMS['pointwise']
+        return rule(problem, onednn_provider.enabled())
+    monkeypatch.setattr(conv_algorithms, 'choose', choose)
+    got = _conv_grads('_sg_conv', x.transpose(0, 2, 3, 1), w, b, head.transpose(0, 2, 3, 1),
+                      layout='NHWC', weight_layout='OIHW', num_filter=20, kernel=(1, 1))
+    assert ran == [True]
+    for got_part, expected in zip((got[0].transpose(0, 3, 1, 2), got[1].transpose(0, 3, 1, 2),
+                                   got[2], got[3]), want):
+        np.testing.assert_allclose(got_part, expected, rtol=2e-4, atol=2e-4)
+
+
 def test_a_fused_sg_conv_has_no_gradient():
     data, weight = mx.nd.ones((1, 2, 3, 3)), mx.nd.ones((2, 2, 1, 1))
     data.attach_grad()

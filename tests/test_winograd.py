@@ -366,7 +366,8 @@ def test_weight_gradient_sums_in_the_winograd_domain(build, channel_last, pad):
 def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
     """The AVX-512 products take two panels by 12 rows at a time, the AVX2 ones one panel by
     6: each output is still the same chain of multiply-adds. 40 filters: a pair of panels
-    and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder."""
+    and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder. The same
+    for the 1x1 weight gradient's sums (48 channels: a pair and a single panel)."""
     before = _winograd.instruction_set()
     try:
         _winograd.use_instruction_set('avx512')
@@ -376,10 +377,14 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
     c = Case(1, (18, 34), 25, 40, 1, seed=4)
     x, dy, window = same_size_layer(5, (2, 20, 18, 25), 40)
 
+    px, pdy = same_size_layer(6, (2, 7, 9, 48), 40)[:2]
+
     def both():
         dw = np.empty((40, 3, 3, 25), np.float32)
         conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
-        return c.run(c.residual, 'relu'), dw
+        pw, pb = np.empty((40, 1, 1, 48), np.float32), np.empty(40, np.float32)
+        conv_winograd.pointwise_weight_gradient(pdy, px, pw, pb, threads=1)
+        return c.run(c.residual, 'relu'), dw, pw, pb
     try:
         wide = both()
         _winograd.use_instruction_set('avx2')
@@ -389,6 +394,79 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
     for a, b in zip(wide, narrow):
         assert a.tobytes() == b.tobytes()
     assert_close(wide[0], np.maximum(c.expected + c.residual, 0))
+
+
+# ----------------------------------------------------------------------------------------------
+# The 1x1 weight gradient: the same compiled sums on the rows of dy and x
+
+def pointwise_case(seed, shape, filters):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape[:-1] + (filters,)).astype(np.float32)
+    rows_x, rows_dy = x.reshape(-1, shape[-1]), dy.reshape(-1, filters)
+    expected = (rows_dy.T.astype(np.float64) @ rows_x.astype(np.float64)).reshape(
+        filters, 1, 1, shape[-1])
+    return x, dy, expected, rows_dy.astype(np.float64).sum(axis=0)
+
+
+@pytest.mark.parametrize('filters', [12, 40, 67])         # whole, partial and odd row blocks
+@pytest.mark.parametrize('threads', [1, 2, 3])
+@pytest.mark.parametrize('bias', [True, False])
+def test_pointwise_weight_gradient_matches_float64(build, filters, threads, bias):
+    x, dy, expected, sums = pointwise_case(filters, (3, 17, 13, 32), filters)
+    dw = np.full(expected.shape, np.nan, np.float32)
+    db = np.full(filters, np.nan, np.float32) if bias else None
+    conv_winograd.pointwise_weight_gradient(dy, x, dw, db, threads=threads)
+    assert_close(dw, expected)
+    if bias:
+        assert_close(db, sums)
+
+
+@needs_module
+def test_pointwise_weight_gradient_writes_strided_outputs_and_any_chunk(monkeypatch):
+    x, dy, expected, sums = pointwise_case(1, (2, 5, 6, 16), 20)
+    holder = np.full((20, 1, 1, 32), np.nan, np.float32)
+    bias_holder = np.full(40, np.nan, np.float32)
+    dw, db = holder[..., ::2], bias_holder[::2]           # not contiguous
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_CHUNK_ROWS', 7)
+    conv_winograd.pointwise_weight_gradient(dy, x, dw, db, threads=2)
+    assert_close(dw, expected)
+    assert_close(db, sums)
+    assert np.isnan(holder[..., 1::2]).all() and np.isnan(bias_holder[1::2]).all()
+
+
+@needs_module
+def test_pointwise_gradient_errors_name_the_argument():
+    x, dy = np.zeros((1, 4, 4, 16), np.float32), np.zeros((1, 4, 4, 8), np.float32)
+    dw, db = np.zeros((8, 1, 1, 16), np.float32), np.zeros(8, np.float32)
+    for index, value, message in [
+            (1, np.zeros((1, 4, 5, 16), np.float32), r"x: expected the samples, rows and "
+                                                     r"columns of dy \(1, 4, 4\)"),
+            (1, np.zeros((1, 4, 4, 24), np.float32), "whole panels of 16, got 24"),
+            (2, np.zeros(100, np.float32), "dw: expected at least 128"),
+            (3, np.zeros(7, np.float32), "db: expected at least 8"),
+            (4, (3, 17), r"rows \[3, 17\): expected 0 <= lo <= hi <= 16"),
+            (5, 0, "chunk: expected at least 1 row, got 0"),
+            (0, np.zeros((4, 4, 8), np.float32), "dy: expected a 4-D")]:
+        args = [dy, x, dw, db, (0, 16), 4]
+        args[index] = value
+        with pytest.raises(ValueError, match=message):
+            _winograd.pointwise_gradient(*args)
+
+
+@pytest.mark.parametrize('change, supported', [
+    ({}, True), (dict(channels=24), False), (dict(stride=(2, 2)), False),
+    (dict(pad=(1, 1)), False), (dict(kernel=(3, 3)), False), (dict(channel_last=False), False),
+    (dict(groups=2), False), (dict(dtype='float64'), False), (dict(gradient='data'), False)])
+def test_pointwise_gradient_support(change, supported):
+    problem = conv_algorithms.ConvProblem(**dict(dict(
+        channel_last=True, batch=2, channels=32, filters=8, groups=1, kernel=(1, 1),
+        stride=(1, 1), dilate=(1, 1), pad=(0, 0), size_in=(5, 5), dtype='float32',
+        gradient='weight'), **change))
+    expected = supported and _winograd is not None
+    assert conv_winograd.supports_pointwise_gradient(problem) == expected
+    names = [a.name for a in conv_algorithms.candidates(problem, onednn=False)]
+    assert ('pointwise' in names) == expected
 
 
 def same_size_layer(seed, x_shape, filters):

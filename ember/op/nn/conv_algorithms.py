@@ -37,7 +37,10 @@ A problem's ``gradient``, 'data' or 'weight', makes it the gradient of its convo
 primitive, NumPy's GEMMs (with col2im or im2col), and the compiled Winograd F(4x4, 3x3) for
 3x3 stride-1 layers (:func:`ember.op.nn.conv_winograd.data_gradient`, the forward convolution
 of the output gradient with the weights flipped; :func:`~ember.op.nn.conv_winograd.
-weight_gradient`, the sums over tiles in the Winograd domain). The rule takes oneDNN, else
+weight_gradient`, the sums over tiles in the Winograd domain), and for the weight gradient of
+1x1 stride-1 channel-last float32 layers ``pointwise``, the same compiled sums over the rows of
+dy and x with the bias gradient summed on the way
+(:func:`~ember.op.nn.conv_winograd.pointwise_weight_gradient`). The rule takes oneDNN, else
 NumPy (and NumPy for weight gradients under determinism: oneDNN's sums depend on its thread
 count); measurement finds Winograd where it pays (ResNet's 3x3 layers up to 256 channels at
 batch 16: 2-3x oneDNN for the data gradient, 1.8-2.4x for the weight gradient).
@@ -251,11 +254,19 @@ DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
 )}
 
 
+def _run_pointwise_weight(problem, call, budget, alloc, threads):
+    conv_winograd.pointwise_weight_gradient(call.x, call.weight, call.out, call.bias, alloc,
+                                            threads)
+    return True
+
+
 WEIGHT_GRADIENT_ALGORITHMS = {a.name: a for a in (
     Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_weight),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_weight),
     Algorithm('winograd4', conv_winograd.supports_weight_gradient,
               conv_winograd.weight_gradient_scratch_bytes, _run_winograd_weight),
+    Algorithm('pointwise', conv_winograd.supports_pointwise_gradient,
+              conv_winograd.pointwise_scratch_bytes, _run_pointwise_weight),
 )}
 
 _TABLES = {'': ALGORITHMS, 'data': DATA_GRADIENT_ALGORITHMS,
