@@ -17,7 +17,8 @@
  * weight_gradient() runs the weight gradient of the same convolution in the Winograd domain:
  * per chunk, V of the input tiles as above and A dY A^T of the output gradient's tiles, then
  * dU[p] += V[p]^T (A dY A^T)[p], the sum over the chunk's tiles (6 channels x 16 filters in
- * registers); finish_gradient() returns dU to 3x3 as G^T dU G.
+ * registers); finish_gradient() returns dU to 3x3 as G^T dU G. pointwise_gradient() runs the
+ * same sums on the rows of dy and x themselves: the weight gradient of a 1x1 convolution.
  *
  * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. With
  * a shared counter (`claim`), convolve()'s threads instead take the next chunk of tiles, or
@@ -554,8 +555,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ember._winograd",
-    .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data, and its weight "
-             "gradient.",
+    .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data, its weight "
+             "gradient, and the weight gradient of 1x1 convolutions by the same sums.",
     .m_size = -1,
     .m_methods = methods,
 };
