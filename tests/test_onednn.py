@@ -202,6 +202,52 @@ def test_fully_connected_matches_numpy(shape, kwargs):
     np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
 
 
+@needs_onednn
+def test_inference_fully_connected_keeps_a_blocked_weight_per_version(monkeypatch):
+    op = registry.get('FullyConnected')
+    attrs = op.parse_attrs(dict(num_hidden=48))
+    data, weight, bias = rand(8, 64), rand(48, 64, seed=1), rand(48, seed=2)
+    _, (expected,) = numpy_outputs('FullyConnected', [data, weight, bias], num_hidden=48)
+    var = engine.get().new_var()
+    runs = []
+    original = onednn.Primitive.run
+    monkeypatch.setattr(onednn.Primitive, 'run',
+                        lambda self, *a, **k: (runs.append(self), original(self, *a, **k))[1])
+    onednn.clear_cache()
+    out = empty_like(expected)
+    assert provider.fully_connected_forward(attrs, data, weight, bias, out, ((var, 1),))
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    assert runs[-1].reorders[onednn.ARG_WEIGHTS] and onednn.kept_bytes() >= weight.nbytes
+    weight *= 2                      # the same version: the kept copy, as in inference
+    assert provider.fully_connected_forward(attrs, data, weight, bias, out, ((var, 1),))
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    assert provider.fully_connected_forward(attrs, data, weight, bias, out, ((var, 2),))
+    np.testing.assert_allclose(out, 2 * expected - bias, rtol=RTOL, atol=ATOL)
+    # no version (training), too few rows, or a weight past the cap: the weight as it is
+    onednn.clear_cache()
+    assert provider.fully_connected_forward(attrs, data, weight, bias, out)
+    assert provider.fully_connected_forward(attrs, data[:3], weight, bias, out[:3], ((var, 3),))
+    monkeypatch.setattr(provider, 'FC_BLOCKED_MAX_BYTES', weight.nbytes - 1)
+    assert provider.fully_connected_forward(attrs, data, weight, bias, out, ((var, 3),))
+    np.testing.assert_allclose(out, 2 * expected - bias, rtol=RTOL, atol=ATOL)
+    assert not any(run.reorders[onednn.ARG_WEIGHTS] for run in runs[-3:])
+    assert onednn.kept_bytes() == 0
+
+
+@needs_onednn
+def test_a_hybridized_dense_layer_follows_its_updated_weight():
+    net = mx.gluon.nn.Dense(40, in_units=32)
+    net.initialize()
+    net.hybridize(static_alloc=True, static_shape=True)
+    x = mx.nd.random.uniform(shape=(8, 32))
+    first = net(x).asnumpy()
+    w, b = net.weight.data().asnumpy(), net.bias.data().asnumpy()
+    np.testing.assert_allclose(first, x.asnumpy() @ w.T + b, rtol=1e-4, atol=1e-5)
+    net.weight.set_data(net.weight.data() * 3)
+    np.testing.assert_allclose(net(x).asnumpy(), x.asnumpy() @ (3 * w).T + b, rtol=1e-4,
+                               atol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------------
 # Pooling
 

@@ -885,11 +885,15 @@ def convolution(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, d
 
 
 def inner_product(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None,
-                  dst: MemoryDesc, post_ops=(), choose_layouts: bool = False) -> Primitive:
-    """Forward-inference inner product: dst (N, H) = src (N, K) weights (H, K)^T + bias."""
+                  dst: MemoryDesc, post_ops=(), choose_layouts: bool = False,
+                  choose_weights: bool = False) -> Primitive:
+    """Forward-inference inner product: dst (N, H) = src (N, K) weights (H, K)^T + bias. With
+    `choose_layouts` oneDNN picks every layout, with `choose_weights` the weights' alone (its
+    blocked weights run the brgemm kernel; on plain ones it falls back to a GEMM)."""
     library = _lib()
     attr = _Attr(library, post_ops)
-    mds = [_user_or_any(md, choose_layouts) for md in (src, weights, dst)]
+    mds = [_user_or_any(md, choose_layouts or (choose_weights and md is weights))
+           for md in (src, weights, dst)]
     pd = _create_pd(library.inner_product_forward_primitive_desc_create, _FORWARD_INFERENCE,
                     mds[0].handle, mds[1].handle, bias.handle if bias is not None else None,
                     mds[2].handle, attr=attr)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ember.base import prod
 from ember.op.nn import onednn_provider
+from ember.op.nn.convolution import weight_token
 from ember.op.nn._common import as_shape, assign_shape, outputs_of, reshape_view
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_int, register, same_type
 
@@ -43,7 +44,8 @@ def _rows(xp, attrs, array):
 
 def _kernel(attrs, ins, outs, ctx):
     bias = None if attrs['no_bias'] else ins[2]
-    if onednn_provider.fully_connected_forward(attrs, ins[0], ins[1], bias, outs[0]):
+    if onednn_provider.fully_connected_forward(attrs, ins[0], ins[1], bias, outs[0],
+                                               weight_token(ctx, 1)):
         return
     xp, out = ctx.xp, outs[0]
     target = reshape_view(out, (-1, attrs['num_hidden']))
