@@ -697,7 +697,9 @@ def discard_kept(weight_version) -> None:
 # Bytes of transformed weights kept across all layers; layers past it transform theirs into
 # scratch on every call, where that measures faster than the rule's algorithm
 # (conv_algorithms.choose_past_budget). F(4x4) keeps 4x a layer's weights: resnet152_v1's 36 layers of
-# 256 channels would keep 340 MB (RSS 912 MB against MXNet's 776); resnet50_v1 keeps 68 MB.
-KEPT_BUDGET = 128 << 20
+# 256 channels would keep 340 MB (RSS 912 MB against MXNet's 776); resnet50_v1 keeps 68 MB. On
+# a Zen 5 resnet152_v1 at batch 8 peaked at 742 MB with 128 MB of them (MXNet 764), 713 with
+# 96 and 672 with 64, at the same speed; 64 cost vgg16 and resnet50_v1 at batch 8 2-3%.
+KEPT_BUDGET = 96 << 20
 
 _kept = KeptByToken()
