@@ -1014,10 +1014,16 @@ def _conv_hint(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, ds
                       attr=_Attr(library))
 
 
-def _given_or_chosen(make: Callable[[bool], tuple], as_given: bool, choose: bool) -> tuple:
-    """``make(as_given)`` -> (pd, hint): first with the activations as given when `as_given`,
-    then, where oneDNN implements that layout not at all or only by its reference kernel (and
-    `choose` lets it pick), with every layout chosen."""
+def _gradient_pd(first: MemoryDesc, second: MemoryDesc, choose: bool, as_given: bool,
+                 hint_of: Callable, create: Callable) -> tuple:
+    """(pd, hint) of a convolution gradient whose two activation arguments are `first` and
+    `second`: ``hint_of(a, b)`` makes the forward hint and ``create(a, b, hint)`` the pd for
+    their descriptors a and b. With `as_given` the activations are first kept as they are;
+    where oneDNN implements that layout not at all or only by its reference kernel (and
+    `choose` lets it pick), oneDNN chooses them as it does without."""
+    def make(given):
+        a, b = (first, second) if given else [_user_or_any(md, choose) for md in (first, second)]
+        return _with_hint(lambda: hint_of(a, b), lambda hint: create(a, b, hint))
     if as_given:
         try:
             pd, hint = make(True)
@@ -1043,16 +1049,12 @@ def convolution_backward_data(diff_src: MemoryDesc, weights: MemoryDesc, diff_ds
     library = _lib()
     geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
     w = _user_or_any(weights, choose_layouts)
-
-    def make(as_given):
-        src, dst = (diff_src, diff_dst) if as_given else [
-            _user_or_any(md, choose_layouts) for md in (diff_src, diff_dst)]
-        return _with_hint(
-            lambda: _conv_hint(src, w, None, dst, geometry),
-            lambda hint: _create_pd(library.convolution_backward_data_primitive_desc_create,
-                                    _CONVOLUTION_DIRECT, src.handle, w.handle, dst.handle,
-                                    *geometry, hint, attr=_Attr(library)))
-    pd, hint = _given_or_chosen(make, activations_as_given, choose_layouts)
+    pd, hint = _gradient_pd(
+        diff_src, diff_dst, choose_layouts, activations_as_given,
+        lambda src, dst: _conv_hint(src, w, None, dst, geometry),
+        lambda src, dst, hint: _create_pd(
+            library.convolution_backward_data_primitive_desc_create, _CONVOLUTION_DIRECT,
+            src.handle, w.handle, dst.handle, *geometry, hint, attr=_Attr(library)))
     return Primitive(pd, {ARG_WEIGHTS: weights, ARG_DIFF_DST: diff_dst},
                      {ARG_DIFF_SRC: diff_src}, hints=(hint,))
 
@@ -1069,16 +1071,12 @@ def convolution_backward_weights(src: MemoryDesc, diff_weights: MemoryDesc,
     dw = _user_or_any(diff_weights, choose_layouts)
     db = diff_bias.handle if diff_bias is not None else None
     geometry = _conv_geometry(strides, dilates, pad_before, pad_after)
-
-    def make(as_given):
-        x, dy = (src, diff_dst) if as_given else [
-            _user_or_any(md, choose_layouts) for md in (src, diff_dst)]
-        return _with_hint(
-            lambda: _conv_hint(x, dw, diff_bias, dy, geometry),
-            lambda hint: _create_pd(library.convolution_backward_weights_primitive_desc_create,
-                                    _CONVOLUTION_DIRECT, x.handle, dw.handle, db, dy.handle,
-                                    *geometry, hint, attr=_Attr(library)))
-    pd, hint = _given_or_chosen(make, activations_as_given, choose_layouts)
+    pd, hint = _gradient_pd(
+        src, diff_dst, choose_layouts, activations_as_given,
+        lambda x, dy: _conv_hint(x, dw, diff_bias, dy, geometry),
+        lambda x, dy, hint: _create_pd(
+            library.convolution_backward_weights_primitive_desc_create, _CONVOLUTION_DIRECT,
+            x.handle, dw.handle, db, dy.handle, *geometry, hint, attr=_Attr(library)))
     outputs = {ARG_DIFF_WEIGHTS: diff_weights}
     if diff_bias is not None:
         outputs[ARG_DIFF_BIAS] = diff_bias
