@@ -96,6 +96,15 @@ typedef struct {
     int relu;
 } Conv;
 
+/* A 1x1 stride-1 convolution's call: rows of the (N*H*W, C) input and (N*H*W, F) output. */
+typedef struct {
+    const float *x, *u, *bias, *residual;       /* u: (ceil(F / 16), C, 16), W^T in panels */
+    float *out;
+    Py_ssize_t channels, filters, chunk, depth;
+    long long *claim;           /* shared: the next row to take, or NULL (the range given) */
+    int relu;
+} Pointwise;
+
 /* One tile of the output transform. */
 typedef struct {
     float *out;                 /* the tile's first output pixel */
@@ -157,6 +166,10 @@ static void run_gradient(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
 static void run_finish(const float *du, Py_ssize_t channels, Py_ssize_t filters,
                        Py_ssize_t du_row, float *dw, Py_ssize_t lo, Py_ssize_t hi) {
     DISPATCH(finish_gradient, du, channels, filters, du_row, dw, lo, hi);
+}
+
+static void run_pointwise(const Pointwise *k, Py_ssize_t lo, Py_ssize_t hi) {
+    DISPATCH(pointwise, k, lo, hi);
 }
 
 static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
@@ -472,6 +485,53 @@ static PyObject *pointwise_gradient(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *pointwise(PyObject *self, PyObject *args) {
+    PyObject *x, *u, *y, *bias, *residual, *claim = Py_None;
+    Py_ssize_t xs[4], os[4], lo, hi;
+    Pointwise k = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOp(nn)nn|O:pointwise", &x, &u, &y, &bias, &residual,
+                          &k.relu, &lo, &hi, &k.chunk, &k.depth, &claim)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    int ok = (claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL) &&
+             (k.x = borrow(&b, x, "x", xs, 0, 0, 0)) &&
+             (k.out = borrow(&b, y, "out", os, 0, 0, 1));
+    if (ok) {
+        Py_ssize_t rows = xs[0] * xs[1] * xs[2];
+        k.channels = xs[3], k.filters = os[3];
+        ok = 0;
+        if (os[0] != xs[0] || os[1] != xs[1] || os[2] != xs[2] || k.channels < 1 ||
+            k.filters < 1) {
+            PyErr_Format(PyExc_ValueError, "x (%zd, %zd, %zd, %zd) and out (%zd, %zd, %zd, "
+                         "%zd): expected the same samples, rows and columns, and channels and "
+                         "filters", xs[0], xs[1], xs[2], xs[3], os[0], os[1], os[2], os[3]);
+        } else if (lo < 0 || lo > hi || hi > rows) {
+            PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                         lo, hi, rows);
+        } else if (k.chunk < 1 || k.depth < 1) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd, depth %zd: expected at least 1 row and "
+                         "1 channel", k.chunk, k.depth);
+        } else {
+            Py_ssize_t panels = (k.filters + PANEL - 1) / PANEL;
+            ok = (k.u = borrow(&b, u, "u", NULL, 0, panels * k.channels * PANEL, 0)) &&
+                 (bias == Py_None || (k.bias = borrow(&b, bias, "bias", NULL, 0, k.filters,
+                                                      0))) &&
+                 (residual == Py_None || (k.residual = borrow(&b, residual, "residual", os, 1,
+                                                              0, 0)));
+        }
+    }
+    if (!ok) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_pointwise(&k, lo, hi);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(build_names[build]);
 }
@@ -545,6 +605,14 @@ static PyMethodDef methods[] = {
      "NHWC arrays dy and x are, `chunk` rows at a time: the weight gradient of a 1x1\n"
      "stride-1 convolution, (F, C) float32 values (OHWI). C a multiple of 16. db, None or F\n"
      "float32 values: += the column sums of those rows of dy (the bias gradient)."},
+    {"pointwise", pointwise, METH_VARARGS,
+     "pointwise(x, u, out, bias, residual, relu, (lo, hi), chunk, depth, claim=None)\n\n"
+     "out = relu?(x @ W^T + residual + bias) over the rows [lo, hi) of the (N*H*W, C) and\n"
+     "(N*H*W, F) matrices that the NHWC arrays x and out are: a 1x1 stride-1 convolution.\n"
+     "u: W (F, C) as ceil(F / 16) panels of (C, 16), zeros past the last filter. `chunk`\n"
+     "rows at a time, `depth` channels at a time. bias (F values) and residual (shaped like\n"
+     "out; it may be out itself) may be None. claim: as convolve()'s, the threads then\n"
+     "take the next chunk of rows from it."},
     {"instruction_set", instruction_set, METH_NOARGS,
      "The build that runs: 'avx512' (AVX-512 F and VL), 'avx2' (AVX2 + FMA) or 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
@@ -719,11 +787,12 @@ INLINE void ISA(outer_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
     }
 }
 
-/* `rows` <= ROWS tiles by one panel of 16 filters, the sum over all channels in registers. */
-INLINE void ISA(product_block)(const float *v, Py_ssize_t channels, const float *panel,
-                               float *m, Py_ssize_t width, int rows) {
+/* `rows` <= ROWS rows of v (v_row floats apart) by one panel of 16 filters, the sum over
+ * `steps` channels in registers. */
+INLINE void ISA(product_block)(const float *v, Py_ssize_t v_row, Py_ssize_t steps,
+                               const float *panel, float *m, Py_ssize_t width, int rows) {
     vec sum[ROWS][2];
-    ISA(outer_sums)(v, channels, 1, panel, PANEL, channels, sum, rows);
+    ISA(outer_sums)(v, v_row, 1, panel, PANEL, steps, sum, rows);
     UNROLL
     for (int r = 0; r < rows; r++) {
         ISA(store)(m + r * width, &sum[r][0], LANES);
@@ -732,15 +801,15 @@ INLINE void ISA(product_block)(const float *v, Py_ssize_t channels, const float 
 }
 
 /* The last block of a position has 1..ROWS tiles: one constant count per branch. */
-INLINE void ISA(product_tail)(const float *v, Py_ssize_t channels, const float *panel,
-                              float *m, Py_ssize_t width, Py_ssize_t rows) {
+INLINE void ISA(product_tail)(const float *v, Py_ssize_t v_row, Py_ssize_t steps,
+                              const float *panel, float *m, Py_ssize_t width, Py_ssize_t rows) {
     switch (rows) {
-    case 1: ISA(product_block)(v, channels, panel, m, width, 1); break;
-    case 2: ISA(product_block)(v, channels, panel, m, width, 2); break;
-    case 3: ISA(product_block)(v, channels, panel, m, width, 3); break;
-    case 4: ISA(product_block)(v, channels, panel, m, width, 4); break;
-    case 5: ISA(product_block)(v, channels, panel, m, width, 5); break;
-    default: ISA(product_block)(v, channels, panel, m, width, ROWS); break;
+    case 1: ISA(product_block)(v, v_row, steps, panel, m, width, 1); break;
+    case 2: ISA(product_block)(v, v_row, steps, panel, m, width, 2); break;
+    case 3: ISA(product_block)(v, v_row, steps, panel, m, width, 3); break;
+    case 4: ISA(product_block)(v, v_row, steps, panel, m, width, 4); break;
+    case 5: ISA(product_block)(v, v_row, steps, panel, m, width, 5); break;
+    default: ISA(product_block)(v, v_row, steps, panel, m, width, ROWS); break;
     }
 }
 
@@ -799,12 +868,13 @@ INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
         }                                                                                      \
     } while (0)
 
-/* `rows` tiles by `panels` panels: M's rows from V's rows and U's panels (next one
-   channels * PANEL floats on). */
-INLINE void ISA(wide_product)(const float *v, Py_ssize_t channels, const float *panel,
-                              float *m, Py_ssize_t width, int rows, int panels) {
+/* `rows` rows of v (v_row floats apart) by `panels` panels, the sum over `steps` channels:
+   M's rows from V's rows and U's panels (the next one panel_next floats on). */
+INLINE void ISA(wide_product)(const float *v, Py_ssize_t v_row, Py_ssize_t steps,
+                              const float *panel, Py_ssize_t panel_next, float *m,
+                              Py_ssize_t width, int rows, int panels) {
     wide sum[WIDE_ROWS][2];
-    ISA(wide_sums)(v, channels, 1, panel, PANEL, channels * PANEL, channels, sum, rows, panels);
+    ISA(wide_sums)(v, v_row, 1, panel, PANEL, panel_next, steps, sum, rows, panels);
     UNROLL
     for (int r = 0; r < rows; r++) {
         *(unaligned_wide *)(m + r * width) = sum[r][0];
@@ -842,8 +912,8 @@ INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
             int pair = f + PANEL < width ? 2 : 1;
             for (Py_ssize_t t = 0; t < count; t += WIDE_ROWS) {
                 Py_ssize_t rows = count - t < WIDE_ROWS ? count - t : WIDE_ROWS;
-                WIDE_BLOCK(ISA(wide_product), rows, pair, v + t * channels, channels, panel,
-                           m + t * width + f, width);
+                WIDE_BLOCK(ISA(wide_product), rows, pair, v + t * channels, channels, channels,
+                           panel, channels * PANEL, m + t * width + f, width);
             }
         }
 #else
@@ -851,12 +921,12 @@ INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
             const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
             Py_ssize_t t = 0;
             for (; t + ROWS <= count; t += ROWS) {
-                ISA(product_block)(v + t * channels, channels, panel, m + t * width + f, width,
-                                   ROWS);
+                ISA(product_block)(v + t * channels, channels, channels, panel,
+                                   m + t * width + f, width, ROWS);
             }
             if (t < count) {
-                ISA(product_tail)(v + t * channels, channels, panel, m + t * width + f, width,
-                                  count - t);
+                ISA(product_tail)(v + t * channels, channels, channels, panel,
+                                  m + t * width + f, width, count - t);
             }
         }
 #endif
@@ -1146,6 +1216,136 @@ static void ISA(pointwise_gradient)(const float *dy, const float *x, float *dw, 
         }
     }
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A 1x1 stride-1 convolution: the products without the transforms */
+
+/* out's `rows` rows of the n <= PANEL filters from f = sums (sums_row floats a row) plus, for
+ * the first block of channels, the residual (if any) and for the others what out holds;
+ * after the last block plus the bias, then relu. */
+INLINE void ISA(pointwise_store)(const Pointwise *k, const float *sums, Py_ssize_t sums_row,
+                                 Py_ssize_t first_row, Py_ssize_t rows, Py_ssize_t f,
+                                 Py_ssize_t n, int first, int last) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t at = (first_row + r) * k->filters + f;
+        for (Py_ssize_t i = 0; i < n; i += LANES) {
+            Py_ssize_t lanes = n - i < LANES ? n - i : LANES;
+            vec value = ISA(load)(sums + r * sums_row + i, LANES);
+            if (!first) {
+                value = ISA(load)(k->out + at + i, lanes) + value;
+            } else if (k->residual) {
+                value = ISA(load)(k->residual + at + i, lanes) + value;
+            }
+            if (last && k->bias) {
+                value += ISA(load)(k->bias + f + i, lanes);
+            }
+            if (last && k->relu) {
+                ISA(relu)(&value);
+            }
+            ISA(store)(k->out + at + i, &value, lanes);
+        }
+    }
+}
+
+#ifdef WIDE
+#define POINTWISE_ROWS WIDE_ROWS
+#define POINTWISE_WIDTH (2 * PANEL)
+typedef int wide_mask __attribute__((vector_size(PANEL * sizeof(int))));
+
+/* The register block of pointwise(): `rows` rows from first_row by `panels` panels from f,
+ * summed over `steps` channels from x and panel, then stored as pointwise_store() does: the
+ * same operations on 16 lanes, for whole panels. */
+INLINE void ISA(wide_pointwise)(const Pointwise *k, const float *x, Py_ssize_t steps,
+                                const float *panel, Py_ssize_t first_row, Py_ssize_t f,
+                                int first, int last, int rows, int panels) {
+    wide sum[WIDE_ROWS][2];
+    ISA(wide_sums)(x, k->channels, 1, panel, PANEL, k->channels * PANEL, steps, sum, rows,
+                   panels);
+    for (int j = 0; j < panels; j++) {
+        Py_ssize_t lo = f + j * PANEL, n = k->filters - lo;
+        if (n < PANEL) {                           /* the last filters: through memory */
+            float part[WIDE_ROWS * PANEL];
+            UNROLL
+            for (int r = 0; r < rows; r++) {
+                *(unaligned_wide *)(part + r * PANEL) = sum[r][j];
+            }
+            ISA(pointwise_store)(k, part, PANEL, first_row, rows, lo, n, first, last);
+            continue;
+        }
+        wide bias = last && k->bias ? *(const unaligned_wide *)(k->bias + lo)
+                                    : ISA(wide_splat)(0.0f);
+        UNROLL
+        for (int r = 0; r < rows; r++) {
+            Py_ssize_t at = (first_row + r) * k->filters + lo;
+            wide value = sum[r][j];
+            if (!first) {
+                value = *(const unaligned_wide *)(k->out + at) + value;
+            } else if (k->residual) {
+                value = *(const unaligned_wide *)(k->residual + at) + value;
+            }
+            if (last && k->bias) {
+                value += bias;
+            }
+            if (last && k->relu) {
+                wide_mask keep = (value > 0) | (value != value);
+                value = (wide)((wide_mask)value & keep);
+            }
+            *(unaligned_wide *)(k->out + at) = value;
+        }
+    }
+}
+#else
+#define POINTWISE_ROWS ROWS
+#define POINTWISE_WIDTH PANEL
+#endif
+
+/* The rows [first, first + count) of pointwise(). */
+INLINE void ISA(pointwise_chunk)(const Pointwise *k, Py_ssize_t first, Py_ssize_t count) {
+    Py_ssize_t channels = k->channels, panels = (k->filters + PANEL - 1) / PANEL;
+    for (Py_ssize_t c = 0; c < channels; c += k->depth) {
+        Py_ssize_t steps = channels - c < k->depth ? channels - c : k->depth;
+        int first_block = c == 0, last_block = c + steps >= channels;
+        for (Py_ssize_t f = 0; f < panels * PANEL; f += POINTWISE_WIDTH) {
+            const float *panel = k->u + (f / PANEL * channels + c) * PANEL;
+            for (Py_ssize_t t = 0; t < count; t += POINTWISE_ROWS) {
+                Py_ssize_t rows = count - t < POINTWISE_ROWS ? count - t : POINTWISE_ROWS;
+                const float *x = k->x + (first + t) * channels + c;
+#ifdef WIDE
+                int pair = f + PANEL < panels * PANEL ? 2 : 1;
+                WIDE_BLOCK(ISA(wide_pointwise), rows, pair, k, x, steps, panel, first + t, f,
+                           first_block, last_block);
+#else
+                float sums[ROWS * PANEL];
+                ISA(product_tail)(x, channels, steps, panel, sums, PANEL, rows);
+                Py_ssize_t n = k->filters - f < PANEL ? k->filters - f : PANEL;
+                ISA(pointwise_store)(k, sums, PANEL, first + t, rows, f, n, first_block,
+                                     last_block);
+#endif
+            }
+        }
+    }
+}
+
+/* out rows [lo, hi) = relu?(x rows @ W^T + residual + bias), `chunk` rows at a time (with a
+ * claim, the next chunk that no thread has taken), over blocks of `depth` channels: the
+ * first block's sums go to out, the others' are added to it. Per block of a chunk, each
+ * pair of panels (one in the narrower builds) stays in L1 while the chunk's rows pass under
+ * it in register blocks. */
+static void ISA(pointwise)(const Pointwise *k, Py_ssize_t lo, Py_ssize_t hi) {
+    for (Py_ssize_t first = lo; first < hi; first += k->chunk) {
+        if (k->claim != NULL) {
+            first = lo + (Py_ssize_t)__atomic_fetch_add(k->claim, (long long)k->chunk,
+                                                        __ATOMIC_RELAXED);
+            if (first >= hi) {
+                return;
+            }
+        }
+        ISA(pointwise_chunk)(k, first, hi - first < k->chunk ? hi - first : k->chunk);
+    }
+}
+
+#undef POINTWISE_ROWS
+#undef POINTWISE_WIDTH
 
 static void ISA(weight_gradient)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi) {
     for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {

@@ -672,6 +672,7 @@ def test_a_measured_layer_keeps_only_what_its_winner_uses():
 def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transforms):
     c, first, second = CASES['one tile'], Var(), Var()
     conv_winograd._kept.clear()
+    conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
     size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
     monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
     for _ in range(2):
@@ -691,6 +692,7 @@ def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(monkey
     attrs = mx.op.registry.get('Convolution').parse_attrs(
         dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
     size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
     monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
     monkeypatch.setattr(conv_algorithms, 'choose',
                         lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])

@@ -12,11 +12,17 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     Winograd F(2x2, 3x3) and F(4x4, 3x3) (3x3, stride 1, no dilation, one group); F(4x4) of
     channel-last float32 data compiled (``ember._winograd``), its transformed weights kept
     per weight version.
+``pointwise``
+    1x1 convolutions (any stride, no padding, one group) of channel-last float32 data on the
+    compiled register blocks of the Winograd products, with the weights packed in panels
+    (kept per weight version) and bias, residual and relu applied as the outputs are stored
+    (:func:`ember.op.nn.conv_winograd.pointwise`).
 
 ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` picks one per call:
 
 0, the rule (:func:`rule`): oneDNN whenever it runs (measured fastest, or within a few per
-    cent, on every ResNet-50 layer with NHWC data); else the NumPy rule: Winograd F(2x2, 3x3)
+    cent, on every ResNet-50 layer with NHWC data); else the NumPy rule: ``pointwise`` for the
+    1x1 layers it supports, Winograd F(2x2, 3x3)
     for 3x3 stride-1 layers with at least 32 input and output channels, at least
     ``WINOGRAD_MIN_TILES`` 2x2 output tiles in the batch and transformed weights of at most
     ``WINOGRAD_MAX_WEIGHT_BYTES``; im2col + GEMM for everything else (1x1 as one GEMM).
@@ -190,6 +196,13 @@ def _run_onednn(problem, call, budget, alloc, threads):
                                                call.weight_version, call.weight_scale)
 
 
+def _run_pointwise(problem, call, budget, alloc, threads):
+    conv_winograd.pointwise(call.x, call.weight, call.bias, call.out, problem.stride,
+                            call.residual, call.act_type, alloc, threads, call.weight_version,
+                            call.weight_scale)
+    return True
+
+
 def _onednn_supports(problem):
     return problem.dtype == 'float32' and len(problem.kernel) in (1, 2, 3)
 
@@ -199,6 +212,8 @@ ALGORITHMS = {a.name: a for a in (
     Algorithm('gemm', lambda problem: True, conv_gemm.gemm_scratch, _run_gemm),
     _winograd(2),
     _winograd(4),
+    Algorithm('pointwise', conv_winograd.supports_pointwise,
+              conv_winograd.pointwise_forward_scratch_bytes, _run_pointwise),
 )}
 
 
@@ -291,12 +306,15 @@ def rule(problem, onednn):
 
 
 def numpy_rule(problem):
-    """The NumPy algorithm of the rule: Winograd F(2x2, 3x3) where it has enough tiles to
-    amortise its weight transform, channels to amortise its tile transforms and transformed
-    weights small enough to leave scratch for the tiles; im2col + GEMM everywhere else (and
-    for every gradient)."""
+    """The NumPy algorithm of the rule: the compiled products for 1x1 channel-last float32
+    layers ('pointwise', twice OpenBLAS's GEMM where OpenBLAS runs AVX2 kernels); Winograd
+    F(2x2, 3x3) where it has enough tiles to amortise its weight transform, channels to
+    amortise its tile transforms and transformed weights small enough to leave scratch for
+    the tiles; im2col + GEMM everywhere else (and for every gradient)."""
     if problem.gradient:
         return _table(problem)['gemm']
+    if conv_winograd.supports_pointwise(problem):
+        return ALGORITHMS['pointwise']
     if (conv_winograd.supports(problem) and min(problem.channels, problem.filters) >= 32
             and _tiles(problem, 2) >= WINOGRAD_MIN_TILES
             and 16 * problem.channels * problem.filters * problem.dtype_size

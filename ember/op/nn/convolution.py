@@ -361,8 +361,7 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     if calls.measured:
         # what the losing candidates kept of the weight goes (the winner's stays)
         _plain_weights.discard(weight_version)
-        if algorithm.name != 'winograd4':
-            conv_winograd.discard_kept(weight_version)
+        conv_winograd.discard_kept(weight_version, keep=algorithm.name)
         if algorithm.name != 'onednn' and weight_version is not None:
             onednn.discard_kept(weight_version)
     if not calls.run(algorithm):
@@ -408,8 +407,8 @@ class _Calls:
         call = call or self.call
         if self.unkept and algorithm.name == 'winograd4':
             call = dataclasses.replace(call, weight_version=None)
-        takes_any_weight = self.problem.gradient or algorithm.name == 'onednn' or (
-            algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
+        takes_any_weight = self.problem.gradient or algorithm.name in ('onednn', 'pointwise') \
+            or (algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
         if not takes_any_weight and (call.weight_scale is not None
                                      or not call.weight.flags.c_contiguous):
             call = dataclasses.replace(call, weight=self._plain_weight(call), weight_scale=None)

@@ -1,0 +1,247 @@
+"""The compiled 1x1 convolution (conv_winograd.pointwise): the Winograd products' register
+blocks on the rows of x, with the weights packed in panels and the epilogue at the store."""
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config, engine
+from ember.op.nn import conv_algorithms, conv_winograd, convolution
+from ember.op.registry import KernelContext
+
+_winograd = conv_winograd._winograd
+needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
+
+
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def build(request):
+    """Each of the module's builds in turn (AVX-512 and AVX2 where the CPU has them)."""
+    if _winograd is None:
+        pytest.skip('ember._winograd is not built')
+    before = _winograd.instruction_set()
+    try:
+        _winograd.use_instruction_set(request.param)
+    except ValueError:
+        pytest.skip(f'{request.param} does not run here')
+    yield request.param
+    _winograd.use_instruction_set(before)
+
+
+def layer(seed, shape, filters, stride=(1, 1)):
+    """NHWC x, OHWI 1x1 weights, bias, a residual and the float64 convolution + bias."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((filters, 1, 1, shape[-1])) / np.sqrt(shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(filters).astype(np.float32)
+    picked = x[:, ::stride[0], ::stride[1]].astype(np.float64)
+    expected = picked @ w.reshape(filters, -1).T.astype(np.float64) + bias
+    residual = rng.standard_normal(expected.shape).astype(np.float32)
+    return x, w, bias, residual, expected
+
+
+def assert_close(out, expected):
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize('filters', [5, 40, 67])     # one partial panel; a pair and one; odd
+@pytest.mark.parametrize('channels', [3, 70])
+@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('stride', [(1, 1), (2, 3)])
+def test_matches_float64(build, monkeypatch, filters, channels, threads, stride):
+    # blocks of 16 channels: 70 takes five, the last partial, each added to out
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 16)
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_FORWARD_CHUNK', 13)
+    x, w, bias, residual, expected = layer(filters + channels, (2, 9, 11, channels), filters,
+                                           stride)
+    out = np.full(expected.shape, np.nan, np.float32)
+    conv_winograd.pointwise(x, w, bias, out, stride, threads=threads)
+    assert_close(out, expected)
+    conv_winograd.pointwise(x, w, None, out, stride, residual, 'relu', threads=threads)
+    assert_close(out, np.maximum(expected - bias + residual, 0))
+
+
+def test_relu_keeps_nan_as_numpy_does(build):
+    x, w, bias, _, _ = layer(0, (1, 2, 3, 8), 32)
+    x[0, 0, 0, 0] = np.nan
+    out = np.empty((1, 2, 3, 32), np.float32)
+    conv_winograd.pointwise(x, w, bias, out, (1, 1), act_type='relu')
+    assert np.isnan(out[0, 0, 0]).all() and not np.isnan(out[0, 1]).any()
+    assert (out[0, 1] >= 0).all()
+
+
+@pytest.mark.parametrize('depth', [16, 256])
+def test_the_residual_may_be_the_output_itself(build, monkeypatch, depth):
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', depth)
+    x, w, bias, residual, expected = layer(1, (2, 5, 7, 48), 24)
+    out = residual.copy()
+    conv_winograd.pointwise(x, w, bias, out, (1, 1), out, 'relu', threads=2)
+    assert_close(out, np.maximum(expected + residual, 0))
+
+
+@needs_module
+def test_strided_outputs_and_other_activations_go_through_a_copy():
+    x, w, bias, residual, expected = layer(2, (2, 4, 6, 16), 20)
+    holder = np.full(expected.shape[:-1] + (40,), np.nan, np.float32)
+    out = holder[..., ::2]
+    conv_winograd.pointwise(x, w, bias, out, (1, 1), residual, 'sigmoid', threads=2)
+    assert_close(out, 1 / (1 + np.exp(-(expected + residual))))
+    assert np.isnan(holder[..., 1::2]).all()
+
+
+@needs_module
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
+    """Two panels by 12 rows against one by 6, over blocks of channels: each output is the
+    same chain of multiply-adds, then the same epilogue."""
+    before = _winograd.instruction_set()
+    try:
+        _winograd.use_instruction_set('avx512')
+        _winograd.use_instruction_set('avx2')
+    except ValueError:
+        pytest.skip('this CPU lacks AVX-512 or AVX2')
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 32)
+    x, w, bias, residual, _ = layer(3, (2, 7, 9, 80), 56)
+
+    def run():
+        out = residual.copy()
+        conv_winograd.pointwise(x, w, bias, out, (1, 1), out, 'relu', threads=2)
+        return out
+    try:
+        _winograd.use_instruction_set('avx512')
+        wide = run()
+        _winograd.use_instruction_set('avx2')
+        narrow = run()
+    finally:
+        _winograd.use_instruction_set(before)
+    assert wide.tobytes() == narrow.tobytes()
+
+
+@needs_module
+def test_weights_are_packed_once_per_version_and_scaled(monkeypatch):
+    packs = []
+    original = conv_winograd._pack_pointwise
+    monkeypatch.setattr(conv_winograd, '_pack_pointwise',
+                        lambda *args: packs.append(1) or original(*args))
+    x, w, bias, _, expected = layer(4, (1, 3, 3, 32), 18)
+    oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))
+    scale = np.linspace(0.5, 2, 18).astype(np.float32)
+    var = engine.get().new_var()
+    out = np.empty(expected.shape, np.float32)
+    for version in (0, 0, 0, 1):
+        conv_winograd.pointwise(x, oihw.transpose(0, 2, 3, 1), bias, out, (1, 1),
+                                weight_version=((var, version),), weight_scale=scale)
+        assert_close(out, (expected - bias) * scale + bias)
+    assert len(packs) == 2                 # version 0 once, version 1 once
+    assert conv_winograd.kept_bytes() >= 32 * 32 * 4     # two panels of 32 channels
+    conv_winograd.discard_kept(((var, 1),), keep='pointwise')
+    conv_winograd.pointwise(x, w, bias, out, (1, 1), weight_version=((var, 1),))
+    assert len(packs) == 2                 # kept: the winner's weights stay
+    conv_winograd.discard_kept(((var, 1),), keep='onednn')
+    conv_winograd.pointwise(x, w, bias, out, (1, 1), weight_version=((var, 1),))
+    assert len(packs) == 3
+
+
+@needs_module
+def test_errors_name_the_argument():
+    x, out = np.zeros((1, 4, 4, 16), np.float32), np.zeros((1, 4, 4, 8), np.float32)
+    u = np.zeros((1, 16, 16), np.float32)
+    for index, value, message in [
+            (2, np.zeros((1, 4, 5, 8), np.float32), r"expected the same samples, rows and "
+                                                    r"columns"),
+            (1, np.zeros(100, np.float32), "u: expected at least 256"),
+            (3, np.zeros(7, np.float32), "bias: expected at least 8"),
+            (4, np.zeros((1, 4, 4, 9), np.float32), r"residual: expected shape \(1, 4, 4, 8\)"),
+            (6, (3, 17), r"rows \[3, 17\): expected 0 <= lo <= hi <= 16"),
+            (7, 0, "chunk 0, depth 256: expected at least 1 row and 1 channel"),
+            (0, np.zeros((4, 4, 16), np.float32), "x: expected a 4-D")]:
+        args = [x, u, out, None, None, False, (0, 16), 12, 256]
+        args[index] = value
+        with pytest.raises(ValueError, match=message):
+            _winograd.pointwise(*args)
+    with pytest.raises(TypeError, match='claim: expected a writable, aligned int64'):
+        _winograd.pointwise(x, u, out, None, None, False, (0, 16), 12, 256,
+                            np.zeros(1, np.int32))
+
+
+def problem(**change):
+    return conv_algorithms.ConvProblem(**dict(dict(
+        channel_last=True, batch=2, channels=24, filters=8, groups=1, kernel=(1, 1),
+        stride=(1, 1), dilate=(1, 1), pad=(0, 0), size_in=(5, 5), dtype='float32'), **change))
+
+
+@pytest.mark.parametrize('change, supported', [
+    ({}, True), (dict(stride=(2, 2)), True), (dict(pad=(1, 1)), False),
+    (dict(kernel=(3, 3)), False), (dict(dilate=(2, 2)), False), (dict(channel_last=False), False),
+    (dict(groups=2), False), (dict(dtype='float64'), False), (dict(gradient='data'), False),
+    (dict(kernel=(1,), stride=(1,), dilate=(1,), pad=(0,), size_in=(5,)), False)])
+def test_support_and_the_numpy_rule(change, supported):
+    p = problem(**change)
+    expected = supported and _winograd is not None
+    assert conv_winograd.supports_pointwise(p) == expected
+    names = [a.name for a in conv_algorithms.candidates(p, onednn=False)]
+    assert ('pointwise' in names) == expected
+    if expected:
+        assert conv_algorithms.numpy_rule(p).name == 'pointwise'
+        assert conv_algorithms.rule(p, onednn=True).name == 'onednn'
+
+
+@needs_module
+def test_scratch_covers_a_strided_call():
+    strided = problem(stride=(2, 2), batch=3)
+    plain = problem(batch=3)
+    weights = 4 * 16 * 24
+    assert conv_winograd.pointwise_forward_scratch_bytes(plain, 3) == weights
+    assert conv_winograd.pointwise_forward_scratch_bytes(strided, 3) == \
+        weights + 4 * 3 * 3 * 3 * 24
+    taken = []
+
+    def alloc(specs):
+        taken.extend(int(np.prod(shape)) * 4 for shape, _ in specs)
+        return [np.empty(shape, dtype) for shape, dtype in specs]
+    x, w, bias, _, expected = layer(5, (3, 5, 5, 24), 8, (2, 2))
+    out = np.empty(expected.shape, np.float32)
+    conv_winograd.pointwise(x, w, bias, out, (2, 2), alloc=alloc)
+    assert_close(out, expected)
+    assert sum(taken) == conv_winograd.pointwise_forward_scratch_bytes(strided, 3)
+
+
+@needs_module
+@pytest.mark.parametrize('stride', [1, 2])
+def test_the_numpy_provider_runs_1x1_layers_on_it(monkeypatch, stride):
+    """Without oneDNN the rule runs channel-last 1x1 layers here; the result is the
+    channel-first Convolution's."""
+    runs = []
+    original = conv_winograd.pointwise
+    monkeypatch.setattr(conv_winograd, 'pointwise',
+                        lambda *args, **kwargs: runs.append(1) or original(*args, **kwargs))
+    rng = np.random.default_rng(6)
+    x = mx.nd.array(rng.standard_normal((2, 20, 7, 7)), dtype='float32')
+    w = mx.nd.array(rng.standard_normal((36, 20, 1, 1)) * 0.2, dtype='float32')
+    b = mx.nd.array(rng.standard_normal(36), dtype='float32')
+    with config.override(MXNET_MKLDNN_ENABLED=0, MXNET_CUDNN_AUTOTUNE_DEFAULT=0):
+        nchw = mx.nd.Convolution(x, w, b, kernel=(1, 1), stride=(stride, stride),
+                                 num_filter=36).asnumpy()
+        assert not runs
+        nhwc = mx.nd.Convolution(x.transpose((0, 2, 3, 1)), w.transpose((0, 2, 3, 1)), b,
+                                 kernel=(1, 1), stride=(stride, stride), num_filter=36,
+                                 layout='NHWC').asnumpy()
+    assert runs
+    assert_close(nhwc.transpose(0, 3, 1, 2), nchw)
+
+
+@needs_module
+def test_a_measured_1x1_layer_keeps_only_its_winners_weights():
+    from ember.backend import onednn
+    x, w, bias, _, expected = layer(7, (4, 14, 14, 64), 64)
+    attrs = mx.op.registry.get('Convolution').parse_attrs(
+        dict(kernel=(1, 1), num_filter=64, layout='NHWC'))
+    token = ((engine.get().new_var(), 0),)
+    before = (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes())
+    out = np.empty(expected.shape, np.float32)
+    conv_algorithms.clear_choices()
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=2):
+        convolution.forward(dict(attrs, cudnn_tune=None), x, w, bias, out,
+                            KernelContext(None), weight_version=token)
+    assert_close(out, expected)
+    grown = [after > b for after, b in zip(
+        (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes()),
+        before)]
+    assert sum(grown) <= 1
