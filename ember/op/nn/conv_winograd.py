@@ -508,10 +508,13 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
         if weight_version is not None:
             _kept_pointwise.keep(weight_version, u)
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
-    if residual is not None and not np.may_share_memory(residual, target):
-        residual = np.ascontiguousarray(residual, np.float32)
-    elif residual is not None and residual is not target:
-        residual = residual.copy()      # shares memory with out in some other arrangement
+    if residual is not None:
+        if _same_view(residual, target):
+            residual = target           # summed in place (another array object, or out)
+        elif np.may_share_memory(residual, target):
+            residual = residual.copy()  # overlaps out in some other arrangement
+        else:
+            residual = np.ascontiguousarray(residual, np.float32)
     relu = act_type == 'relu'
     parts = max(1, min(threads or 1, -(-rows // _POINTWISE_FORWARD_CHUNK)))
     chunk = _POINTWISE_FORWARD_CHUNK
@@ -525,6 +528,12 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
         np.copyto(out, target)
     if act_type is not None and not relu:
         finish(out, out, act_type=act_type)
+
+
+def _same_view(a, b) -> bool:
+    """Whether `a` and `b` are the same elements of the same memory, as their own objects."""
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__['data'][0] == b.__array_interface__['data'][0])
 
 
 def _pack_pointwise(w, weight_scale, target=None):
