@@ -267,3 +267,82 @@ def test_a_measured_1x1_layer_keeps_only_its_winners_weights():
         (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes()),
         before)]
     assert sum(grown) <= 1
+
+
+# ----------------------------------------------------------------------------------------------
+# im2col + the same products: conv_gemm.gemm with packed weights
+
+def gemm_layer(seed, batch=2, size=(9, 7), channels=20, filters=36, kernel=3, stride=2):
+    from ember.op.nn._common import make_window
+    rng = np.random.default_rng(seed)
+    pad = kernel // 2
+    out_size = tuple((n + 2 * pad - kernel) // stride + 1 for n in size)
+    window = make_window((kernel,) * 2, (stride,) * 2, (1, 1), (pad,) * 2, size, out_size)
+    x = rng.standard_normal((batch,) + size + (channels,)).astype(np.float32)
+    w = (rng.standard_normal((filters, kernel, kernel, channels)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(filters).astype(np.float32)
+    residual = rng.standard_normal((batch,) + out_size + (filters,)).astype(np.float32)
+    return x, w, bias, residual, window
+
+
+@needs_module
+@pytest.mark.parametrize('threads', [1, 3])
+@pytest.mark.parametrize('act_type', [None, 'relu', 'tanh'])
+def test_gemm_on_packed_weights_matches_numpys(threads, act_type):
+    from ember.op.nn import conv_gemm
+    x, w, bias, residual, window = gemm_layer(9)
+    expected = np.empty(residual.shape, np.float32)
+    conv_gemm.gemm(x, w, bias, expected, window, 1, True, residual, act_type)
+    packed = conv_winograd.packed_weights(w, None, None)
+    for given in ('apart', 'in place', 'overlapping'):
+        out = residual.copy() if given == 'in place' else np.full(residual.shape, np.nan,
+                                                                  np.float32)
+        res = {'apart': residual, 'in place': out[...], 'overlapping': None}[given]
+        if given == 'overlapping':              # shares out's memory in another arrangement
+            holder = np.concatenate([residual.ravel(), np.zeros(1, np.float32)])
+            out, res = holder[1:].reshape(residual.shape), holder[:-1].reshape(residual.shape)
+        conv_gemm.gemm(x, w, bias, out, window, 1, True, res, act_type,
+                       threads=threads, packed=packed)
+        assert_close(out, expected)
+
+
+def test_gemm_packs_channel_last_float32_patches():
+    from ember.op.nn import conv_gemm
+    base = dict(kernel=(3, 3), pad=(1, 1), channels=32)
+    expected = _winograd is not None
+    assert conv_gemm.packs(problem(**base)) == expected
+    for change in [dict(kernel=(1, 1), pad=(0, 0)), dict(channels=8), dict(groups=2),
+                   dict(channel_last=False), dict(dtype='float64'), dict(gradient='data')]:
+        assert not conv_gemm.packs(problem(**dict(base, **change)))
+    assert conv_gemm.packs(problem(**dict(base, kernel=(1, 1), pad=(0, 0),
+                                          stride=(2, 2)))) == expected
+
+
+@needs_module
+def test_a_gemm_layer_keeps_its_packed_weights_and_no_plain_copy(monkeypatch):
+    """A scaled, transposed weight (a folded BatchNorm under the channel-last rewrite) is
+    packed once per version, scaled as it is packed: no plain scaled copy is kept."""
+    packs = []
+    original = conv_winograd._pack_pointwise
+    monkeypatch.setattr(conv_winograd, '_pack_pointwise',
+                        lambda *args: packs.append(1) or original(*args))
+    monkeypatch.setattr(conv_algorithms, 'choose',
+                        lambda *args, **kwargs: conv_algorithms.ALGORITHMS['gemm'])
+    x, w, bias, _, window = gemm_layer(10, stride=1)
+    scale = np.linspace(0.5, 2, w.shape[0]).astype(np.float32)
+    attrs = mx.op.registry.get('Convolution').parse_attrs(
+        dict(kernel=(3, 3), pad=(1, 1), num_filter=w.shape[0], layout='NHWC'))
+    expected = np.empty(x.shape[:-1] + (w.shape[0],), np.float32)
+    from ember.op.nn import conv_gemm
+    conv_gemm.gemm(x, w * scale.reshape(-1, 1, 1, 1), bias, expected, window, 1, True)
+    oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))
+    var = engine.get().new_var()
+    plain = convolution.plain_weight_bytes()
+    for version in (0, 0, 1):
+        out = np.empty(expected.shape, np.float32)
+        convolution.forward(attrs, x, oihw.transpose(0, 2, 3, 1), bias, out,
+                            KernelContext(None), weight_scale=scale,
+                            weight_version=((var, version),))
+        assert_close(out, expected)
+    assert len(packs) == 2
+    assert convolution.plain_weight_bytes() == plain

@@ -173,8 +173,12 @@ class Algorithm:
 
 
 def _run_gemm(problem, call, budget, alloc, threads):
+    # packed weights (kept per token, else made for the call outside the workspace)
+    packed = conv_winograd.packed_weights(call.weight, call.weight_scale, call.weight_version) \
+        if conv_gemm.packs(problem) else None
     conv_gemm.gemm(call.x, call.weight, call.bias, call.out, problem.window, problem.groups,
-                   problem.channel_last, call.residual, call.act_type, budget, alloc, threads)
+                   problem.channel_last, call.residual, call.act_type, budget, alloc, threads,
+                   packed)
     return True
 
 

@@ -71,7 +71,8 @@ __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_b
            'data_gradient', 'weight_gradient', 'gradient_scratch_bytes',
            'weight_gradient_scratch_bytes', 'supports_weight_gradient', 'can_keep',
            'supports_pointwise', 'pointwise', 'pointwise_forward_scratch_bytes',
-           'pointwise_kept_bytes']
+           'pointwise_kept_bytes', 'packed_weights', 'multiply_packed', 'compiled_products',
+           'same_view']
 
 TILES = (2, 4)
 
@@ -492,11 +493,11 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
     rows = prod(out.shape[:-1])
     if rows == 0:
         return
-    u_shape = (-(-filters // _PANEL), channels, _PANEL)
     u = _kept_pointwise.get(weight_version)
     strided = any(s != 1 for s in stride)
     specs = ([((out.shape[:-1] + (channels,)), np.float32)] if strided else []) \
-        + ([(u_shape, np.float32)] if u is None and weight_version is None else [])
+        + ([(_packed_panels(filters, channels), np.float32)]
+           if u is None and weight_version is None else [])
     scratch = alloc(specs) if specs else []
     if strided:
         np.copyto(scratch[0], x[:, ::stride[0], ::stride[1]])
@@ -504,12 +505,11 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
     else:
         x = np.ascontiguousarray(x, np.float32)
     if u is None:
-        u = _pack_pointwise(w, weight_scale, scratch[-1] if weight_version is None else None)
-        if weight_version is not None:
-            _kept_pointwise.keep(weight_version, u)
+        u = packed_weights(w, weight_scale, weight_version,
+                           scratch[-1] if weight_version is None else None)
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
     if residual is not None:
-        if _same_view(residual, target):
+        if same_view(residual, target):
             residual = target           # summed in place (another array object, or out)
         elif np.may_share_memory(residual, target):
             residual = residual.copy()  # overlaps out in some other arrangement
@@ -530,16 +530,52 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
         finish(out, out, act_type=act_type)
 
 
-def _same_view(a, b) -> bool:
+def multiply_packed(x, u, out, bias, residual, act_type):
+    """out = act(x @ W^T + residual + bias) on the compiled products, one thread: x (1, 1,
+    rows, K) and out (1, 1, rows, F) contiguous float32, `u` W (F, K) packed
+    (:func:`packed_weights`), `residual` None, `out` or contiguous apart from it; the
+    patch-row products of :func:`ember.op.nn.conv_gemm.gemm`."""
+    relu = act_type == 'relu'
+    _winograd.pointwise(x, u, out, bias, residual, relu, (0, x.shape[2]),
+                        _POINTWISE_FORWARD_CHUNK, _POINTWISE_DEPTH)
+    if act_type is not None and not relu:
+        finish(out, out, act_type=act_type)
+
+
+def compiled_products() -> bool:
+    """Whether the compiled module (and so :func:`pointwise`, :func:`multiply_packed`) is
+    built."""
+    return _winograd is not None
+
+
+def _packed_panels(filters, width):
+    return (-(-filters // _PANEL), width, _PANEL)
+
+
+def packed_weights(w, weight_scale, weight_version, target=None):
+    """The OHWI weights `w` (any strides) scaled per filter by `weight_scale` (None: not)
+    as (F, K) = (F, kernel taps * C) packed in panels of 16 filters for the compiled products:
+    the copy kept for `weight_version` (an inference layer's weight token), else packed now
+    (into `target` where given) and kept for it."""
+    u = _kept_pointwise.get(weight_version)
+    if u is None:
+        u = _pack_pointwise(w, weight_scale, target)
+        if weight_version is not None:
+            _kept_pointwise.keep(weight_version, u)
+    return u
+
+
+def same_view(a, b) -> bool:
     """Whether `a` and `b` are the same elements of the same memory, as their own objects."""
     return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
             and a.__array_interface__['data'][0] == b.__array_interface__['data'][0])
 
 
 def _pack_pointwise(w, weight_scale, target=None):
-    """(ceil(F / 16), C, 16): the panels of W^T (zeros past the last filter) of 1x1 OHWI
-    weights, scaled per filter by `weight_scale` (or not, None)."""
-    filters, channels = w.shape[0], w.shape[-1]
+    """(ceil(F / 16), K, 16): the panels of W^T (zeros past the last filter) of OHWI weights
+    seen as (F, K), scaled per filter by `weight_scale` (or not, None)."""
+    filters = w.shape[0]
+    channels = prod(w.shape[1:])
     w = w.reshape(filters, channels)
     if weight_scale is not None:
         w = w * weight_scale.reshape(-1, 1)
@@ -805,7 +841,7 @@ def discard_kept(weight_version, keep='') -> None:
     measuring the others."""
     if keep != 'winograd4':
         _kept.discard(weight_version)
-    if keep != 'pointwise':
+    if keep not in ('pointwise', 'gemm'):     # both multiply by the packed weights
         _kept_pointwise.discard(weight_version)
 
 

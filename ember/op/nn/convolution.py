@@ -21,7 +21,7 @@ import numpy as np
 from ember import config, engine
 from ember.backend import onednn
 from ember.base import prod
-from ember.op.nn import conv_algorithms, conv_winograd, onednn_provider
+from ember.op.nn import conv_algorithms, conv_gemm, conv_winograd, onednn_provider
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn.conv_algorithms import ConvCall, ConvProblem
 from ember.op.nn.conv_common import KeptByToken
@@ -408,7 +408,8 @@ class _Calls:
         if self.unkept and algorithm.name == 'winograd4':
             call = dataclasses.replace(call, weight_version=None)
         takes_any_weight = self.problem.gradient or algorithm.name in ('onednn', 'pointwise') \
-            or (algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4))
+            or (algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4)) \
+            or (algorithm.name == 'gemm' and conv_gemm.packs(self.problem))
         if not takes_any_weight and (call.weight_scale is not None
                                      or not call.weight.flags.c_contiguous):
             call = dataclasses.replace(call, weight=self._plain_weight(call), weight_scale=None)
