@@ -38,3 +38,19 @@ def force_conv(monkeypatch):
             return conv_algorithms.rule(problem, onednn_provider.enabled())
         monkeypatch.setattr(conv_algorithms, 'choose', choose)
     return force
+
+
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def build(request):
+    """Each build of ember._winograd in turn (AVX-512 and AVX2 where the CPU has them)."""
+    from ember.op.nn import conv_winograd
+    module = conv_winograd._winograd
+    if module is None:
+        pytest.skip('ember._winograd is not built')
+    before = module.instruction_set()
+    try:
+        module.use_instruction_set(request.param)
+    except ValueError:
+        pytest.skip(f'{request.param} does not run here')
+    yield request.param
+    module.use_instruction_set(before)

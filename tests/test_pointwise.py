@@ -12,20 +12,6 @@ _winograd = conv_winograd._winograd
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
 
 
-@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
-def build(request):
-    """Each of the module's builds in turn (AVX-512 and AVX2 where the CPU has them)."""
-    if _winograd is None:
-        pytest.skip('ember._winograd is not built')
-    before = _winograd.instruction_set()
-    try:
-        _winograd.use_instruction_set(request.param)
-    except ValueError:
-        pytest.skip(f'{request.param} does not run here')
-    yield request.param
-    _winograd.use_instruction_set(before)
-
-
 def layer(seed, shape, filters, stride=(1, 1)):
     """NHWC x, OHWI 1x1 weights, bias, a residual and the float64 convolution + bias."""
     rng = np.random.default_rng(seed)
@@ -107,33 +93,6 @@ def test_strided_outputs_and_other_activations_go_through_a_copy():
     conv_winograd.pointwise(x, w, bias, out, (1, 1), residual, 'sigmoid', threads=2)
     assert_close(out, 1 / (1 + np.exp(-(expected + residual))))
     assert np.isnan(holder[..., 1::2]).all()
-
-
-@needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
-    """Two panels by 12 rows against one by 6, over blocks of channels: each output is the
-    same chain of multiply-adds, then the same epilogue."""
-    before = _winograd.instruction_set()
-    try:
-        _winograd.use_instruction_set('avx512')
-        _winograd.use_instruction_set('avx2')
-    except ValueError:
-        pytest.skip('this CPU lacks AVX-512 or AVX2')
-    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 32)
-    x, w, bias, residual, _ = layer(3, (2, 7, 9, 80), 56)
-
-    def run():
-        out = residual.copy()
-        conv_winograd.pointwise(x, w, bias, out, (1, 1), out, 'relu', threads=2)
-        return out
-    try:
-        _winograd.use_instruction_set('avx512')
-        wide = run()
-        _winograd.use_instruction_set('avx2')
-        narrow = run()
-    finally:
-        _winograd.use_instruction_set(before)
-    assert wide.tobytes() == narrow.tobytes()
 
 
 @needs_module

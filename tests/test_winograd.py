@@ -68,20 +68,6 @@ def assert_close(out, expected):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
-@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
-def build(request):
-    """Each of the module's builds in turn (AVX-512 and AVX2 where the CPU has them)."""
-    if _winograd is None:
-        pytest.skip('ember._winograd is not built')
-    before = _winograd.instruction_set()
-    try:
-        _winograd.use_instruction_set(request.param)
-    except ValueError:
-        pytest.skip(f'{request.param} does not run here')
-    yield request.param
-    _winograd.use_instruction_set(before)
-
-
 @pytest.mark.parametrize('threads', [1, 3])
 @pytest.mark.parametrize('case', CASES)
 def test_matches_the_direct_convolution(build, case, threads):
@@ -363,11 +349,13 @@ def test_weight_gradient_sums_in_the_winograd_domain(build, channel_last, pad):
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
     """The AVX-512 products take two panels by 12 rows at a time, the AVX2 ones one panel by
     6: each output is still the same chain of multiply-adds. 40 filters: a pair of panels
     and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder. The same
-    for the 1x1 weight gradient's sums (48 channels: a pair and a single panel)."""
+    for the 1x1 weight gradient's sums (48 channels: a pair and a single panel), and for the
+    1x1 forward products over two blocks of channels, with their epilogue."""
+    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 32)
     before = _winograd.instruction_set()
     try:
         _winograd.use_instruction_set('avx512')
@@ -384,7 +372,9 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
         conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
         pw, pb = np.empty((40, 1, 1, 48), np.float32), np.empty(40, np.float32)
         conv_winograd.pointwise_weight_gradient(pdy, px, pw, pb, threads=1)
-        return c.run(c.residual, 'relu'), dw, pw, pb
+        forward = pdy.copy()
+        conv_winograd.pointwise(px, pw, pb, forward, (1, 1), forward, 'relu', threads=2)
+        return c.run(c.residual, 'relu'), dw, pw, pb, forward
     try:
         wide = both()
         _winograd.use_instruction_set('avx2')
