@@ -71,7 +71,7 @@ __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_b
            'data_gradient', 'weight_gradient', 'gradient_scratch_bytes',
            'weight_gradient_scratch_bytes', 'supports_weight_gradient', 'can_keep',
            'supports_pointwise', 'pointwise', 'pointwise_forward_scratch_bytes',
-           'pointwise_kept_bytes', 'packed_weights', 'multiply_packed', 'compiled_products',
+           'packed_weights', 'multiply_packed', 'compiled_products',
            'same_view']
 
 TILES = (2, 4)
@@ -467,17 +467,12 @@ def supports_pointwise(problem) -> bool:
 
 
 def pointwise_forward_scratch_bytes(problem, batch) -> int:
-    """A strided call's rows of x, gathered; the packed weights, where they are not kept."""
+    """A strided call's rows of x, gathered; the packed weights, which a call without a
+    weight token packs into scratch."""
     strided = any(s != 1 for s in problem.stride)
     rows = batch * prod(problem.size_out)
     return 4 * (strided * rows * problem.channels
                 + _round_up(problem.filters, _PANEL) * problem.channels)
-
-
-def pointwise_kept_bytes(problem) -> int:
-    """The packed weights kept for an inference layer, in place of the plain scaled copy the
-    GEMM keeps."""
-    return 4 * _round_up(problem.filters, _PANEL) * problem.channels
 
 
 def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None, threads=1,
