@@ -388,6 +388,25 @@ def test_random_draws_are_seeded_and_in_range():
     assert nd.random.uniform().shape == (1,)
 
 
+@pytest.mark.parametrize('draw', [lambda: nd.random.uniform(-1, 1, shape=(3, 700)),
+                                  lambda: nd.random.normal(0, 2, shape=(3, 700)),
+                                  lambda: nd.random.randint(-5, 9, shape=(3, 700))])
+def test_large_draws_go_in_pieces_with_the_values_of_one_draw(draw, monkeypatch):
+    import tracemalloc
+    from ember import random
+    from ember.op import init
+    random.seed(11)
+    whole = draw().asnumpy()
+    monkeypatch.setattr(init, '_DRAW_CHUNK', 256)      # pieces of 256 and a last one of 52
+    random.seed(11)
+    tracemalloc.start()
+    pieces = draw().asnumpy()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_array_equal(pieces, whole)
+    # one draw of the whole output would hold 2100 float64 or int64 values (16.8 kB)
+    assert peak < 2100 * 8
+
 def test_random_parameters_are_checked_in_the_kernel():
     bad = nd.random.uniform(2, 1, shape=(2,))     # no error at the call
     with pytest.raises(EmberError, match='low=2.0 must be <= high=1.0'):

@@ -109,11 +109,25 @@ def _random_shape(attrs, in_shapes):
     return [], [attrs['shape'] or (1,)]
 
 
+# Values drawn at a time into a large host output. The generators draw in float64 (int64 for
+# integers): one draw of a whole 4096x25088 weight held 822 MB beside its 411 MB output, and
+# set vgg16's peak RSS (1300 MB against 790 after the first batch). A generator consumes its
+# stream value by value, so drawing consecutive pieces gives the same values as one draw.
+_DRAW_CHUNK = 1 << 18
+
+
 def _draw(name, draw, check, params, dtype='float32', aliases=(), doc=''):
     def kernel(attrs, ins, outs, ctx):
         check(attrs)
         out = outs[0]
-        out[...] = ctx.xp.asarray(draw(ctx.random.generator, attrs, out.shape))
+        generator = ctx.random.generator
+        if ctx.xp is np and out.size > _DRAW_CHUNK and out.flags.c_contiguous:
+            flat = out.reshape(-1)
+            for start in range(0, flat.size, _DRAW_CHUNK):
+                piece = flat[start:start + _DRAW_CHUNK]
+                piece[...] = draw(generator, attrs, piece.shape)
+            return
+        out[...] = ctx.xp.asarray(draw(generator, attrs, out.shape))
     register(name, kernel, inputs=(), infer_shape=_random_shape, infer_type=_no_input_type,
              params=params + (SHAPE, CTX, _dtype_param(dtype)), resources=('random',),
              random=True, aliases=aliases, doc=doc)
