@@ -22,6 +22,16 @@ def no_leaked_state():
     assert after == before, f'test left global state changed: {before} -> {after}'
 
 
+@pytest.fixture(autouse=True)
+def graph_sized_budget_reset():
+    """Each test starts from the fixed budget of kept Winograd weights: a large graph run by
+    an earlier test would have raised it (conv_winograd.note_graph)."""
+    from ember.op.nn import conv_winograd
+    conv_winograd._largest_graph = 0
+    yield
+    conv_winograd._largest_graph = 0
+
+
 @pytest.fixture
 def force_conv(monkeypatch):
     """force_conv(name, gradient=None): every convolution runs algorithm `name`

@@ -672,6 +672,41 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
     assert len(transforms) == 3          # the first kept once, the second every call
 
 
+def test_a_large_graph_raises_the_budget_by_its_share(monkeypatch, transforms):
+    c, first, second = CASES['one tile'], Var(), Var()
+    conv_winograd._kept.clear()
+    conv_winograd._kept_pointwise.clear()
+    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
+    problem = types.SimpleNamespace(batch=1, filters=1, size_out=(1, 1), dtype_size=4)
+    assert conv_winograd.kept_budget() == int(size * 1.5)
+    assert conv_algorithms._kept_limit(problem) == conv_algorithms.KEPT_ALWAYS
+    conv_winograd.note_graph(int(size * 2.5 / conv_winograd.KEPT_SHARE))    # room for two
+    conv_winograd.note_graph(10)                   # a smaller graph lowers nothing
+    assert conv_winograd.kept_budget() == int(size * 2.5)
+    # mode 1 measures a layer keeping up to the whole budget
+    assert conv_algorithms._kept_limit(problem) == \
+        max(conv_algorithms.KEPT_ALWAYS, int(size * 2.5))
+    for _ in range(2):
+        assert_close(c.run(threads=1, weight_version=((first, 0),)), c.expected)
+        assert_close(c.run(threads=1, weight_version=((second, 0),)), c.expected)
+    assert conv_winograd.kept_bytes() == 2 * size
+    assert len(transforms) == 2          # each kept once
+
+
+def test_the_executor_tells_kernels_the_bytes_of_its_variables(monkeypatch):
+    seen = []
+    monkeypatch.setattr(conv_winograd, 'note_graph', seen.append)
+    out = mx.sym.Activation(mx.sym.Convolution(mx.sym.var('data'), kernel=(3, 3), num_filter=8,
+                                               name='c'), act_type='relu')
+    args = {'data': mx.nd.ones((2, 4, 6, 6)), 'c_weight': mx.nd.ones((8, 4, 3, 3)),
+            'c_bias': mx.nd.ones((8,))}
+    executor = out.bind(mx.cpu(), args)
+    executor.forward(is_train=False)
+    executor.outputs[0].wait_to_read()
+    assert seen == [(2 * 4 * 36 + 8 * 4 * 9 + 8) * 4]
+
+
 @pytest.mark.parametrize('faster', ['winograd4', 'other'])
 def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(monkeypatch,
                                                                           transforms, faster):

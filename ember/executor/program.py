@@ -28,6 +28,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import numpy as np
+
 from ember import backend, engine, resource, storage
 from ember.base import EmberError
 from ember.ndarray.ndarray import NDArray, view_of
@@ -76,6 +78,8 @@ class Program:
         self.xp = backend.for_device(device).xp
         self.arena = storage.manager(device).alloc(max(self._plan.planned_bytes, ALIGNMENT))
         self.entries = self._entry_arrays(bound)
+        distinct = {id(x): x for x in bound.values()}.values()
+        self.variable_bytes = sum(x.size * np.dtype(x.dtype).itemsize for x in distinct)
         # entry ids some operator reads or the graph outputs; the rest may stay unwritten
         self._read_entries = {graph.entry_id(e) for node in graph.nodes for e in node.inputs}
         self._read_entries.update(graph.entry_id(e) for e in graph.outputs)
@@ -165,7 +169,8 @@ class Program:
         unused = frozenset(index for index, entry in enumerate(graph.node_outputs(position))
                            if graph.entry_id(entry) not in self._read_entries)
         contexts = tuple(KernelContext(self.device, mode, self.xp, temp, random,
-                                       input_vars=input_vars, unused_outputs=unused)
+                                       input_vars=input_vars, unused_outputs=unused,
+                                       variable_bytes=self.variable_bytes)
                          for mode in (False, True))
         return _Step(position, f'{node.name}({node.op.name})', node.op.kernel, node.attrs,
                      tuple(x._data() for x in inputs), tuple(x._data() for x in outputs),

@@ -232,6 +232,10 @@ class KernelContext:
     input_vars: tuple = ()
     # indices of outputs nobody reads (MXNet's null request): a kernel may leave them unwritten
     unused_outputs: frozenset = frozenset()
+    # bytes of the graph's variables (parameters, auxiliary states, inputs) when the executor
+    # runs the kernel, 0 elsewhere: the size of the model, for kernels that keep copies derived
+    # from its weights
+    variable_bytes: int = 0
     safe_accumulation: bool = field(
         default_factory=_config_at_construction('MXNET_SAFE_ACCUMULATION'))
     deterministic: bool = field(

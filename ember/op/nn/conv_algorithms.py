@@ -394,7 +394,8 @@ def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
     :func:`measure`."""
     if mode == '0' or deterministic or problem.flops < MEASURE_MIN_FLOPS:
         return rule(problem, onednn)
-    key = (problem, mode, workspace_limit if mode == '1' else None, onednn)
+    key = (problem, mode, (workspace_limit, _kept_limit(problem)) if mode == '1' else None,
+           onednn)
     name = _CHOICES.get(key)
     if name is None:
         name = _measured_choice(problem, mode, workspace_limit, onednn, trial)
@@ -405,7 +406,7 @@ def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
 
 def choose_past_budget(problem, onednn, trial):
     """For an inference layer that measurement gave Winograd F(4x4) but whose transformed
-    weights find no room in ``conv_winograd.KEPT_BUDGET``: Winograd transforming its weights
+    weights find no room in ``conv_winograd.kept_budget()``: Winograd transforming its weights
     on every call, or the rule's algorithm, whichever `trial` measures faster (cached per
     problem). Few tiles do not pay for the transform: resnet152_v1 at batch 1 ran 5.8 img/s
     with the transform in every call past the budget and 6.7 with oneDNN throughout."""
@@ -443,8 +444,13 @@ KEPT_PER_OUTPUT = 8
 
 
 def _kept_limit(problem) -> int:
+    """KEPT_ALWAYS, KEPT_PER_OUTPUT outputs of `problem`, or the process-wide
+    ``conv_winograd.kept_budget()`` where that has grown past ``KEPT_BUDGET`` with a large
+    graph (vgg16's 512-channel layers at batch 1 keep 38 MB each and save 3-4 of 7 ms)."""
     output = problem.batch * problem.filters * prod(problem.size_out) * problem.dtype_size
-    return max(KEPT_ALWAYS, KEPT_PER_OUTPUT * output)
+    budget = conv_winograd.kept_budget()
+    return max(KEPT_ALWAYS, KEPT_PER_OUTPUT * output,
+               budget if budget > conv_winograd.KEPT_BUDGET else 0)
 
 
 # A NumPy algorithm must beat oneDNN by this fraction to be chosen over it: timed alone it

@@ -345,6 +345,7 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
         return
     calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type, weight_version,
                             weight_scale), ctx)
+    conv_winograd.note_graph(ctx.variable_bytes)
     algorithm = conv_algorithms.choose(calls.problem, _tune_mode(attrs),
                                        attrs['workspace'] << 20, onednn_provider.enabled(),
                                        calls.trial, ctx.deterministic)
