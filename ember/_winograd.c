@@ -20,6 +20,11 @@
  * registers); finish_gradient() returns dU to 3x3 as G^T dU G. pointwise_gradient() runs the
  * same sums on the rows of dy and x themselves: the weight gradient of a 1x1 convolution.
  *
+ * line() runs a 1-D Winograd F(m, r) along one axis, for 1 x r and r x 1 kernels: tiles of m
+ * outputs along the axis, each reading a = m + r - 1 input points, in the same three steps
+ * per chunk with the transforms given as dense matrices (B^T, A^T) and U = G g packed as
+ * convolve()'s U with a positions in place of 36; the products are the same code.
+ *
  * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. With
  * a shared counter (`claim`), convolve()'s threads instead take the next chunk of tiles, or
  * the next group of filter panels of a chunk, from it as they go: a thread that starts late (woken
@@ -113,6 +118,29 @@ typedef struct {
     Py_ssize_t row_step;        /* values from one output row to the next */
 } OutputTile;
 
+/* A 1-D convolution F(m, r) along one axis of channel-last data (line()): tile t holds the m
+ * outputs from `start` of one line (the pixels along the axis that share the other
+ * coordinates) and reads its a = m + r - 1 input points from start - pad. */
+#define MAX_POINTS 12
+#define MAX_OUTPUTS 8
+
+typedef struct {
+    const float *x, *u, *bias, *residual;       /* u: (points, ceil(F / 16), C, 16) */
+    const float *bt, *at;       /* B^T (points x points) and A^T (outputs x points) */
+    const float *zeros;         /* `channels` zeros, read for the padding */
+    float *out, *v, *m;         /* v: points * chunk * channels; m: points * chunk * width */
+    Py_ssize_t channels, filters, width;        /* width: filters in whole panels */
+    Py_ssize_t points, outputs, pad, chunk;
+    Py_ssize_t axis;            /* 1: the lines are columns; 2: they are rows */
+    Py_ssize_t lines, tiles_along;      /* lines per sample; tiles per line */
+    /* pixels along the axis; floats from one pixel along it to the next, from one line to
+     * the next, from one sample to the next */
+    Py_ssize_t in_length, in_step, in_line, in_sample;
+    Py_ssize_t out_length, out_step, out_line, out_sample;
+    long long *claim;           /* shared: the next tile to take, or NULL (the range given) */
+    int relu;
+} Line;
+
 /* ------------------------------------------------------------------------------------------ */
 /* The kernels, compiled for the baseline and, where GCC can, for AVX2 + FMA and AVX-512. The
  * options must hold for the whole of each copy, inlined helpers included: GCC lowers a
@@ -170,6 +198,10 @@ static void run_finish(const float *du, Py_ssize_t channels, Py_ssize_t filters,
 
 static void run_pointwise(const Pointwise *k, Py_ssize_t lo, Py_ssize_t hi) {
     DISPATCH(pointwise, k, lo, hi);
+}
+
+static void run_line(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
+    DISPATCH(line, k, lo, hi);
 }
 
 static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
@@ -532,6 +564,131 @@ static PyObject *pointwise(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* `obj` as a C-contiguous 2-D float32 matrix (held in `b`), its shape written to `shape`;
+ * NULL with an exception naming `name` otherwise. */
+static const float *borrow_matrix(Buffers *b, PyObject *obj, const char *name,
+                                  Py_ssize_t *shape) {
+    Py_buffer *view = borrow_float32(b, obj, name, 0);
+    if (view == NULL) {
+        return NULL;
+    }
+    if (view->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 2-D matrix, got %d dimensions", name,
+                     view->ndim);
+        return NULL;
+    }
+    shape[0] = view->shape[0], shape[1] = view->shape[1];
+    return (const float *)view->buf;
+}
+
+/* The transforms' and the geometry's fields of `k` from the shapes of B^T (bs), A^T (as),
+ * x (xs) and out (os); 0 with an exception where they do not fit together. */
+static int line_geometry(Line *k, const Py_ssize_t *bs, const Py_ssize_t *as,
+                         const Py_ssize_t *xs, const Py_ssize_t *os) {
+    if (bs[0] != bs[1] || bs[0] < 2 || bs[0] > MAX_POINTS) {
+        PyErr_Format(PyExc_ValueError, "bt (%zd, %zd): expected a square matrix of 2 to %d "
+                     "points", bs[0], bs[1], MAX_POINTS);
+        return 0;
+    }
+    if (as[1] != bs[0] || as[0] < 1 || as[0] > MAX_OUTPUTS || as[0] > as[1]) {
+        PyErr_Format(PyExc_ValueError, "at (%zd, %zd): expected (outputs, %zd) with 1 <= "
+                     "outputs <= %d and outputs <= the %zd points", as[0], as[1], bs[0],
+                     MAX_OUTPUTS, bs[0]);
+        return 0;
+    }
+    if (k->axis != 1 && k->axis != 2) {
+        PyErr_Format(PyExc_ValueError, "axis %zd: expected 1 (the rows: an r x 1 kernel) or "
+                     "2 (the columns: 1 x r)", k->axis);
+        return 0;
+    }
+    int across = 3 - (int)k->axis;        /* the other axis: kernel 1, no padding */
+    if (os[0] != xs[0] || os[across] != xs[across] || xs[3] < 1 || os[3] < 1 ||
+        os[1] < 1 || os[2] < 1) {
+        PyErr_Format(PyExc_ValueError, "x (%zd, %zd, %zd, %zd) and out (%zd, %zd, %zd, %zd): "
+                     "expected the same batch and %s, and no empty dimension", xs[0], xs[1],
+                     xs[2], xs[3], os[0], os[1], os[2], os[3],
+                     k->axis == 1 ? "columns" : "rows");
+        return 0;
+    }
+    if (k->pad < 0) {
+        PyErr_Format(PyExc_ValueError, "pad %zd: expected >= 0 zeros before the first input",
+                     k->pad);
+        return 0;
+    }
+    k->points = bs[0], k->outputs = as[0];
+    k->channels = xs[3], k->filters = os[3];
+    k->width = (k->filters + PANEL - 1) / PANEL * PANEL;
+    k->in_length = xs[k->axis], k->out_length = os[k->axis];
+    k->lines = os[across];
+    k->tiles_along = (k->out_length + k->outputs - 1) / k->outputs;
+    k->in_sample = xs[1] * xs[2] * xs[3], k->out_sample = os[1] * os[2] * os[3];
+    k->in_step = k->axis == 1 ? xs[2] * xs[3] : xs[3];
+    k->out_step = k->axis == 1 ? os[2] * os[3] : os[3];
+    k->in_line = k->axis == 1 ? xs[3] : xs[2] * xs[3];
+    k->out_line = k->axis == 1 ? os[3] : os[2] * os[3];
+    return 1;
+}
+
+static int borrow_line(Line *k, Buffers *b, PyObject *const *objs, Py_ssize_t lo,
+                       Py_ssize_t hi) {
+    /* objs: x, u, out, bias, residual, bt, at, v, m */
+    Py_ssize_t xs[4], os[4], bs[2], as[2];
+    if (!(k->x = borrow(b, objs[0], "x", xs, 0, 0, 0)) ||
+        !(k->out = borrow(b, objs[2], "out", os, 0, 0, 1)) ||
+        !(k->bt = borrow_matrix(b, objs[5], "bt", bs)) ||
+        !(k->at = borrow_matrix(b, objs[6], "at", as)) ||
+        !line_geometry(k, bs, as, xs, os)) {
+        return 0;
+    }
+    Py_ssize_t tiles = xs[0] * k->lines * k->tiles_along;
+    if (lo < 0 || hi < lo || hi > tiles) {
+        PyErr_Format(PyExc_ValueError, "tiles [%zd, %zd): expected 0 <= lo <= hi <= %zd", lo,
+                     hi, tiles);
+        return 0;
+    }
+    if (k->chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "chunk %zd: expected >= 1 tiles", k->chunk);
+        return 0;
+    }
+    Py_ssize_t block = k->points * k->chunk;
+    return (k->u = borrow(b, objs[1], "u", NULL, 0, k->points * k->width * k->channels, 0)) &&
+           (objs[3] == Py_None || (k->bias = borrow(b, objs[3], "bias", NULL, 0, k->filters,
+                                                    0))) &&
+           (objs[4] == Py_None || (k->residual = borrow(b, objs[4], "residual", os, 1, 0,
+                                                        0))) &&
+           (k->v = borrow(b, objs[7], "v", NULL, 0, block * k->channels, 1)) &&
+           (k->m = borrow(b, objs[8], "m", NULL, 0, block * k->width, 1));
+}
+
+static PyObject *line(PyObject *self, PyObject *args) {
+    PyObject *objs[9], *claim = Py_None;
+    Py_ssize_t lo, hi;
+    Line k = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOpnnOO(nn)nOO|O:line", &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &k.relu, &k.axis, &k.pad, &objs[5], &objs[6],
+                          &lo, &hi, &k.chunk, &objs[7], &objs[8], &claim)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    int ok = (claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL) &&
+             borrow_line(&k, &b, objs, lo, hi);
+    float *zeros = ok ? PyMem_Calloc((size_t)k.channels, sizeof(float)) : NULL;
+    if (ok && zeros == NULL) {
+        PyErr_NoMemory();
+    }
+    if (zeros == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    k.zeros = zeros;
+    Py_BEGIN_ALLOW_THREADS
+    run_line(&k, lo, hi);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(zeros);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(build_names[build]);
 }
@@ -613,6 +770,19 @@ static PyMethodDef methods[] = {
      "rows at a time, `depth` channels at a time. bias (F values) and residual (shaped like\n"
      "out; it may be out itself) may be None. claim: as convolve()'s, the threads then\n"
      "take the next chunk of rows from it."},
+    {"line", line, METH_VARARGS,
+     "line(x, u, out, bias, residual, relu, axis, pad, bt, at, (tile_lo, tile_hi), chunk,\n"
+     "     v, m, claim=None)\n\n"
+     "out = relu?(conv(x, w) + bias + residual) for a kernel of r taps along `axis` (1: the\n"
+     "rows, an r x 1 kernel; 2: the columns, 1 x r), stride 1, `pad` zeros before the first\n"
+     "input along it, by Winograd F(m, r) over the output tiles [tile_lo, tile_hi), `chunk`\n"
+     "tiles at a time. A tile is m outputs along the axis; it reads a = m + r - 1 inputs.\n"
+     "x, out, residual: NHWC float32, the same along the other axis; bt: B^T (a x a); at:\n"
+     "A^T (m x a), a <= 12, m <= 8; u: G w as (a, ceil(F / 16), C, 16), zeros past the last\n"
+     "filter; v, m: scratch of a * chunk * C and a * chunk * round_up(F, 16) floats. bias\n"
+     "and residual (it may be out itself) may be None. Tiles are numbered sample, row, tile\n"
+     "(axis 2) or sample, tile, column (axis 1). claim: as convolve()'s, the threads then\n"
+     "take the next chunk of tiles from it."},
     {"instruction_set", instruction_set, METH_NOARGS,
      "The build that runs: 'avx512' (AVX-512 F and VL), 'avx2' (AVX2 + FMA) or 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
@@ -624,7 +794,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ember._winograd",
     .m_doc = "Winograd F(4x4, 3x3) convolution of channel-last float32 data, its weight "
-             "gradient, and the weight gradient of 1x1 convolutions by the same sums.",
+             "gradient, the weight gradient of 1x1 convolutions by the same sums, and "
+             "1-D Winograd F(m, r) convolutions of 1 x r and r x 1 kernels.",
     .m_size = -1,
     .m_methods = methods,
 };
@@ -900,15 +1071,18 @@ INLINE void ISA(wide_gradient_sum)(const float *v, Py_ssize_t channels, const fl
 }
 #endif
 
-INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
-    Py_ssize_t channels = k->g.channels, width = k->width;
-    Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL, first_panel = k->f_lo / PANEL;
-    for (int p = 0; p < POSITIONS; p++) {
-        const float *v = k->v + p * count * channels;
-        float *m = k->m + p * count * width;
+/* M[p] (count x width) = V[p] (count x channels) @ U[p] (channels x width) for the `positions`
+ * positions p, V and M position-major; U as (positions, panels, channels, PANEL), its panels
+ * from first_panel. The 2-D and the 1-D convolutions share it, and so its register blocks. */
+INLINE void ISA(products)(const float *vs, const float *u, float *ms, int positions,
+                          Py_ssize_t count, Py_ssize_t channels, Py_ssize_t panels,
+                          Py_ssize_t first_panel, Py_ssize_t width) {
+    for (int p = 0; p < positions; p++) {
+        const float *v = vs + p * count * channels;
+        float *m = ms + p * count * width;
 #ifdef WIDE
         for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
-            const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            const float *panel = u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
             int pair = f + PANEL < width ? 2 : 1;
             for (Py_ssize_t t = 0; t < count; t += WIDE_ROWS) {
                 Py_ssize_t rows = count - t < WIDE_ROWS ? count - t : WIDE_ROWS;
@@ -918,7 +1092,7 @@ INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
         }
 #else
         for (Py_ssize_t f = 0; f < width; f += PANEL) {
-            const float *panel = k->u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            const float *panel = u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
             Py_ssize_t t = 0;
             for (; t + ROWS <= count; t += ROWS) {
                 ISA(product_block)(v + t * channels, channels, channels, panel,
@@ -931,6 +1105,11 @@ INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
         }
 #endif
     }
+}
+
+INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
+    ISA(products)(k->v, k->u, k->m, POSITIONS, count, k->g.channels,
+                  (k->g.filters + PANEL - 1) / PANEL, k->f_lo / PANEL, k->width);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1452,5 +1631,162 @@ static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi)
         ISA(output_chunk)(&group, first, count);
     }
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A 1-D convolution F(m, r) along one axis: line() */
+
+/* Calls block(..., points) with points = 2 .. MAX_POINTS (line() checks) as a constant, so
+ * that the transforms' vectors stay in registers. */
+#define LINE_POINTS(block, points, ...)                                                       \
+    do {                                                                                       \
+        switch (points) {                                                                      \
+        case 2: block(__VA_ARGS__, 2); break;   case 3: block(__VA_ARGS__, 3); break;          \
+        case 4: block(__VA_ARGS__, 4); break;   case 5: block(__VA_ARGS__, 5); break;          \
+        case 6: block(__VA_ARGS__, 6); break;   case 7: block(__VA_ARGS__, 7); break;          \
+        case 8: block(__VA_ARGS__, 8); break;   case 9: block(__VA_ARGS__, 9); break;          \
+        case 10: block(__VA_ARGS__, 10); break; case 11: block(__VA_ARGS__, 11); break;        \
+        default: block(__VA_ARGS__, MAX_POINTS); break;                                        \
+        }                                                                                      \
+    } while (0)
+
+/* Tile t's first output along its line (`start`), and the offsets of its line's first input
+ * and output pixels. Tiles are numbered so that neighbours lie next to each other: along a
+ * row (axis 2) sample, row, tile; down the columns (axis 1) sample, tile row, column. */
+INLINE void ISA(line_place)(const Line *k, Py_ssize_t t, Py_ssize_t *start, Py_ssize_t *in,
+                            Py_ssize_t *out) {
+    Py_ssize_t per_sample = k->lines * k->tiles_along;
+    Py_ssize_t sample = t / per_sample, rest = t % per_sample, line, tile;
+    if (k->axis == 2) {
+        line = rest / k->tiles_along, tile = rest % k->tiles_along;
+    } else {
+        tile = rest / k->lines, line = rest % k->lines;
+    }
+    *start = tile * k->outputs;
+    *in = sample * k->in_sample + line * k->in_line;
+    *out = sample * k->out_sample + line * k->out_line + *start * k->out_step;
+}
+
+/* V[p] = sum over j of B^T[p][j] d[j] for the n <= LANES channels from c of one tile. */
+INLINE void ISA(line_input_block)(const float *const *point, const float *bt, Py_ssize_t c,
+                                  Py_ssize_t n, float *v, Py_ssize_t stride, int points) {
+    vec d[MAX_POINTS];
+    UNROLL
+    for (int j = 0; j < points; j++) {
+        d[j] = ISA(load)(point[j] + c, n);
+    }
+    UNROLL
+    for (int p = 0; p < points; p++) {
+        vec sum = ISA(splat)(bt[p * points]) * d[0];
+        UNROLL
+        for (int j = 1; j < points; j++) {
+            sum += ISA(splat)(bt[p * points + j]) * d[j];
+        }
+        ISA(store)(v + p * stride + c, &sum, n);
+    }
+}
+
+INLINE void ISA(line_input_tile)(const Line *k, const float *const *point, float *v,
+                                 Py_ssize_t stride, int points) {
+    Py_ssize_t c = 0;
+    for (; c + LANES <= k->channels; c += LANES) {
+        ISA(line_input_block)(point, k->bt, c, LANES, v, stride, points);
+    }
+    if (c < k->channels) {
+        ISA(line_input_block)(point, k->bt, c, k->channels - c, v, stride, points);
+    }
+}
+
+/* V of the `count` tiles from `first`; points outside the input read `zeros`. */
+INLINE void ISA(line_input_chunk)(const Line *k, Py_ssize_t first, Py_ssize_t count) {
+    Py_ssize_t stride = count * k->channels;
+    const float *point[MAX_POINTS];
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t start, in, out;
+        ISA(line_place)(k, first + t, &start, &in, &out);
+        for (Py_ssize_t j = 0; j < k->points; j++) {
+            Py_ssize_t at = start - k->pad + j;
+            point[j] = at >= 0 && at < k->in_length ? k->x + in + at * k->in_step : k->zeros;
+        }
+        LINE_POINTS(ISA(line_input_tile), k->points, k, point, k->v + t * k->channels,
+                    stride);
+    }
+}
+
+/* y[i] = sum over p of A^T[i][p] M[p], + bias, + residual, relu, for the `valid` outputs of
+ * one tile (at `at` in out) and the n <= LANES filters from f. */
+INLINE void ISA(line_output_block)(const Line *k, const float *m, Py_ssize_t stride,
+                                   Py_ssize_t at, Py_ssize_t valid, Py_ssize_t f,
+                                   Py_ssize_t n, int points) {
+    vec product[MAX_POINTS];
+    UNROLL
+    for (int p = 0; p < points; p++) {
+        product[p] = ISA(load)(m + p * stride + f, n);
+    }
+    vec bias = k->bias ? ISA(load)(k->bias + f, n) : ISA(splat)(0.0f);
+    for (Py_ssize_t i = 0; i < valid; i++) {
+        const float *row = k->at + i * points;
+        vec y = ISA(splat)(row[0]) * product[0];
+        UNROLL
+        for (int p = 1; p < points; p++) {
+            y += ISA(splat)(row[p]) * product[p];
+        }
+        Py_ssize_t pixel = at + i * k->out_step + f;
+        vec value = y + bias;
+        if (k->residual) {
+            value += ISA(load)(k->residual + pixel, n);
+        }
+        if (k->relu) {
+            ISA(relu)(&value);
+        }
+        ISA(store)(k->out + pixel, &value, n);
+    }
+}
+
+INLINE void ISA(line_output_tile)(const Line *k, const float *m, Py_ssize_t stride,
+                                  Py_ssize_t at, Py_ssize_t valid, int points) {
+    Py_ssize_t f = 0;
+    for (; f + LANES <= k->filters; f += LANES) {
+        ISA(line_output_block)(k, m, stride, at, valid, f, LANES, points);
+    }
+    if (f < k->filters) {
+        ISA(line_output_block)(k, m, stride, at, valid, f, k->filters - f, points);
+    }
+}
+
+/* Y of the `count` tiles from `first`; outputs past the end of the line are dropped. */
+INLINE void ISA(line_output_chunk)(const Line *k, Py_ssize_t first, Py_ssize_t count) {
+    Py_ssize_t stride = count * k->width;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t start, in, at;
+        ISA(line_place)(k, first + t, &start, &in, &at);
+        Py_ssize_t valid = k->out_length - start < k->outputs ? k->out_length - start
+                                                               : k->outputs;
+        LINE_POINTS(ISA(line_output_tile), k->points, k, k->m + t * k->width, stride, at,
+                    valid);
+    }
+}
+
+/* The tiles [lo, hi), `chunk` at a time (with a claim, the next chunk no thread has taken):
+ * V, then the `points` products M[p] = V[p] U[p] on the 2-D convolution's register blocks,
+ * then Y, while the chunk's V and M stay in the core's cache. */
+static void ISA(line)(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
+    Py_ssize_t panels = k->width / PANEL;
+    for (Py_ssize_t first = lo; first < hi; first += k->chunk) {
+        if (k->claim != NULL) {
+            first = lo + (Py_ssize_t)__atomic_fetch_add(k->claim, (long long)k->chunk,
+                                                        __ATOMIC_RELAXED);
+            if (first >= hi) {
+                return;
+            }
+        }
+        Py_ssize_t count = hi - first < k->chunk ? hi - first : k->chunk;
+        ISA(line_input_chunk)(k, first, count);
+        ISA(products)(k->v, k->u, k->m, (int)k->points, count, k->channels, panels, 0,
+                      k->width);
+        ISA(line_output_chunk)(k, first, count);
+    }
+}
+
+#undef LINE_POINTS
 
 #endif

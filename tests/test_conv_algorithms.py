@@ -365,6 +365,11 @@ def test_the_rule_is_winograd_for_wide_3x3_pointwise_for_1x1_and_gemm_elsewhere(
     assert rule(8, 16, 56) == 'gemm'           # few channels
     assert rule(1, 256, 14) == 'gemm'          # 49 tiles
     assert rule(8, 512, 7) == 'gemm'           # 16 MB of transformed weights
+    line = conv_algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1), (0, 3),
+                                       (17, 17), 'float32')
+    assert conv_algorithms.numpy_rule(line).name == ('winograd_line' if compiled else 'gemm')
+    channel_first = dataclasses.replace(line, channel_last=False)
+    assert conv_algorithms.numpy_rule(channel_first).name == 'gemm'
 
 
 def test_determinism_takes_the_rule_and_repeats_bit_for_bit(measured):

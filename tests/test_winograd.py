@@ -663,6 +663,7 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
     c, first, second = CASES['one tile'], Var(), Var()
     conv_winograd._kept.clear()
     conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
+    conv_winograd._kept_line.clear()            # and 1-D layers'
     size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
     monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
     for _ in range(2):
@@ -676,6 +677,7 @@ def test_a_large_graph_raises_the_budget_by_its_share(monkeypatch, transforms):
     c, first, second = CASES['one tile'], Var(), Var()
     conv_winograd._kept.clear()
     conv_winograd._kept_pointwise.clear()
+    conv_winograd._kept_line.clear()
     size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
     monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
     problem = types.SimpleNamespace(batch=1, filters=1, size_out=(1, 1), dtype_size=4)
@@ -718,6 +720,7 @@ def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(monkey
         dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
     size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
     conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
+    conv_winograd._kept_line.clear()            # and 1-D layers'
     monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
     monkeypatch.setattr(conv_algorithms, 'choose',
                         lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])

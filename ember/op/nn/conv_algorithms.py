@@ -17,12 +17,18 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     compiled register blocks of the Winograd products, with the weights packed in panels
     (kept per weight version) and bias, residual and relu applied as the outputs are stored
     (:func:`ember.op.nn.conv_winograd.pointwise`).
+``winograd_line``
+    1 x r and r x 1 kernels (r 3, 5 or 7; stride 1, one group, no padding across) of
+    channel-last float32 data: the 1-D Winograd F(4, r) along the kernel's axis on the same
+    compiled products, r + 3 products per 4 outputs instead of 4r
+    (:func:`ember.op.nn.conv_winograd.line`), its transformed weights kept per weight
+    version. Measurement finds it (inceptionv3's 1x7 and 7x1 layers: 1.7x oneDNN at batch 8).
 
 ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` picks one per call:
 
 0, the rule (:func:`rule`): oneDNN whenever it runs (measured fastest, or within a few per
     cent, on every ResNet-50 layer with NHWC data); else the NumPy rule: ``pointwise`` for the
-    1x1 layers it supports, Winograd F(2x2, 3x3)
+    1x1 layers it supports, ``winograd_line`` for the 1 x r and r x 1 ones, Winograd F(2x2, 3x3)
     for 3x3 stride-1 layers with at least 32 input and output channels, at least
     ``WINOGRAD_MIN_TILES`` 2x2 output tiles in the batch and transformed weights of at most
     ``WINOGRAD_MAX_WEIGHT_BYTES``; im2col + GEMM for everything else (1x1 as one GEMM).
@@ -207,6 +213,14 @@ def _run_pointwise(problem, call, budget, alloc, threads):
     return True
 
 
+def _run_line(problem, call, budget, alloc, threads):
+    axis = 1 if problem.kernel[1] == 1 else 2
+    conv_winograd.line(call.x, call.weight, call.bias, call.out, axis, problem.pad[axis - 1],
+                       call.residual, call.act_type, alloc, threads, call.weight_version,
+                       call.weight_scale)
+    return True
+
+
 def _onednn_supports(problem):
     return problem.dtype == 'float32' and len(problem.kernel) in (1, 2, 3)
 
@@ -218,6 +232,8 @@ ALGORITHMS = {a.name: a for a in (
     _winograd(4),
     Algorithm('pointwise', conv_winograd.supports_pointwise,
               conv_winograd.pointwise_forward_scratch_bytes, _run_pointwise),
+    Algorithm('winograd_line', conv_winograd.supports_line, conv_winograd.line_scratch_bytes,
+              _run_line, conv_winograd.line_kept_bytes),
 )}
 
 
@@ -311,7 +327,9 @@ def rule(problem, onednn):
 
 def numpy_rule(problem):
     """The NumPy algorithm of the rule: the compiled products for 1x1 channel-last float32
-    layers ('pointwise', twice OpenBLAS's GEMM where OpenBLAS runs AVX2 kernels); Winograd
+    layers ('pointwise', twice OpenBLAS's GEMM where OpenBLAS runs AVX2 kernels) and for
+    their 1 x r and r x 1 layers ('winograd_line', 2.5-3.5x im2col + GEMM on inceptionv3's);
+    Winograd
     F(2x2, 3x3) where it has enough tiles to amortise its weight transform, channels to
     amortise its tile transforms and transformed weights small enough to leave scratch for
     the tiles; im2col + GEMM everywhere else (and for every gradient)."""
@@ -319,6 +337,8 @@ def numpy_rule(problem):
         return _table(problem)['gemm']
     if conv_winograd.supports_pointwise(problem):
         return ALGORITHMS['pointwise']
+    if conv_winograd.supports_line(problem):
+        return ALGORITHMS['winograd_line']
     if (conv_winograd.supports(problem) and min(problem.channels, problem.filters) >= 32
             and _tiles(problem, 2) >= WINOGRAD_MIN_TILES
             and 16 * problem.channels * problem.filters * problem.dtype_size

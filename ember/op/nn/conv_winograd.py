@@ -22,6 +22,11 @@ the output gradient, with the weights flipped and their two channel axes swapped
 padding 2 - pad. Training runs it here where measurement finds it faster than oneDNN's
 (:mod:`ember.op.nn.conv_algorithms`).
 
+Convolutions whose kernel is 1 x r or r x 1 (inceptionv3's 1x7, 7x1, 1x3 and 3x1 layers) run
+the 1-D F(4, r) along their axis (:func:`line`) on the same compiled products: r + 3 GEMMs per
+4 outputs instead of 4r multiplies, the transforms from Toom-Cook on small points
+(:func:`line_transforms`).
+
 Everything else (F(2x2), float64, no compiled module) runs in NumPy, where all three
 transforms are GEMMs with the Kronecker product of the 1-D matrices on tile-position-major
 data ``(positions, tiles * channels)``: the gather copies each tile position straight from
@@ -52,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -72,7 +78,8 @@ __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_b
            'weight_gradient_scratch_bytes', 'supports_weight_gradient', 'can_keep',
            'supports_pointwise', 'pointwise', 'pointwise_forward_scratch_bytes',
            'packed_weights', 'multiply_packed', 'compiled_products',
-           'same_view', 'note_graph', 'kept_budget']
+           'same_view', 'note_graph', 'kept_budget', 'LINE_POINTS', 'line_transforms',
+           'supports_line', 'line', 'line_scratch_bytes', 'line_kept_bytes']
 
 TILES = (2, 4)
 
@@ -818,7 +825,7 @@ def _packed_weights(w, weight_version, threads, scratch=None):
 
 def kept_bytes() -> int:
     """Bytes of transformed and packed weights kept between calls."""
-    return _kept.nbytes() + _kept_pointwise.nbytes()
+    return _kept.nbytes() + _kept_pointwise.nbytes() + _kept_line.nbytes()
 
 
 def can_keep(problem, weight_version) -> bool:
@@ -838,6 +845,8 @@ def discard_kept(weight_version, keep='') -> None:
         _kept.discard(weight_version)
     if keep not in ('pointwise', 'gemm'):     # both multiply by the packed weights
         _kept_pointwise.discard(weight_version)
+    if keep != 'winograd_line':
+        _kept_line.discard(weight_version)
 
 
 # Bytes of transformed weights kept across all layers; layers past it transform theirs into
@@ -875,3 +884,234 @@ def kept_budget() -> int:
     return max(KEPT_BUDGET, int(KEPT_SHARE * _largest_graph))
 
 _kept = KeptByToken()
+
+
+# ----------------------------------------------------------------------------------------------
+# 1-D Winograd F(4, r) of 1 x r and r x 1 kernels through ember._winograd.line
+
+# Outputs per tile, and the interpolation points (besides the point at infinity) of F(4, r):
+# the smallest in magnitude, halves past +-2, which keep the float32 error near direct
+# convolution's (relative 1.4e-6 for F(4, 3) and 9e-6 for F(4, 7), against 3e-7).
+_LINE_OUTPUTS = 4
+LINE_POINTS = {
+    3: (0, 1, -1, 2, -2),
+    5: (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2)),
+    7: (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), Fraction(3, 2), Fraction(-3, 2)),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def line_transforms(r):
+    """(m, BT, G, AT) of Winograd F(m, r) by Toom-Cook on ``LINE_POINTS[r]``, in float64
+    (read-only): the correlation of r taps g with m + r - 1 inputs d is
+    ``AT @ ((G @ g) * (BT @ d))``. With V the Vandermonde matrix of the points and infinity,
+    the transposed linear convolution: AT = Vm^T, G = Vr, BT = inv(V)^T, worked out exactly.
+
+    >>> m, bt, g, at = line_transforms(3)
+    >>> d, taps = np.arange(6.0), np.array([1.0, 2.0, 3.0])
+    >>> at @ ((g @ taps) * (bt @ d))
+    array([ 8., 14., 20., 26.])
+    """
+    m, points = _LINE_OUTPUTS, LINE_POINTS[r]
+    a = m + r - 1
+
+    def vandermonde(columns):
+        rows = [[Fraction(p) ** k for k in range(columns)] for p in points]
+        return rows + [[Fraction(int(k == columns - 1)) for k in range(columns)]]
+    inverse = _exact_inverse(vandermonde(a))
+    matrices = (np.array(inverse, np.float64).T, np.array(vandermonde(r), np.float64),
+                np.array(vandermonde(m), np.float64).T)
+    for matrix in matrices:
+        matrix.flags.writeable = False
+    return (m,) + matrices
+
+
+def _exact_inverse(rows):
+    """The inverse of the square matrix `rows` (Fractions), by Gauss-Jordan elimination."""
+    n = len(rows)
+    work = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(rows)]
+    for col in range(n):
+        pivot = next(i for i in range(col, n) if work[i][col] != 0)
+        work[col], work[pivot] = work[pivot], work[col]
+        scale = work[col][col]
+        work[col] = [value / scale for value in work[col]]
+        for i in range(n):
+            if i != col and work[i][col] != 0:
+                factor = work[i][col]
+                work[i] = [value - factor * lead for value, lead in zip(work[i], work[col])]
+    return [row[n:] for row in work]
+
+
+def _line_axis(problem):
+    """(axis, taps) of a 1 x r (axis 2) or r x 1 (axis 1) kernel, else (None, None)."""
+    kernel = tuple(problem.kernel)
+    if len(kernel) != 2 or 1 not in kernel or kernel == (1, 1):
+        return None, None
+    axis = 1 if kernel[1] == 1 else 2
+    return axis, kernel[axis - 1]
+
+
+def supports_line(problem) -> bool:
+    """Whether :func:`line` runs `problem`: a forward 2-D convolution of channel-last
+    float32 data, one group, stride 1, undilated, with a 1 x r or r x 1 kernel (r 3, 5 or 7)
+    and no padding on the axis of extent 1, the compiled module built."""
+    axis, taps = _line_axis(problem)
+    return (_winograd is not None and axis is not None and taps in LINE_POINTS
+            and not problem.gradient and problem.channel_last and problem.dtype == 'float32'
+            and problem.groups == 1 and tuple(problem.stride) == (1, 1)
+            and tuple(problem.dilate) == (1, 1) and problem.pad[2 - axis] == 0)
+
+
+def _line_packed_shape(r, channels, filters):
+    """U's shape: the a = m + r - 1 positions' panels of 16 filters for each channel."""
+    return (_LINE_OUTPUTS + r - 1, -(-filters // _PANEL), channels, _PANEL)
+
+
+def line_kept_bytes(problem) -> int:
+    """Bytes of transformed, packed weights an inference layer keeps (:func:`line`)."""
+    if not supports_line(problem):
+        return 0
+    return prod(_line_packed_shape(_line_axis(problem)[1], problem.channels,
+                                   problem.filters)) * 4
+
+
+def line_scratch_bytes(problem, batch) -> int:
+    """Each kernel thread's chunk of transformed tiles and products, plus the transformed
+    weights (scratch when the weights have no version)."""
+    axis, r = _line_axis(problem)
+    points, width = _LINE_OUTPUTS + r - 1, _round_up(problem.filters, _PANEL)
+    tiles = batch * _line_tiles(problem.size_out, axis)
+    chunk = max(1, min(tiles, _line_chunk(points, problem.channels, width)))
+    parts = max(1, min(kernel_threads() or 1, -(-tiles // chunk)))
+    return 4 * (parts * points * chunk * (problem.channels + width)
+                + prod(_line_packed_shape(r, problem.channels, problem.filters)))
+
+
+def _line_tiles(size_out, axis):
+    """Tiles per sample: lines across times tiles along each."""
+    along, across = size_out[axis - 1], size_out[2 - axis]
+    return across * -(-along // _LINE_OUTPUTS)
+
+
+# Bytes of a chunk's transformed tiles and products (V and M) per kernel thread: they stay in
+# the core's L2 cache (1 MB on a Zen 5) beside the weight panels that pass over them. Measured
+# on a 2-core Zen 5 at batch 8, two threads (ms for chunks of 6, 12, 24, 48, 96 tiles):
+# 192 -> 192 (1, 7) at 17x17 1.33, 1.23, 1.24, 1.24, 1.36; 160 -> 160 (7, 1) 0.92, 0.88,
+# 0.87, 0.88, 0.95; 384 -> 384 (1, 3) at 8x8 0.56, 0.53, 0.56, 0.61, 0.72.
+_LINE_CHUNK_BYTES = 384 << 10
+
+
+def _line_chunk(points, channels, width):
+    """Tiles per chunk: V and M of a chunk within ``_LINE_CHUNK_BYTES``, in whole register
+    blocks of 12 tiles where it holds that many."""
+    chunk = max(1, _LINE_CHUNK_BYTES // (4 * points * (channels + width)))
+    return chunk // 12 * 12 or chunk
+
+
+def _line_weights(w, axis, weight_scale, target=None):
+    """U = G g of OHWI weights `w` (any strides; scaled per filter by `weight_scale`, or not
+    where None), packed as (a, ceil(F / 16), C, 16) with zeros past the last filter, in
+    `target` where given. Transformed in float64, rounded once."""
+    filters, channels = w.shape[0], w.shape[-1]
+    taps = w[:, :, 0, :] if axis == 1 else w[:, 0, :, :]              # (F, r, C)
+    r = taps.shape[1]
+    g = line_transforms(r)[2]
+    transformed = np.einsum('pk,fkc->pfc', g, taps.astype(np.float64))
+    if weight_scale is not None:
+        transformed *= np.asarray(weight_scale, np.float64).reshape(1, -1, 1)
+    shape = _line_packed_shape(r, channels, filters)
+    u = np.empty(shape, np.float32) if target is None else target
+    by_filter = u.transpose(0, 1, 3, 2)                                # (a, panels, 16, C)
+    whole = filters // _PANEL
+    np.copyto(by_filter[:, :whole], transformed[:, :whole * _PANEL].reshape(
+        shape[0], whole, _PANEL, channels))
+    if whole < shape[1]:
+        by_filter[:, whole].fill(0)
+        np.copyto(by_filter[:, whole, :filters - whole * _PANEL],
+                  transformed[:, whole * _PANEL:])
+    return u
+
+
+def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, threads=1,
+         weight_version=None, weight_scale=None):
+    """out = act(conv(x, w * weight_scale) + bias + residual) for NHWC `x` and `out` and OHWI
+    weights `w` (any strides) of a 1 x r (`axis` 2) or r x 1 (`axis` 1) kernel, stride 1, by
+    Winograd F(4, r) (:func:`supports_line`): each tile of 4 outputs along the axis reads
+    r + 3 inputs from `pad` zeros before the first (out's length along the axis sets the
+    padding after). r + 3 GEMMs of (tiles, C) by (C, F) on the compiled register blocks, 2
+    (r = 3) to 2.8 (r = 7) times fewer multiplies than the direct convolution. The transformed
+    weights are kept per `weight_version` (a weight token) as F(4x4)'s are; the kernel
+    threads take chunks of tiles from a shared counter.
+
+    >>> x, w = np.ones((1, 1, 6, 1), np.float32), np.ones((1, 1, 3, 1), np.float32)
+    >>> out = np.empty((1, 1, 6, 1), np.float32)
+    >>> if compiled_products():
+    ...     line(x, w, None, out, axis=2, pad=1)
+    ...     print(out.ravel().round(4))      # float32 rounding in the transforms
+    [2. 3. 3. 3. 3. 2.]
+    """
+    alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
+    if out.size == 0:
+        return
+    filters, channels = w.shape[0], w.shape[-1]
+    r = w.shape[axis]
+    shape = _line_packed_shape(r, channels, filters)
+    u = _kept_line.get(weight_version)
+    if u is not None and u.shape != shape:
+        u = None
+    if u is None and weight_version is not None and not _kept_line.has_room(
+            prod(shape) * 4, kept_budget() - _kept.nbytes()):
+        weight_version = None       # past the budget: transformed into scratch every call
+    tiles = out.shape[0] * _line_tiles(out.shape[1:3], axis)
+    width = _round_up(filters, _PANEL)
+    chunk = min(tiles, _line_chunk(shape[0], channels, width))
+    parts = max(1, min(threads or 1, -(-tiles // chunk)))
+    in_scratch = u is None and weight_version is None
+    v, products, *scratch = alloc([((parts, shape[0] * chunk * channels), np.float32),
+                                   ((parts, shape[0] * chunk * width), np.float32)]
+                                  + [(shape, np.float32)] * in_scratch)
+    if u is None:
+        u = _line_weights(w, axis, weight_scale, scratch[0] if scratch else None)
+        if weight_version is not None:
+            _kept_line.keep(weight_version, u)
+    x = np.ascontiguousarray(x, np.float32)
+    target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
+    residual = _line_residual(residual, target)
+    relu = act_type == 'relu'
+    claim = np.zeros(1, np.int64)       # the next tile any of the threads takes
+    bt32, at32 = _line_matrices(r)
+
+    def part(index):
+        _winograd.line(x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles),
+                       chunk, v[index], products[index], claim)
+    run_parts(parts, out.size * channels * r, part, blas=False)
+    if target is not out:
+        np.copyto(out, target)
+    if act_type is not None and not relu:
+        finish(out, out, act_type=act_type)
+
+
+@functools.lru_cache(maxsize=None)
+def _line_matrices(r):
+    """BT and AT of F(4, r) as the compiled module takes them: float32, contiguous."""
+    _, bt, _, at = line_transforms(r)
+    matrices = tuple(np.ascontiguousarray(a, np.float32) for a in (bt, at))
+    for matrix in matrices:
+        matrix.flags.writeable = False
+    return matrices
+
+
+def _line_residual(residual, target):
+    """The residual as line() reads it: `target` itself where it is the same memory (summed
+    in place), a copy where it overlaps otherwise, else contiguous."""
+    if residual is None:
+        return None
+    if same_view(residual, target):
+        return target
+    if np.may_share_memory(residual, target):
+        return residual.copy()
+    return np.ascontiguousarray(residual, np.float32)
+
+
+# The transformed, packed weights of inference layers that run line(), per weight version.
+_kept_line = KeptByToken()

@@ -408,7 +408,8 @@ class _Calls:
         call = call or self.call
         if self.unkept and algorithm.name == 'winograd4':
             call = dataclasses.replace(call, weight_version=None)
-        takes_any_weight = self.problem.gradient or algorithm.name in ('onednn', 'pointwise') \
+        takes_any_weight = self.problem.gradient \
+            or algorithm.name in ('onednn', 'pointwise', 'winograd_line') \
             or (algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4)) \
             or (algorithm.name == 'gemm' and conv_gemm.packs(self.problem))
         if not takes_any_weight and (call.weight_scale is not None
