@@ -1,4 +1,4 @@
-"""The compiled 1-D Winograd F(4, r) of 1 x r and r x 1 kernels (conv_winograd.line): its
+"""The compiled 1-D Winograd F(m, r) of 1 x r and r x 1 kernels (conv_winograd.line): its
 Toom-Cook transforms, agreement with the float64 convolution on every build (the AVX-512 and
 AVX2 ones bit for bit), its argument errors, its kept weights and when it applies."""
 import dataclasses
@@ -67,9 +67,11 @@ def assert_close(out, expected):
 # ----------------------------------------------------------------------------------------------
 # The transforms
 
+@pytest.mark.parametrize('m', [4, 6])
 @pytest.mark.parametrize('r', [3, 5, 7])
-def test_transforms_compute_the_correlation(r):
-    m, bt, g, at = conv_winograd.line_transforms(r)
+def test_transforms_compute_the_correlation(r, m):
+    assert conv_winograd.line_transforms(r, m)[0] == m
+    m, bt, g, at = conv_winograd.line_transforms(r, m)
     a = m + r - 1
     assert bt.shape == (a, a) and g.shape == (a, r) and at.shape == (m, a)
     rng = np.random.default_rng(r)
@@ -78,7 +80,7 @@ def test_transforms_compute_the_correlation(r):
         expected = np.array([taps @ d[i:i + r] for i in range(m)])
         np.testing.assert_allclose(at @ ((g @ taps) * (bt @ d)), expected, rtol=0,
                                    atol=1e-12 * np.abs(expected).max())
-    assert conv_winograd.line_transforms(r)[1] is bt          # worked out once
+    assert conv_winograd.line_transforms(r, m)[1] is bt       # worked out once
     assert not bt.flags.writeable
 
 
@@ -96,7 +98,10 @@ SHAPES = [(17, 3, 3, 5, 1), (8, 2, 20, 40, 3), (5, 4, 70, 67, 3), (1, 3, 16, 33,
 @pytest.mark.parametrize('padded', [True, False])
 @pytest.mark.parametrize('r', [3, 5, 7])
 @pytest.mark.parametrize('axis', [1, 2])
-def test_matches_float64(build, axis, r, padded, shape):
+@pytest.mark.parametrize('m', [4, 6])
+def test_matches_float64(build, axis, r, padded, shape, m, monkeypatch):
+    # F(6, r) wherever it needs fewer products than F(4, r) (not on lines of 1 or 8)
+    monkeypatch.setattr(conv_winograd, '_LINE_WIDE_MIN_TILES', 0 if m == 6 else 1 << 30)
     length, across, channels, filters, threads = shape
     c = layer(r * length + channels, axis, r, r // 2 if padded else 0, length, across,
               channels, filters)
@@ -144,7 +149,7 @@ def test_a_strided_output_and_no_tiles():
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
     """The AVX-512 products take two panels by 12 tiles at a time, the AVX2 ones one panel by
     6; the transforms are the same 8-lane code: each output is the same chain of operations.
     40 filters: a pair of panels and a single one; 25 channels."""
@@ -154,7 +159,11 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit():
         _winograd.use_instruction_set('avx2')
     except ValueError:
         pytest.skip('this CPU lacks AVX-512 or AVX2')
+    # F(6, 7) on 17 outputs along the rows (it has 3 x 5 x 2 = 30 tiles), F(4, 3) down 9
     cases = [layer(9, 2, 7, 3, 17, 5, 25, 40), layer(10, 1, 3, 1, 9, 6, 25, 40)]
+    monkeypatch.setattr(conv_winograd, '_LINE_WIDE_MIN_TILES', 30)
+    assert conv_winograd._line_outputs_of(cases[0].expected.shape, 2, 7) == 6
+    assert conv_winograd._line_outputs_of(cases[1].expected.shape, 1, 3) == 4
 
     def both():
         outs = []
@@ -194,8 +203,8 @@ def test_results_do_not_depend_on_threads_or_chunks(monkeypatch):
 @needs_module
 def test_errors_name_the_argument_and_what_it_accepts():
     c = layer(12, 2, 3, 0, 8, 2, 8, 16, batch=1)            # x (1, 2, 10, 8)
-    bt, at = conv_winograd._line_matrices(3)
-    u = np.zeros(conv_winograd._line_packed_shape(3, 8, 16), np.float32)
+    bt, at = conv_winograd._line_matrices(3, 4)
+    u = np.zeros(conv_winograd._line_packed_shape(3, 4, 8, 16), np.float32)
     out = np.empty(c.expected.shape, np.float32)
     scratch = np.empty(6 * 4 * 16, np.float32)
     args = [c.x, u, out, None, None, False, 2, 0, bt, at, (0, 4), 4, scratch, scratch, None]
@@ -379,3 +388,12 @@ def test_the_numpy_provider_runs_1xr_layers_on_it(monkeypatch, kernel):
     assert runs
     np.testing.assert_allclose(nhwc.transpose(0, 3, 1, 2), nchw, rtol=1e-4,
                                atol=1e-4 * np.abs(nchw).max())
+
+
+def test_long_lines_of_many_tiles_take_six_outputs_a_tile():
+    line_outputs = conv_winograd.line_outputs
+    few = -(-conv_winograd._LINE_WIDE_MIN_TILES // 3) - 1      # lines of 3 tiles of 6
+    assert line_outputs(7, 17, few + 1) == 6 and line_outputs(7, 17, few) == 4
+    assert line_outputs(3, 17, 1000) == 6           # 8 x 3 products per line against 6 x 5
+    assert line_outputs(3, 8, 1000) == 4            # 6 x 2 against 8 x 2
+    assert line_outputs(7, 4, 1000) == 4            # one tile either way: 10 against 12

@@ -19,10 +19,10 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     (:func:`ember.op.nn.conv_winograd.pointwise`).
 ``winograd_line``
     1 x r and r x 1 kernels (r 3, 5 or 7; stride 1, one group, no padding across) of
-    channel-last float32 data: the 1-D Winograd F(4, r) along the kernel's axis on the same
-    compiled products, r + 3 products per 4 outputs instead of 4r
-    (:func:`ember.op.nn.conv_winograd.line`), its transformed weights kept per weight
-    version. Measurement finds it (inceptionv3's 1x7 and 7x1 layers: 1.7x oneDNN at batch 8).
+    channel-last float32 data: the 1-D Winograd F(m, r) along the kernel's axis on the same
+    compiled products, m + r - 1 products per m outputs instead of m r (m 4 or 6,
+    :func:`ember.op.nn.conv_winograd.line`), its transformed weights kept per weight
+    version. Measurement finds it (inceptionv3's 1x7 and 7x1 layers: 2.2x oneDNN at batch 8).
 
 ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` picks one per call:
 

@@ -23,9 +23,9 @@ padding 2 - pad. Training runs it here where measurement finds it faster than on
 (:mod:`ember.op.nn.conv_algorithms`).
 
 Convolutions whose kernel is 1 x r or r x 1 (inceptionv3's 1x7, 7x1, 1x3 and 3x1 layers) run
-the 1-D F(4, r) along their axis (:func:`line`) on the same compiled products: r + 3 GEMMs per
-4 outputs instead of 4r multiplies, the transforms from Toom-Cook on small points
-(:func:`line_transforms`).
+the 1-D F(m, r) along their axis (:func:`line`) on the same compiled products: m + r - 1
+GEMMs per m outputs instead of m r multiplies (m 4, or 6 on long lines), the transforms from
+Toom-Cook on small points (:func:`line_transforms`).
 
 Everything else (F(2x2), float64, no compiled module) runs in NumPy, where all three
 transforms are GEMMs with the Kronecker product of the 1-D matrices on tile-position-major
@@ -79,7 +79,7 @@ __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_b
            'supports_pointwise', 'pointwise', 'pointwise_forward_scratch_bytes',
            'packed_weights', 'multiply_packed', 'compiled_products',
            'same_view', 'note_graph', 'kept_budget', 'LINE_POINTS', 'line_transforms',
-           'supports_line', 'line', 'line_scratch_bytes', 'line_kept_bytes']
+           'line_outputs', 'supports_line', 'line', 'line_scratch_bytes', 'line_kept_bytes']
 
 TILES = (2, 4)
 
@@ -887,22 +887,51 @@ _kept = KeptByToken()
 
 
 # ----------------------------------------------------------------------------------------------
-# 1-D Winograd F(4, r) of 1 x r and r x 1 kernels through ember._winograd.line
+# 1-D Winograd F(m, r) of 1 x r and r x 1 kernels through ember._winograd.line
 
-# Outputs per tile, and the interpolation points (besides the point at infinity) of F(4, r):
-# the smallest in magnitude, halves past +-2, which keep the float32 error near direct
-# convolution's (relative 1.4e-6 for F(4, 3) and 9e-6 for F(4, 7), against 3e-7).
-_LINE_OUTPUTS = 4
+# The interpolation points (besides the point at infinity) of F(m, r) per (m, r): the
+# smallest in magnitude, then halves and their inverses, which keep the float32 error near
+# direct convolution's. Relative errors of one output over 192 channels, against 3-7e-7 for
+# the direct sum: F(4, 3) 1.4e-6, F(4, 7) 9e-6, F(6, 3) 2.2e-6, F(6, 5) 1.1e-5, F(6, 7)
+# 1.5e-5 (with +-3 in place of +-2/3: 1.3e-4).
+_HALF, _THREE_HALVES, _TWO_THIRDS = Fraction(1, 2), Fraction(3, 2), Fraction(2, 3)
 LINE_POINTS = {
-    3: (0, 1, -1, 2, -2),
-    5: (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2)),
-    7: (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), Fraction(3, 2), Fraction(-3, 2)),
+    (4, 3): (0, 1, -1, 2, -2),
+    (4, 5): (0, 1, -1, 2, -2, _HALF, -_HALF),
+    (4, 7): (0, 1, -1, 2, -2, _HALF, -_HALF, _THREE_HALVES, -_THREE_HALVES),
+    (6, 3): (0, 1, -1, 2, -2, _HALF, -_HALF),
+    (6, 5): (0, 1, -1, 2, -2, _HALF, -_HALF, _THREE_HALVES, -_THREE_HALVES),
+    (6, 7): (0, 1, -1, 2, -2, _HALF, -_HALF, _THREE_HALVES, -_THREE_HALVES, _TWO_THIRDS,
+             -_TWO_THIRDS),
 }
+_LINE_TAPS = (3, 5, 7)
+
+# F(6, r) runs a call where it needs fewer products along a line than F(4, r) (inceptionv3's
+# 17-pixel lines of 1x7 layers: 3 tiles of 12 points against 5 of 10) and the call has at
+# least this many of its tiles. On a 2-core Zen 5, 192 -> 192 (1, 7) at 17x17 took 1.00 ms
+# against 1.26 with F(4, 7) at batch 8 (408 tiles), 3.06 against 3.80 at batch 32 for 160
+# channels, but 0.27 against 0.20 at batch 1 (51 tiles), where the weights (12 against 10
+# positions) outweigh the products and 2 threads share a few chunks.
+_LINE_WIDE_MIN_TILES = 128
+
+
+def line_outputs(r, length, lines) -> int:
+    """m of the F(m, r) that :func:`line` runs for `lines` lines of `length` outputs: 6
+    where that needs fewer products and has ``_LINE_WIDE_MIN_TILES`` tiles, else 4.
+
+    >>> line_outputs(7, 17, 8 * 17), line_outputs(7, 17, 17), line_outputs(3, 8, 8 * 8)
+    (6, 4, 4)
+    """
+    def products(m):
+        return (m + r - 1) * -(-length // m)
+    if products(6) < products(4) and lines * -(-length // 6) >= _LINE_WIDE_MIN_TILES:
+        return 6
+    return 4
 
 
 @functools.lru_cache(maxsize=None)
-def line_transforms(r):
-    """(m, BT, G, AT) of Winograd F(m, r) by Toom-Cook on ``LINE_POINTS[r]``, in float64
+def line_transforms(r, m=4):
+    """(m, BT, G, AT) of Winograd F(m, r) by Toom-Cook on ``LINE_POINTS[m, r]``, in float64
     (read-only): the correlation of r taps g with m + r - 1 inputs d is
     ``AT @ ((G @ g) * (BT @ d))``. With V the Vandermonde matrix of the points and infinity,
     the transposed linear convolution: AT = Vm^T, G = Vr, BT = inv(V)^T, worked out exactly.
@@ -912,7 +941,7 @@ def line_transforms(r):
     >>> at @ ((g @ taps) * (bt @ d))
     array([ 8., 14., 20., 26.])
     """
-    m, points = _LINE_OUTPUTS, LINE_POINTS[r]
+    points = LINE_POINTS[m, r]
     a = m + r - 1
 
     def vandermonde(columns):
@@ -956,41 +985,49 @@ def supports_line(problem) -> bool:
     float32 data, one group, stride 1, undilated, with a 1 x r or r x 1 kernel (r 3, 5 or 7)
     and no padding on the axis of extent 1, the compiled module built."""
     axis, taps = _line_axis(problem)
-    return (_winograd is not None and axis is not None and taps in LINE_POINTS
+    return (_winograd is not None and axis is not None and taps in _LINE_TAPS
             and not problem.gradient and problem.channel_last and problem.dtype == 'float32'
             and problem.groups == 1 and tuple(problem.stride) == (1, 1)
             and tuple(problem.dilate) == (1, 1) and problem.pad[2 - axis] == 0)
 
 
-def _line_packed_shape(r, channels, filters):
+def _line_packed_shape(r, m, channels, filters):
     """U's shape: the a = m + r - 1 positions' panels of 16 filters for each channel."""
-    return (_LINE_OUTPUTS + r - 1, -(-filters // _PANEL), channels, _PANEL)
+    return (m + r - 1, -(-filters // _PANEL), channels, _PANEL)
+
+
+def _line_outputs_of(shape, axis, r):
+    """m of a call with an NHWC output of `shape` (or a problem's batch and output size)."""
+    batch, size = shape[0], shape[1:3]
+    return line_outputs(r, size[axis - 1], batch * size[2 - axis])
 
 
 def line_kept_bytes(problem) -> int:
     """Bytes of transformed, packed weights an inference layer keeps (:func:`line`)."""
     if not supports_line(problem):
         return 0
-    return prod(_line_packed_shape(_line_axis(problem)[1], problem.channels,
-                                   problem.filters)) * 4
+    axis, r = _line_axis(problem)
+    m = _line_outputs_of((problem.batch,) + tuple(problem.size_out), axis, r)
+    return prod(_line_packed_shape(r, m, problem.channels, problem.filters)) * 4
 
 
 def line_scratch_bytes(problem, batch) -> int:
     """Each kernel thread's chunk of transformed tiles and products, plus the transformed
     weights (scratch when the weights have no version)."""
     axis, r = _line_axis(problem)
-    points, width = _LINE_OUTPUTS + r - 1, _round_up(problem.filters, _PANEL)
-    tiles = batch * _line_tiles(problem.size_out, axis)
+    m = _line_outputs_of((batch,) + tuple(problem.size_out), axis, r)
+    points, width = m + r - 1, _round_up(problem.filters, _PANEL)
+    tiles = batch * _line_tiles(problem.size_out, axis, m)
     chunk = max(1, min(tiles, _line_chunk(points, problem.channels, width)))
     parts = max(1, min(kernel_threads() or 1, -(-tiles // chunk)))
     return 4 * (parts * points * chunk * (problem.channels + width)
-                + prod(_line_packed_shape(r, problem.channels, problem.filters)))
+                + prod(_line_packed_shape(r, m, problem.channels, problem.filters)))
 
 
-def _line_tiles(size_out, axis):
-    """Tiles per sample: lines across times tiles along each."""
+def _line_tiles(size_out, axis, m):
+    """Tiles per sample: lines across times tiles of m along each."""
     along, across = size_out[axis - 1], size_out[2 - axis]
-    return across * -(-along // _LINE_OUTPUTS)
+    return across * -(-along // m)
 
 
 # Bytes of a chunk's transformed tiles and products (V and M) per kernel thread: they stay in
@@ -1008,18 +1045,18 @@ def _line_chunk(points, channels, width):
     return chunk // 12 * 12 or chunk
 
 
-def _line_weights(w, axis, weight_scale, target=None):
-    """U = G g of OHWI weights `w` (any strides; scaled per filter by `weight_scale`, or not
+def _line_weights(w, axis, weight_scale, m, target=None):
+    """U = G g of F(m, r) of OHWI weights `w` (any strides; scaled per filter by `weight_scale`, or not
     where None), packed as (a, ceil(F / 16), C, 16) with zeros past the last filter, in
     `target` where given. Transformed in float64, rounded once."""
     filters, channels = w.shape[0], w.shape[-1]
     taps = w[:, :, 0, :] if axis == 1 else w[:, 0, :, :]              # (F, r, C)
     r = taps.shape[1]
-    g = line_transforms(r)[2]
+    g = line_transforms(r, m)[2]
     transformed = np.einsum('pk,fkc->pfc', g, taps.astype(np.float64))
     if weight_scale is not None:
         transformed *= np.asarray(weight_scale, np.float64).reshape(1, -1, 1)
-    shape = _line_packed_shape(r, channels, filters)
+    shape = _line_packed_shape(r, m, channels, filters)
     u = np.empty(shape, np.float32) if target is None else target
     by_filter = u.transpose(0, 1, 3, 2)                                # (a, panels, 16, C)
     whole = filters // _PANEL
@@ -1036,10 +1073,11 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
          weight_version=None, weight_scale=None):
     """out = act(conv(x, w * weight_scale) + bias + residual) for NHWC `x` and `out` and OHWI
     weights `w` (any strides) of a 1 x r (`axis` 2) or r x 1 (`axis` 1) kernel, stride 1, by
-    Winograd F(4, r) (:func:`supports_line`): each tile of 4 outputs along the axis reads
-    r + 3 inputs from `pad` zeros before the first (out's length along the axis sets the
-    padding after). r + 3 GEMMs of (tiles, C) by (C, F) on the compiled register blocks, 2
-    (r = 3) to 2.8 (r = 7) times fewer multiplies than the direct convolution. The transformed
+    Winograd F(m, r) (:func:`supports_line`; m 4 or 6, :func:`line_outputs`): each tile of m
+    outputs along the axis reads m + r - 1 inputs from `pad` zeros before the first (out's
+    length along the axis sets the padding after). m + r - 1 GEMMs of (tiles, C) by (C, F) on
+    the compiled register blocks, 2 (F(4, 3)) to 3.5 (F(6, 7)) times fewer multiplies than
+    the direct convolution where the lines are whole tiles. The transformed
     weights are kept per `weight_version` (a weight token) as F(4x4)'s are; the kernel
     threads take chunks of tiles from a shared counter.
 
@@ -1055,14 +1093,15 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
         return
     filters, channels = w.shape[0], w.shape[-1]
     r = w.shape[axis]
-    shape = _line_packed_shape(r, channels, filters)
+    m = _line_outputs_of(out.shape, axis, r)
+    shape = _line_packed_shape(r, m, channels, filters)
     u = _kept_line.get(weight_version)
     if u is not None and u.shape != shape:
         u = None
     if u is None and weight_version is not None and not _kept_line.has_room(
             prod(shape) * 4, kept_budget() - _kept.nbytes()):
         weight_version = None       # past the budget: transformed into scratch every call
-    tiles = out.shape[0] * _line_tiles(out.shape[1:3], axis)
+    tiles = out.shape[0] * _line_tiles(out.shape[1:3], axis, m)
     width = _round_up(filters, _PANEL)
     chunk = min(tiles, _line_chunk(shape[0], channels, width))
     parts = max(1, min(threads or 1, -(-tiles // chunk)))
@@ -1071,7 +1110,7 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
                                    ((parts, shape[0] * chunk * width), np.float32)]
                                   + [(shape, np.float32)] * in_scratch)
     if u is None:
-        u = _line_weights(w, axis, weight_scale, scratch[0] if scratch else None)
+        u = _line_weights(w, axis, weight_scale, m, scratch[0] if scratch else None)
         if weight_version is not None:
             _kept_line.keep(weight_version, u)
     x = np.ascontiguousarray(x, np.float32)
@@ -1079,7 +1118,7 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
     residual = _line_residual(residual, target)
     relu = act_type == 'relu'
     claim = np.zeros(1, np.int64)       # the next tile any of the threads takes
-    bt32, at32 = _line_matrices(r)
+    bt32, at32 = _line_matrices(r, m)
 
     def part(index):
         _winograd.line(x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles),
@@ -1092,9 +1131,9 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
 
 
 @functools.lru_cache(maxsize=None)
-def _line_matrices(r):
-    """BT and AT of F(4, r) as the compiled module takes them: float32, contiguous."""
-    _, bt, _, at = line_transforms(r)
+def _line_matrices(r, m):
+    """BT and AT of F(m, r) as the compiled module takes them: float32, contiguous."""
+    _, bt, _, at = line_transforms(r, m)
     matrices = tuple(np.ascontiguousarray(a, np.float32) for a in (bt, at))
     for matrix in matrices:
         matrix.flags.writeable = False
