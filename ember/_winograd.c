@@ -1505,20 +1505,24 @@ INLINE void ISA(pointwise_chunk)(const Pointwise *k, Py_ssize_t first, Py_ssize_
     }
 }
 
+/* The first item of a thread's next chunk of `chunk` items from lo: with a shared claim,
+ * the next chunk that no thread has taken yet; without, `next` (its own next one). */
+INLINE Py_ssize_t ISA(next_chunk)(long long *claim, Py_ssize_t lo, Py_ssize_t next,
+                                  Py_ssize_t chunk) {
+    if (claim == NULL) {
+        return next;
+    }
+    return lo + (Py_ssize_t)__atomic_fetch_add(claim, (long long)chunk, __ATOMIC_RELAXED);
+}
+
 /* out rows [lo, hi) = relu?(x rows @ W^T + residual + bias), `chunk` rows at a time (with a
  * claim, the next chunk that no thread has taken), over blocks of `depth` channels: the
  * first block's sums go to out, the others' are added to it. Per block of a chunk, each
  * pair of panels (one in the narrower builds) stays in L1 while the chunk's rows pass under
  * it in register blocks. */
 static void ISA(pointwise)(const Pointwise *k, Py_ssize_t lo, Py_ssize_t hi) {
-    for (Py_ssize_t first = lo; first < hi; first += k->chunk) {
-        if (k->claim != NULL) {
-            first = lo + (Py_ssize_t)__atomic_fetch_add(k->claim, (long long)k->chunk,
-                                                        __ATOMIC_RELAXED);
-            if (first >= hi) {
-                return;
-            }
-        }
+    for (Py_ssize_t first = ISA(next_chunk)(k->claim, lo, lo, k->chunk); first < hi;
+         first = ISA(next_chunk)(k->claim, lo, first + k->chunk, k->chunk)) {
         ISA(pointwise_chunk)(k, first, hi - first < k->chunk ? hi - first : k->chunk);
     }
 }
@@ -1771,14 +1775,8 @@ INLINE void ISA(line_output_chunk)(const Line *k, Py_ssize_t first, Py_ssize_t c
  * then Y, while the chunk's V and M stay in the core's cache. */
 static void ISA(line)(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
     Py_ssize_t panels = k->width / PANEL;
-    for (Py_ssize_t first = lo; first < hi; first += k->chunk) {
-        if (k->claim != NULL) {
-            first = lo + (Py_ssize_t)__atomic_fetch_add(k->claim, (long long)k->chunk,
-                                                        __ATOMIC_RELAXED);
-            if (first >= hi) {
-                return;
-            }
-        }
+    for (Py_ssize_t first = ISA(next_chunk)(k->claim, lo, lo, k->chunk); first < hi;
+         first = ISA(next_chunk)(k->claim, lo, first + k->chunk, k->chunk)) {
         Py_ssize_t count = hi - first < k->chunk ? hi - first : k->chunk;
         ISA(line_input_chunk)(k, first, count);
         ISA(products)(k->v, k->u, k->m, (int)k->points, count, k->channels, panels, 0,

@@ -1,6 +1,7 @@
 """Shared fixtures: every test must leave configuration, default device and engine as found."""
 import importlib
 
+import numpy as np
 import pytest
 
 from ember import config, device
@@ -64,3 +65,43 @@ def build(request):
         pytest.skip(f'{request.param} does not run here')
     yield request.param
     module.use_instruction_set(before)
+
+
+@pytest.fixture
+def wide_and_narrow():
+    """wide_and_narrow(run) -> (run() on the AVX-512 build, run() on the AVX2 build) of
+    ember._winograd, the build that ran before restored; skips where the CPU lacks either."""
+    from ember.op.nn import conv_winograd
+    module = conv_winograd._winograd
+    if module is None:
+        pytest.skip('ember._winograd is not built')
+    before = module.instruction_set()
+
+    def both(run):
+        try:
+            module.use_instruction_set('avx512')
+            module.use_instruction_set('avx2')
+        except ValueError:
+            pytest.skip('this CPU lacks AVX-512 or AVX2')
+        try:
+            module.use_instruction_set('avx512')
+            wide = run()
+            module.use_instruction_set('avx2')
+            return wide, run()
+        finally:
+            module.use_instruction_set(before)
+    return both
+
+
+@pytest.fixture
+def counted_alloc():
+    """An `alloc` for the convolution kernels that returns new NumPy arrays and records the
+    bytes each call asks for in ``counted_alloc.taken``."""
+    taken = []
+
+    def alloc(specs):
+        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
+                         for shape, dtype in specs))
+        return [np.empty(shape, dtype) for shape, dtype in specs]
+    alloc.taken = taken
+    return alloc

@@ -165,18 +165,14 @@ def test_support_and_the_numpy_rule(change, supported):
 
 
 @needs_module
-def test_scratch_covers_a_strided_call():
+def test_scratch_covers_a_strided_call(counted_alloc):
     strided = problem(stride=(2, 2), batch=3)
     plain = problem(batch=3)
     weights = 4 * 16 * 24
     assert conv_winograd.pointwise_forward_scratch_bytes(plain, 3) == weights
     assert conv_winograd.pointwise_forward_scratch_bytes(strided, 3) == \
         weights + 4 * 3 * 3 * 3 * 24
-    taken = []
-
-    def alloc(specs):
-        taken.extend(int(np.prod(shape)) * 4 for shape, _ in specs)
-        return [np.empty(shape, dtype) for shape, dtype in specs]
+    alloc, taken = counted_alloc, counted_alloc.taken
     x, w, bias, _, expected = layer(5, (3, 5, 5, 24), 8, (2, 2))
     out = np.empty(expected.shape, np.float32)
     conv_winograd.pointwise(x, w, bias, out, (2, 2), alloc=alloc)

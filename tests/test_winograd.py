@@ -349,19 +349,13 @@ def test_weight_gradient_sums_in_the_winograd_domain(build, channel_last, pad):
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch, wide_and_narrow):
     """The AVX-512 products take two panels by 12 rows at a time, the AVX2 ones one panel by
     6: each output is still the same chain of multiply-adds. 40 filters: a pair of panels
     and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder. The same
     for the 1x1 weight gradient's sums (48 channels: a pair and a single panel), and for the
     1x1 forward products over two blocks of channels, with their epilogue."""
     monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 32)
-    before = _winograd.instruction_set()
-    try:
-        _winograd.use_instruction_set('avx512')
-        _winograd.use_instruction_set('avx2')
-    except ValueError:
-        pytest.skip('this CPU lacks AVX-512 or AVX2')
     c = Case(1, (18, 34), 25, 40, 1, seed=4)
     x, dy, window = same_size_layer(5, (2, 20, 18, 25), 40)
 
@@ -375,12 +369,7 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
         forward = pdy.copy()
         conv_winograd.pointwise(px, pw, pb, forward, (1, 1), forward, 'relu', threads=2)
         return c.run(c.residual, 'relu'), dw, pw, pb, forward
-    try:
-        wide = both()
-        _winograd.use_instruction_set('avx2')
-        narrow = both()
-    finally:
-        _winograd.use_instruction_set(before)
+    wide, narrow = wide_and_narrow(both)
     for a, b in zip(wide, narrow):
         assert a.tobytes() == b.tobytes()
     assert_close(wide[0], np.maximum(c.expected + c.residual, 0))
@@ -486,13 +475,8 @@ def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
 
 @needs_module
 @pytest.mark.parametrize('channel_last', [True, False])
-def test_weight_gradient_scratch_covers_what_it_takes(channel_last):
-    taken = []
-
-    def alloc(specs):
-        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
-                         for shape, dtype in specs))
-        return [np.empty(shape, dtype) for shape, dtype in specs]
+def test_weight_gradient_scratch_covers_what_it_takes(channel_last, counted_alloc):
+    alloc, taken = counted_alloc, counted_alloc.taken
     x = np.zeros((2, 9, 9, 24) if channel_last else (2, 24, 9, 9), np.float32)
     dy = np.zeros((2, 9, 9, 40) if channel_last else (2, 40, 9, 9), np.float32)
     dw = np.empty((40, 3, 3, 24) if channel_last else (40, 24, 3, 3), np.float32)
@@ -564,14 +548,9 @@ def test_gradient_support_follows_the_flipped_convolution():
 
 
 @needs_module
-def test_scratch_covers_what_a_call_takes():
+def test_scratch_covers_what_a_call_takes(counted_alloc):
     c = CASES['many tiles']
-    taken = []
-
-    def alloc(specs):
-        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
-                         for shape, dtype in specs))
-        return [np.empty(shape, dtype) for shape, dtype in specs]
+    alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
     conv_winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
                            threads=mx.engine.kernel_threads())

@@ -149,16 +149,10 @@ def test_a_strided_output_and_no_tiles():
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch, wide_and_narrow):
     """The AVX-512 products take two panels by 12 tiles at a time, the AVX2 ones one panel by
     6; the transforms are the same 8-lane code: each output is the same chain of operations.
     40 filters: a pair of panels and a single one; 25 channels."""
-    before = _winograd.instruction_set()
-    try:
-        _winograd.use_instruction_set('avx512')
-        _winograd.use_instruction_set('avx2')
-    except ValueError:
-        pytest.skip('this CPU lacks AVX-512 or AVX2')
     # F(6, 7) on 17 outputs along the rows (it has 3 x 5 x 2 = 30 tiles), F(4, 3) down 9
     cases = [layer(9, 2, 7, 3, 17, 5, 25, 40), layer(10, 1, 3, 1, 9, 6, 25, 40)]
     monkeypatch.setattr(conv_winograd, '_LINE_WIDE_MIN_TILES', 30)
@@ -172,13 +166,7 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch):
             conv_winograd.line(c.x, c.w, c.bias, out, c.axis, c.pad, out, 'relu', threads=2)
             outs.append(out)
         return outs
-    try:
-        _winograd.use_instruction_set('avx512')
-        wide = both()
-        _winograd.use_instruction_set('avx2')
-        narrow = both()
-    finally:
-        _winograd.use_instruction_set(before)
+    wide, narrow = wide_and_narrow(both)
     for a, b in zip(wide, narrow):
         assert a.tobytes() == b.tobytes()
     assert_close(wide[0], np.maximum(cases[0].expected + cases[0].bias + cases[0].residual, 0))
@@ -309,14 +297,9 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
 
 
 @needs_module
-def test_scratch_covers_what_a_call_takes():
+def test_scratch_covers_what_a_call_takes(counted_alloc):
     c = layer(17, 1, 7, 3, 17, 17, 48, 40, batch=3)
-    taken = []
-
-    def alloc(specs):
-        taken.append(sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
-                         for shape, dtype in specs))
-        return [np.empty(shape, dtype) for shape, dtype in specs]
+    alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
     conv_winograd.line(c.x, c.w, c.bias, out, 1, 3, alloc=alloc,
                        threads=mx.engine.kernel_threads())
