@@ -34,7 +34,8 @@ Algorithms (each declares which problems it supports and the scratch it needs):
     ``WINOGRAD_MAX_WEIGHT_BYTES``; im2col + GEMM for everything else (1x1 as one GEMM).
 1, measurement: every supported algorithm whose scratch for one sample fits the ``workspace``
     attribute (MB), and whose memory kept between calls (Winograd's transformed weights) is at
-    most ``KEPT_ALWAYS`` or ``KEPT_PER_OUTPUT`` times the output's bytes, runs on the call's
+    most ``KEPT_ALWAYS``, ``KEPT_PER_OUTPUT`` times the output's bytes, or the process-wide
+    budget where a large graph has raised it (:func:`_kept_limit`), runs on the call's
     own inputs (a warm-up each, then each one's best of rounds that take turns, more rounds
     for fast layers: ``MEASURE_ROUNDS``), once per
     problem (shape, layout, dtype, groups, window; :class:`ConvProblem`); the fastest
