@@ -297,6 +297,22 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
 
 
 @needs_module
+def test_line_and_2d_weights_share_one_budget(monkeypatch, transforms):
+    c, var = layer(18, 2, 7, 3, 8, 3, 16, 16), Var()
+    line_bytes = int(np.prod(conv_winograd._line_packed_shape(7, 4, 16, 16))) * 4
+    problem = conv_algorithms.ConvProblem(True, 1, 16, 16, 1, (3, 3), (1, 1), (1, 1), (1, 1),
+                                          (8, 8), 'float32')
+    square_bytes = conv_winograd.kept_weight_bytes(problem, 4)
+    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', line_bytes + square_bytes - 1)
+    other = ((Var(), 0),)
+    assert conv_winograd.can_keep(problem, other)             # room for the 2-D layer alone
+    conv_winograd.line(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 3,
+                       weight_version=((var, 0),))
+    assert conv_winograd._kept_line.nbytes() == line_bytes
+    assert not conv_winograd.can_keep(problem, other)         # not beside the line layer's
+
+
+@needs_module
 def test_scratch_covers_what_a_call_takes(counted_alloc):
     c = layer(17, 1, 7, 3, 17, 17, 48, 40, batch=3)
     alloc, taken = counted_alloc, counted_alloc.taken

@@ -330,8 +330,7 @@ def numpy_rule(problem):
     """The NumPy algorithm of the rule: the compiled products for 1x1 channel-last float32
     layers ('pointwise', twice OpenBLAS's GEMM where OpenBLAS runs AVX2 kernels) and for
     their 1 x r and r x 1 layers ('winograd_line', 2.5-3.5x im2col + GEMM on inceptionv3's);
-    Winograd
-    F(2x2, 3x3) where it has enough tiles to amortise its weight transform, channels to
+    Winograd F(2x2, 3x3) where it has enough tiles to amortise its weight transform, channels to
     amortise its tile transforms and transformed weights small enough to leave scratch for
     the tiles; im2col + GEMM everywhere else (and for every gradient)."""
     if problem.gradient:
@@ -415,8 +414,9 @@ def choose(problem, mode, workspace_limit, onednn, trial, deterministic=False):
     :func:`measure`."""
     if mode == '0' or deterministic or problem.flops < MEASURE_MIN_FLOPS:
         return rule(problem, onednn)
-    key = (problem, mode, (workspace_limit, _kept_limit(problem)) if mode == '1' else None,
-           onednn)
+    # the kept-memory limit grows with the budget (_kept_limit)
+    key = (problem, mode,
+           (workspace_limit, conv_winograd.kept_budget()) if mode == '1' else None, onednn)
     name = _CHOICES.get(key)
     if name is None:
         name = _measured_choice(problem, mode, workspace_limit, onednn, trial)

@@ -648,7 +648,7 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     if u is not None and u.shape != u_shape:
         u = None
     if u is None and weight_version is not None and \
-            not _kept.has_room(prod(u_shape) * 4, kept_budget()):
+            not _room_for(_kept, prod(u_shape) * 4):
         weight_version = None       # past the budget: transformed into scratch every call
     in_scratch = u is None and weight_version is None
     given = [] if channel_last else [a for a in (x, out, residual) if a is not None]
@@ -834,7 +834,7 @@ def can_keep(problem, weight_version) -> bool:
     u = _kept.get(weight_version)
     if u is not None and u.shape == _packed_shape(problem.channels, problem.filters):
         return True
-    return _kept.has_room(kept_weight_bytes(problem, 4), kept_budget())
+    return _room_for(_kept, kept_weight_bytes(problem, 4))
 
 
 def discard_kept(weight_version, keep='') -> None:
@@ -872,6 +872,13 @@ def note_graph(variable_bytes: int) -> None:
     global _largest_graph
     if variable_bytes > _largest_graph:
         _largest_graph = variable_bytes
+
+
+def _room_for(store, nbytes) -> bool:
+    """Whether `store` (``_kept`` or ``_kept_line``) may keep `nbytes` more: the two share
+    :func:`kept_budget`."""
+    other = _kept_line if store is _kept else _kept
+    return store.has_room(nbytes, kept_budget() - other.nbytes())
 
 
 def kept_budget() -> int:
@@ -1098,8 +1105,8 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
     u = _kept_line.get(weight_version)
     if u is not None and u.shape != shape:
         u = None
-    if u is None and weight_version is not None and not _kept_line.has_room(
-            prod(shape) * 4, kept_budget() - _kept.nbytes()):
+    if u is None and weight_version is not None and not _room_for(_kept_line,
+                                                                  prod(shape) * 4):
         weight_version = None       # past the budget: transformed into scratch every call
     tiles = out.shape[0] * _line_tiles(out.shape[1:3], axis, m)
     width = _round_up(filters, _PANEL)
