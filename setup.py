@@ -13,9 +13,10 @@ from setuptools import Extension, setup
 # -ffp-contract=off: BatchNorm's output must round like NumPy's multiply then add (no FMA).
 # No -march flags: the module must run on any CPU of its architecture.
 KERNEL_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
-# Winograd's transforms and products want FMA contraction; its AVX-512 or AVX2 path is chosen
-# at run time.
-WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3']
+# Winograd's module writes its fused multiply-adds out (its fma()); -ffp-contract=off keeps the
+# compiler from fusing others, which GCC 13 did differently from one code path to another, so
+# that every build and path rounds alike. Its AVX-512 or AVX2 path is chosen at run time.
+WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
 
 setup(ext_modules=[
     Extension('ember._accel', sources=['ember/_accel.c'], optional=True),

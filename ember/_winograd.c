@@ -62,6 +62,7 @@ typedef float unaligned_vec __attribute__((vector_size(LANES * sizeof(float)), a
 
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_AVX2_BUILD 1
+#include <immintrin.h>
 #else
 #define HAVE_AVX2_BUILD 0
 #endif
@@ -153,6 +154,7 @@ typedef struct {
 #if HAVE_AVX2_BUILD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#define FUSED 1
 #define ISA(name) name##_avx2
 #include "_winograd.c"
 #undef ISA
@@ -167,6 +169,7 @@ typedef struct {
 #include "_winograd.c"
 #undef ISA
 #undef WIDE
+#undef FUSED
 #pragma GCC pop_options
 #endif
 
@@ -833,6 +836,20 @@ INLINE vec ISA(splat)(float s) {
     return v;
 }
 
+/* a * b + c. setup.py compiles the module with -ffp-contract=off, so the compiler fuses
+ * nothing by itself: only these do, rounding once where the build has FMA (twice in the
+ * baseline one). Left to the compiler, whether an expression is fused depends on its version
+ * and on the code around it (GCC 13 fuses the same product differently in the one- and
+ * two-panel register blocks); written out, every build, code path and compiler sums each
+ * output through the same chain of roundings. */
+INLINE vec ISA(fma)(vec a, vec b, vec c) {
+#ifdef FUSED
+    return (vec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return a * b + c;
+#endif
+}
+
 /* max(v, 0) as np.maximum computes it: NaN stays NaN. */
 INLINE void ISA(relu)(vec *v) {
     mask keep = (*v > 0) | (*v != *v);
@@ -843,14 +860,15 @@ INLINE void ISA(relu)(vec *v) {
 INLINE void ISA(input_1d)(const vec *d, Py_ssize_t step, vec *t) {
     vec d0 = d[0], d1 = d[step], d2 = d[2 * step], d3 = d[3 * step], d4 = d[4 * step],
         d5 = d[5 * step];
-    vec four = ISA(splat)(4.0f), five = ISA(splat)(5.0f), two = ISA(splat)(2.0f);
+    vec four = ISA(splat)(4.0f), minus_four = ISA(splat)(-4.0f), minus_five = ISA(splat)(-5.0f),
+        two = ISA(splat)(2.0f), minus_two = ISA(splat)(-2.0f);
     vec a = d3 + d4, b = d1 + d2, c = d4 - d3, e = d1 - d2, f = d4 - d2, g = d3 - d1;
-    t[0] = four * d0 - five * d2 + d4;
-    t[1] = a - four * b;
-    t[2] = c + four * e;
-    t[3] = f + two * g;
-    t[4] = f - two * g;
-    t[5] = four * d1 - five * d3 + d5;
+    t[0] = ISA(fma)(four, d0, ISA(fma)(minus_five, d2, d4));
+    t[1] = ISA(fma)(minus_four, b, a);
+    t[2] = ISA(fma)(four, e, c);
+    t[3] = ISA(fma)(two, g, f);
+    t[4] = ISA(fma)(minus_two, g, f);
+    t[5] = ISA(fma)(four, d1, ISA(fma)(minus_five, d3, d5));
 }
 
 /* A^T m for the 6 values m[0], m[step], ..., m[5 * step]. */
@@ -858,9 +876,9 @@ INLINE void ISA(output_1d)(const vec *m, Py_ssize_t step, vec *o, Py_ssize_t out
     vec m1 = m[step], m2 = m[2 * step], m3 = m[3 * step], m4 = m[4 * step];
     vec sum12 = m1 + m2, diff12 = m1 - m2, sum34 = m3 + m4, diff34 = m3 - m4;
     o[0] = m[0] + sum12 + sum34;
-    o[out_step] = diff12 + ISA(splat)(2.0f) * diff34;
-    o[2 * out_step] = sum12 + ISA(splat)(4.0f) * sum34;
-    o[3 * out_step] = diff12 + ISA(splat)(8.0f) * diff34 + m[5 * step];
+    o[out_step] = ISA(fma)(ISA(splat)(2.0f), diff34, diff12);
+    o[2 * out_step] = ISA(fma)(ISA(splat)(4.0f), sum34, sum12);
+    o[3 * out_step] = ISA(fma)(ISA(splat)(8.0f), diff34, diff12) + m[5 * step];
 }
 
 /* (sample, tile row, tile column) of tile number t. */
@@ -952,8 +970,8 @@ INLINE void ISA(outer_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
         UNROLL
         for (int r = 0; r < rows; r++) {
             vec value = ISA(splat)(a[r * a_row + k * a_step]);
-            sum[r][0] += value * low;
-            sum[r][1] += value * high;
+            sum[r][0] = ISA(fma)(value, low, sum[r][0]);
+            sum[r][1] = ISA(fma)(value, high, sum[r][1]);
         }
     }
 }
@@ -997,6 +1015,10 @@ INLINE wide ISA(wide_splat)(float s) {
     return v;
 }
 
+INLINE wide ISA(wide_fma)(wide a, wide b, wide c) {
+    return (wide)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+
 /* For each of `rows` rows r and each of the `panels` (1 or 2) panels j: sum[r][j] = sum over
    k < steps of a[r * a_row + k * a_step] * (the 16 floats at b + k * b_step + j * b_next). */
 INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
@@ -1012,9 +1034,9 @@ INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
         UNROLL
         for (int r = 0; r < rows; r++) {
             wide value = ISA(wide_splat)(a[r * a_row + k * a_step]);
-            sum[r][0] += value * first;
+            sum[r][0] = ISA(wide_fma)(value, first, sum[r][0]);
             if (panels == 2) {
-                sum[r][1] += value * second;
+                sum[r][1] = ISA(wide_fma)(value, second, sum[r][1]);
             }
         }
     }
@@ -1181,7 +1203,8 @@ INLINE void ISA(output_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count)
 INLINE void ISA(weight_1d)(const vec *g, Py_ssize_t step, vec *t, Py_ssize_t out_step) {
     vec g0 = g[0], g1 = g[step], g2 = g[2 * step];
     vec outer = g0 + g2, quarter = ISA(splat)(0.25f), sixth = ISA(splat)(1.0f / 6.0f);
-    vec near = ISA(splat)(1.0f / 24.0f) * g0 + sixth * g2, mid = ISA(splat)(1.0f / 12.0f) * g1;
+    vec near = ISA(fma)(ISA(splat)(1.0f / 24.0f), g0, sixth * g2);
+    vec mid = ISA(splat)(1.0f / 12.0f) * g1;
     t[0] = quarter * g0;
     t[out_step] = -sixth * (outer + g1);
     t[2 * out_step] = -sixth * (outer - g1);
@@ -1252,7 +1275,8 @@ static void ISA(transform_weights)(const float *w, Py_ssize_t channels, Py_ssize
 INLINE void ISA(gradient_1d)(const vec *d, Py_ssize_t step, vec *t, Py_ssize_t out_step) {
     vec d0 = d[0], d1 = d[step], d2 = d[2 * step], d3 = d[3 * step];
     vec even = d0 + d2, odd = d1 + d3;
-    vec near = d0 + ISA(splat)(4.0f) * d2, far = ISA(splat)(2.0f) * d1 + ISA(splat)(8.0f) * d3;
+    vec near = ISA(fma)(ISA(splat)(4.0f), d2, d0);
+    vec far = ISA(fma)(ISA(splat)(2.0f), d1, ISA(splat)(8.0f) * d3);
     t[0] = d0;
     t[out_step] = even + odd;
     t[2 * out_step] = even - odd;
@@ -1544,9 +1568,10 @@ INLINE void ISA(finish_1d)(const vec *u, Py_ssize_t step, vec *g, Py_ssize_t out
     vec u0 = u[0], u1 = u[step], u2 = u[2 * step], u3 = u[3 * step], u4 = u[4 * step],
         u5 = u[5 * step];
     vec outer = u1 + u2, inner = u3 + u4, sixth = ISA(splat)(1.0f / 6.0f);
-    g[0] = ISA(splat)(0.25f) * u0 - sixth * outer + ISA(splat)(1.0f / 24.0f) * inner;
-    g[out_step] = sixth * (u2 - u1) + ISA(splat)(1.0f / 12.0f) * (u3 - u4);
-    g[2 * out_step] = sixth * (inner - outer) + u5;
+    g[0] = ISA(fma)(ISA(splat)(1.0f / 24.0f), inner,
+                    ISA(fma)(-sixth, outer, ISA(splat)(0.25f) * u0));
+    g[out_step] = ISA(fma)(sixth, u2 - u1, ISA(splat)(1.0f / 12.0f) * (u3 - u4));
+    g[2 * out_step] = ISA(fma)(sixth, inner - outer, u5);
 }
 
 /* dw (OHWI, 3x3) = G^T dU G of the channels [lo, hi), 8 filters at a time. */
@@ -1683,7 +1708,7 @@ INLINE void ISA(line_input_block)(const float *const *point, const float *bt, Py
         vec sum = ISA(splat)(bt[p * points]) * d[0];
         UNROLL
         for (int j = 1; j < points; j++) {
-            sum += ISA(splat)(bt[p * points + j]) * d[j];
+            sum = ISA(fma)(ISA(splat)(bt[p * points + j]), d[j], sum);
         }
         ISA(store)(v + p * stride + c, &sum, n);
     }
@@ -1732,7 +1757,7 @@ INLINE void ISA(line_output_block)(const Line *k, const float *m, Py_ssize_t str
         vec y = ISA(splat)(row[0]) * product[0];
         UNROLL
         for (int p = 1; p < points; p++) {
-            y += ISA(splat)(row[p]) * product[p];
+            y = ISA(fma)(ISA(splat)(row[p]), product[p], y);
         }
         Py_ssize_t pixel = at + i * k->out_step + f;
         vec value = y + bias;
