@@ -436,6 +436,22 @@ def test_pooling_global_and_same():
     np.testing.assert_allclose(same[..., 1], padded[..., 2:5].max(-1))
 
 
+def test_reshape_view_is_a_view_or_none_and_rejects_other_sizes():
+    from ember.op.nn._common import reshape_view
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    view = reshape_view(a, (-1, 4))
+    assert view.shape == (6, 4) and np.shares_memory(view, a)
+    view[0, 0] = 7
+    assert a[0, 0, 0] == 7
+    assert reshape_view(a.transpose(0, 2, 1), (-1, 3)) is None     # needs a copy
+    assert reshape_view(a[:, ::2], (-1,)) is None
+    assert np.shares_memory(reshape_view(a[:, :, ::2], (6, 2)), a)    # strides that merge
+    with pytest.raises(ValueError, match='size'):
+        reshape_view(a, (5, 5))
+    with pytest.raises(ValueError):
+        reshape_view(a.transpose(0, 2, 1), (-1, 5))
+
+
 def test_fully_connected():
     x, w, b = RNG.standard_normal((2, 3, 4)), RNG.standard_normal((5, 12)), RNG.standard_normal(5)
     np.testing.assert_allclose(run1('FullyConnected', [x, w, b], num_hidden=5),

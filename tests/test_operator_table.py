@@ -344,7 +344,7 @@ ELEMENTWISE = [
     unary('round', np.round, off_integers(2, 3)),
     unary('rint', np.rint, off_integers(2, 3)),
     unary('trunc', np.trunc, off_integers(2, 3)),
-    unary('fix', np.fix, off_integers(2, 3)),
+    unary('fix', np.trunc, off_integers(2, 3)),   # np.fix is deprecated from NumPy 2.5
     unary('sin', np.sin),
     unary('cos', np.cos),
     unary('tan', np.tan, uniform(-1.2, 1.2, 2, 3)),

@@ -111,24 +111,22 @@ def weight_channel_first(xp, weight, layout):
         else weight
 
 
-def as_shape(xp, array, shape):
-    """`array` reshaped without a copy, or a contiguous copy when a view is impossible."""
-    view = array.view()
-    try:
-        view.shape = shape
-    except AttributeError:
-        return xp.ascontiguousarray(array).reshape(shape)
-    return view
-
-
 def reshape_view(array, shape):
     """`array` reshaped as a view, or None when that needs a copy."""
-    view = array.view()
+    if not isinstance(array, np.ndarray):       # CuPy: its shape setter refuses a copy
+        view = array.view()
+        try:
+            view.shape = shape
+        except AttributeError:
+            return None
+        return view
     try:
-        view.shape = shape
-    except AttributeError:
-        return None
-    return view
+        return array.reshape(shape, copy=False)
+    except ValueError:                          # a copy needed, or the sizes disagree
+        known = prod(d for d in shape if d != -1)
+        if known == array.size or -1 in shape and known and array.size % known == 0:
+            return None
+        raise
 
 
 # ----------------------------------------------------------------------------------------------

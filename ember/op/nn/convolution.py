@@ -26,7 +26,7 @@ from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn.conv_algorithms import ConvCall, ConvProblem
 from ember.op.nn.conv_common import KeptByToken
 from ember.op.nn._common import (
-    as_shape, assign_shape, channel_first, check_layout, col2im, dilated, im2col, interior,
+    assign_shape, channel_first, check_layout, col2im, dilated, im2col, interior,
     is_channel_last, join_layout, layout_param, make_window, outputs_of, padded_input,
     reshape_view, scratch, shape_param, spatial_defaults, split_layout, weight_channel_first)
 from ember.op.registry import (
@@ -78,7 +78,7 @@ def conv_forward(xp, x, weight, window, groups, y, ctx=None, workspace=None):
         return
     n, channels = x.shape[:2]
     filters, size_out = weight.shape[0], prod(window.size_out)
-    w3 = as_shape(xp, weight, (groups, filters // groups, -1))
+    w3 = weight.reshape((groups, filters // groups, -1))
     target = reshape_view(y, (n, groups, filters // groups, size_out))
     pad_buf, cols_buf, y_buf = scratch(
         ctx, xp,
@@ -88,7 +88,7 @@ def conv_forward(xp, x, weight, window, groups, y, ctx=None, workspace=None):
                                           x.dtype),
         None if target is not None else ((n, groups, filters // groups, size_out), y.dtype))
     if window.is_pointwise:
-        cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
+        cols = x.reshape((n, groups, channels // groups, size_out))
     else:
         padded = padded_input(xp, x, window, 0, pad_buf)
         cols = im2col(padded, window, cols_buf).reshape(n, groups, -1, size_out)
@@ -106,8 +106,8 @@ def conv_backward_data(xp, dy, weight, window, groups, dx, ctx=None, workspace=N
         return
     n, channels = dx.shape[:2]
     filters, size_out = weight.shape[0], prod(window.size_out)
-    wt = as_shape(xp, weight, (groups, filters // groups, -1)).transpose(0, 2, 1)
-    dy4 = as_shape(xp, dy, (n, groups, filters // groups, size_out))
+    wt = weight.reshape((groups, filters // groups, -1)).transpose(0, 2, 1)
+    dy4 = dy.reshape((n, groups, filters // groups, size_out))
     if window.is_pointwise:
         target = reshape_view(dx, (n, groups, channels // groups, size_out))
         if target is not None:
@@ -140,7 +140,7 @@ def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None, workspace=None
         return
     n, channels = x.shape[:2]
     filters, size_out = dw.shape[0], prod(window.size_out)
-    dy4 = as_shape(xp, dy, (n, groups, filters // groups, size_out))
+    dy4 = dy.reshape((n, groups, filters // groups, size_out))
     pad_buf, cols_buf, acc = scratch(
         ctx, xp,
         None if window.is_pointwise or not window.has_padding else (
@@ -149,7 +149,7 @@ def conv_backward_weight(xp, dy, x, window, groups, dw, ctx=None, workspace=None
                                           x.dtype),
         ((2, groups, filters // groups, prod(dw.shape[1:])), dw.dtype))
     if window.is_pointwise:
-        cols = as_shape(xp, x, (n, groups, channels // groups, size_out))
+        cols = x.reshape((n, groups, channels // groups, size_out))
     else:
         padded = padded_input(xp, x, window, 0, pad_buf)
         cols = im2col(padded, window, cols_buf).reshape(n, groups, -1, size_out)
@@ -574,7 +574,7 @@ def _pointwise_channel_last(attrs, ctx):
 
 def _rows(array):
     """Channel-last `array` as (rows, channels), a view where possible."""
-    return as_shape(np, array, (-1, array.shape[-1]))
+    return array.reshape((-1, array.shape[-1]))
 
 
 def _sampled(attrs, array):
@@ -588,7 +588,7 @@ def _sampled(attrs, array):
 def _pointwise_data_gradient(attrs, dy, weight, dx):
     """dx of a 1x1 channel-last convolution: dy rows (N*H'*W', F) times the (F, C) weight,
     scattered to the strided positions (zeros elsewhere)."""
-    w = as_shape(np, weight, (weight.shape[0], weight.shape[-1]))
+    w = weight.reshape((weight.shape[0], weight.shape[-1]))
     target = _sampled(attrs, dx)
     rows = reshape_view(target, (-1, dx.shape[-1]))
     if target is not dx:

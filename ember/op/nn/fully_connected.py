@@ -4,7 +4,7 @@ from __future__ import annotations
 from ember.base import prod
 from ember.op.nn import onednn_provider
 from ember.op.nn.convolution import weight_token
-from ember.op.nn._common import as_shape, assign_shape, outputs_of, reshape_view
+from ember.op.nn._common import assign_shape, outputs_of, reshape_view
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_int, register, same_type
 
 PARAMS = (
@@ -39,7 +39,7 @@ def _infer(attrs, in_shapes):
 
 
 def _rows(xp, attrs, array):
-    return as_shape(xp, array, (-1, _in_units(attrs, array.shape)))
+    return array.reshape((-1, _in_units(attrs, array.shape)))
 
 
 def _kernel(attrs, ins, outs, ctx):
@@ -62,7 +62,7 @@ def _backward_kernel(attrs, ins, outs, ctx):
     if onednn_provider.fully_connected_backward(attrs, *ins, outs[0], outs[1], bias_grad):
         return
     xp = ctx.xp
-    dy = as_shape(xp, ins[0], (-1, attrs['num_hidden']))
+    dy = ins[0].reshape((-1, attrs['num_hidden']))
     x, weight = _rows(xp, attrs, ins[1]), ins[2]
     outs[0][...] = xp.matmul(dy, weight).reshape(outs[0].shape)
     xp.matmul(dy.T, x, out=outs[1])
