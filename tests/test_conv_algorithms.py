@@ -580,3 +580,92 @@ def test_measurement_leaves_out_algorithms_keeping_much_memory_for_little_output
     finally:
         conv_algorithms.clear_choices()
     assert ('winograd4' in tried) == measured
+
+
+# ----------------------------------------------------------------------------------------------
+# A graph node's oneDNN convolution run again as its last call ran it (ctx.memo)
+
+@pytest.fixture
+def node_call(monkeypatch):
+    """(run(**changes) -> output, choices): forward() of one NHWC 3x3 layer with its weight
+    folded from a scale, on one kernel context as the executor calls a node, oneDNN chosen,
+    `choices` counting the calls of conv_algorithms.choose."""
+    from ember.op.nn import convolution
+    choices = []
+    real = conv_algorithms.choose
+
+    def choose(problem, *args, **kwargs):
+        choices.append(problem)
+        return real(problem, *args, **kwargs)
+    monkeypatch.setattr(conv_algorithms, 'choose', choose)
+    case = CASES['3x3 wide']
+    x, w, expected, _ = case.arrays('NHWC')
+    scale = np.linspace(0.5, 1.5, w.shape[0]).astype(np.float32)
+    arrays = dict(data=x, weight=w, out=np.empty(expected.shape, np.float32),
+                  weight_version=((engine.get().new_var(), 0),))
+    attrs = case.attrs(CONV, 'NHWC')
+    ctx = registry.KernelContext(None)
+
+    def run(**changes):
+        arrays.update(changes)
+        a = arrays
+        convolution.forward(attrs, a['data'], a['weight'], case.bias, a['out'], ctx, None,
+                            'relu', scale, a['weight_version'])
+        reference = direct(a['data'].transpose(0, 3, 1, 2), a['weight'].transpose(0, 3, 1, 2)
+                           * scale[:, None, None, None], (1, 1), (1, 1), (1, 1), 1)
+        assert_close(a['out'], np.maximum(reference.transpose(0, 2, 3, 1) + case.bias, 0))
+        return a['out']
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):     # the rule: oneDNN
+        yield run, choices
+    conv_algorithms.clear_choices()
+
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+def test_a_node_runs_its_onednn_convolution_again_without_choosing(node_call):
+    run, choices = node_call
+    for _ in range(3):
+        run()
+    assert len(choices) == 1
+    # a scaled weight without a version is scaled by each call: nothing to run again
+    run(weight_version=None)
+    run(weight_version=None)
+    assert len(choices) == 3
+
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+def test_a_new_weight_version_reaches_the_replayed_convolution(node_call):
+    run, choices = node_call
+    weight = CASES['3x3 wide'].arrays('NHWC')[1]
+    var = engine.get().new_var()
+    first = run(weight=weight, weight_version=((var, 0),)).copy()
+    run()
+    weight *= 2                              # written in place, as a trainer does
+    second = run(weight_version=((var, 1),))     # checked against the doubled weight
+    assert not np.allclose(first, second)
+    assert len(choices) == 1
+
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+@pytest.mark.parametrize('change', ['choices cleared', 'oneDNN off', 'primitive evicted',
+                                    'tuning mode', 'new output'])
+def test_a_replayed_convolution_is_worked_out_again_after(node_call, change):
+    from ember.backend import onednn
+    run, choices = node_call
+    run()
+    run()
+    assert len(choices) == 1
+    if change == 'choices cleared':
+        conv_algorithms.clear_choices()
+        run()
+    elif change == 'oneDNN off':
+        with config.override(MXNET_MKLDNN_ENABLED=0):
+            run()
+    elif change == 'primitive evicted':
+        onednn.clear_cache()
+        run()
+    elif change == 'tuning mode':
+        with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='2'):
+            run()
+    else:
+        run(out=np.empty_like(run()))
+    assert len(choices) == 2

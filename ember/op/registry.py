@@ -41,6 +41,11 @@ Filled by the graph executor only (the imperative path leaves them empty):
 ``ctx.input_vars`` / ``ctx.input_version(i)``
     The engine variables of inputs that are the graph's variables (parameters, folded
     weights), whose version tells a kernel whether the input changed since it last saw it.
+``ctx.memo``
+    A dictionary the kernel may fill: the executor hands a node the same context, and the
+    same arrays, on every call of its program, so a kernel may keep there what it worked out
+    for those arrays (a convolution its oneDNN primitive and arguments). It must check that
+    the arrays and whatever decided the work are still the same before using it.
 
 A context built without them (a test calling a kernel directly) takes the configuration at
 construction.
@@ -226,7 +231,10 @@ class KernelContext:
     xp: Any = np                      # the array module of the device (numpy or cupy)
     temp: Any = None                  # resource.TempSpace when the operator asks for 'temp'
     random: Any = None                # resource.RandomStream when it asks for 'random'
-    extra: dict = field(default_factory=dict)
+    # what a kernel keeps between calls of one graph node: the executor keeps each node's
+    # context for its program's life and calls the node on the same arrays every time
+    # (``ctx.memo`` below); elsewhere each call has a fresh, empty one
+    memo: dict = field(default_factory=dict)
     # engine variables of inputs whose contents stay until written (a graph's variables: the
     # executor fills it), None elsewhere; see input_version
     input_vars: tuple = ()

@@ -366,6 +366,7 @@ def _tiles(problem, m):
 
 _CHOICES: dict = {}
 _choices_lock = threading.Lock()
+_generation = 0         # see generation()
 
 
 def choices() -> dict:
@@ -376,8 +377,16 @@ def choices() -> dict:
 
 def clear_choices() -> None:
     """Forget every measured choice (the next call of each problem measures again)."""
+    global _generation
     with _choices_lock:
         _CHOICES.clear()
+        _generation += 1
+
+
+def generation() -> int:
+    """A number that changes whenever the choices are forgotten (:func:`clear_choices`): a
+    caller that remembers a choice remembers this number with it."""
+    return _generation
 
 
 # Measurement times the candidates in turns, a round being one call of each, and keeps each

@@ -18,7 +18,7 @@ import functools
 
 import numpy as np
 
-from ember import config, engine
+from ember import accel, config, engine
 from ember.backend import onednn
 from ember.base import prod
 from ember.op.nn import conv_algorithms, conv_gemm, conv_winograd, onednn_provider
@@ -343,6 +343,11 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
             weight = weight * weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
         _generic_forward(attrs, data, weight, bias, out, ctx, residual, act_type)
         return
+    arrays = (attrs, data, bias, out, residual, act_type, weight_scale)
+    replay = ctx.memo.get('forward')
+    if replay is not None and replay.serves(arrays, weight) \
+            and replay.prepared.run(weight_version):
+        return
     calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type, weight_version,
                             weight_scale), ctx)
     conv_winograd.note_graph(ctx.variable_bytes)
@@ -365,8 +370,43 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
         conv_winograd.discard_kept(weight_version, keep=algorithm.name)
         if algorithm.name != 'onednn' and weight_version is not None:
             onednn.discard_kept(weight_version)
-    if not calls.run(algorithm):
+    done = calls.run(algorithm)
+    if not done:
         calls.run(conv_algorithms.numpy_rule(calls.problem))
+    if isinstance(done, onednn_provider.Prepared) and not calls.measured:
+        ctx.memo['forward'] = _Replay(arrays, weight, done)
+    else:
+        ctx.memo.pop('forward', None)
+
+
+class _Replay:
+    """A node's oneDNN convolution as its last call ran it (``ctx.memo``), run again while
+    the node's arrays are the same and nothing that chose oneDNN has changed: the measured
+    choices, the tuning mode or the budget of kept weights. Working the call out again costs
+    about 25 us (1 of resnet50_v1's 21 ms at batch 1)."""
+
+    __slots__ = ('arrays', 'weight', 'weight_at', 'chosen', 'prepared')
+
+    def __init__(self, arrays, weight, prepared):
+        self.arrays, self.weight, self.prepared = arrays, weight, prepared
+        self.weight_at = accel.data_address(weight)
+        self.chosen = self._choosing(arrays[0])
+
+    @staticmethod
+    def _choosing(attrs):
+        return (conv_algorithms.generation(), _tune_mode(attrs), conv_winograd.kept_budget())
+
+    def serves(self, arrays, weight) -> bool:
+        """Whether a call on `arrays` (forward's, the weight aside) and `weight` (the same
+        array, or the same view of the same one: a kernel may pass a fresh transposed view
+        each call) would choose and build the same."""
+        kept = self.weight
+        return (all(a is b for a, b in zip(arrays, self.arrays))
+                and (weight is kept or (weight.base is not None and weight.base is kept.base
+                                        and weight.shape == kept.shape
+                                        and weight.strides == kept.strides
+                                        and accel.data_address(weight) == self.weight_at))
+                and self._choosing(arrays[0]) == self.chosen)
 
 
 def weight_token(ctx, *indices):

@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -93,18 +94,48 @@ def _run(key, build, arrays, accumulate=None, versions=None) -> bool:
     primitive = onednn.cached(key, build)
     if primitive is None:
         return False
+    _execute(primitive, arrays, accumulate, versions)
+    return True
+
+
+def _execute(primitive, arrays, accumulate, versions):
     primitive.run(arrays, accumulate, versions)
     if primitive.then is not None:
         out = arrays[ARG_DST]
         primitive.then.run({ARG_SRC: out, ARG_DST: out})
-    return True
+
+
+class Prepared:
+    """A oneDNN call worked out once, to run again on the same arrays: the primitive (while
+    the primitive cache holds it), the arguments as oneDNN sees them and how the weight's
+    kept copy is prepared. :meth:`run` takes the weight's current version, so a weight that
+    changed is reordered again as in any call."""
+
+    __slots__ = ('_primitive', '_arrays', '_accumulate', '_prepare')
+
+    def __init__(self, primitive, arrays, accumulate, prepare):
+        self._primitive = weakref.ref(primitive)
+        self._arrays, self._accumulate, self._prepare = arrays, accumulate, prepare
+
+    def run(self, weight_version) -> bool:
+        """Runs the call; False, running nothing, where the primitive left the cache, oneDNN
+        was switched off, or a scaled weight comes without a version (its scaled copy would
+        be the first call's)."""
+        primitive = self._primitive()
+        if primitive is None or (self._prepare is not None and weight_version is None) \
+                or not _ready():
+            return False
+        versions = None if weight_version is None \
+            else {ARG_WEIGHTS: (weight_version, self._prepare)}
+        _execute(primitive, self._arrays, self._accumulate, versions)
+        return True
 
 
 # ----------------------------------------------------------------------------------------------
 # Convolution
 
 def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=None,
-                        weight_version=None, weight_scale=None) -> bool:
+                        weight_version=None, weight_scale=None) -> bool | Prepared:
     """out = act(conv(data, weight * weight_scale) + bias + residual) for the Convolution
     operator's `attrs`.
 
@@ -114,6 +145,9 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     ``((engine variable, version), ...)`` of the arrays the weight is made from
     (:func:`ember.op.nn.convolution.weight_token`), lets the weight's reorder into oneDNN's
     blocked layout, scaled, be kept between calls while it stays the same.
+
+    False where oneDNN does not run it; else, where the call can be run again as it is, its
+    :class:`Prepared` (else True).
     """
     act = _ACTIVATIONS.get(act_type) if act_type is not None else None
     if (act_type is not None and act is None) or data.ndim not in (3, 4, 5):
@@ -159,7 +193,13 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     if bias is not None:
         arrays[ARG_BIAS] = bias
     versions = None if weight_version is None else {ARG_WEIGHTS: (weight_version, prepare)}
-    return _run(key, build, arrays, r, versions)
+    primitive = onednn.cached(key, build)
+    if primitive is None:
+        return False
+    _execute(primitive, arrays, r, versions)
+    if weight_scale is not None and weight_version is None:
+        return True         # `arrays` holds this call's scaled weight
+    return Prepared(primitive, arrays, r, prepare)
 
 
 def _conv_geometry(attrs, nd):
