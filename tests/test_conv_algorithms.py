@@ -669,3 +669,18 @@ def test_a_replayed_convolution_is_worked_out_again_after(node_call, change):
     else:
         run(out=np.empty_like(run()))
     assert len(choices) == 2
+
+
+@pytest.mark.skipif(not onednn_provider.enabled() or conv_winograd._winograd is None,
+                    reason='needs oneDNN and ember._winograd')
+def test_a_layer_past_the_kept_budget_chooses_again_on_every_call(node_call, monkeypatch):
+    """Its choice follows the room other layers leave in the budget."""
+    run, choices = node_call
+    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4']))
+    monkeypatch.setattr(conv_winograd, 'can_keep', lambda problem, version: False)
+    monkeypatch.setattr(conv_algorithms, 'choose_past_budget',
+                        lambda problem, onednn, trial: conv_algorithms.ALGORITHMS['onednn'])
+    run()
+    run()
+    assert len(choices) == 2

@@ -373,7 +373,8 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     done = calls.run(algorithm)
     if not done:
         calls.run(conv_algorithms.numpy_rule(calls.problem))
-    if isinstance(done, onednn_provider.Prepared) and not calls.measured:
+    # past the kept budget the choice follows the room left, which changes with other layers
+    if isinstance(done, onednn_provider.Prepared) and not calls.measured and not calls.unkept:
         ctx.memo['forward'] = _Replay(arrays, weight, done)
     else:
         ctx.memo.pop('forward', None)
