@@ -28,7 +28,10 @@
  * The GIL is released throughout, so kernel threads run disjoint tile or filter ranges. With
  * a shared counter (`claim`), convolve()'s threads instead take the next chunk of tiles, or
  * the next group of filter panels of a chunk, from it as they go: a thread that starts late (woken
- * 0.1 ms after the caller on a virtual machine) does less, and none waits for another. The
+ * 0.1 ms after the caller on a virtual machine) does less, and none waits for another.
+ * team() runs several calls of one kernel at once on the calling thread's OpenMP team (built
+ * with -fopenmp: the libgomp threads that oneDNN's primitives use, still spinning after the
+ * last one), each call parsed and checked first, then all run without the GIL. The
  * transforms are the separable 1-D ones, vectorised over 8 channels (GCC vector extensions).
  * The kernels (the second half of this file, which includes itself once per build) are
  * compiled three times: for AVX-512 (F and VL), for AVX2 + FMA and for the architecture's
@@ -41,6 +44,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#include <sched.h>
+#endif
 
 #include "_buffers.h"
 
@@ -186,32 +193,88 @@ static int build = BASELINE;
 #define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
 #endif
 
-static void run(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(convolve, k, lo, hi);
+/* ------------------------------------------------------------------------------------------ */
+/* Calls: one kernel call's arrays and arguments, run without the GIL; team() runs several */
+
+typedef struct {
+    const float *w;             /* OHWI 3x3 */
+    float *u;
+    Py_ssize_t channels, filters;
+} Weights;
+
+typedef struct {
+    const float *du;            /* weight_gradient()'s sums */
+    float *dw;
+    Py_ssize_t channels, filters, du_row;
+} Finish;
+
+typedef struct {
+    const float *dy, *x;
+    float *dw, *db;
+    Py_ssize_t filters, channels, chunk;
+} Sums;
+
+typedef struct Job {
+    Buffers b;                  /* the arrays, held until end_job() */
+    void (*run)(const struct Job *);
+    float *zeros;               /* owned: `channels` zeros read for the padding, or NULL */
+    Py_ssize_t lo, hi;          /* the tiles, rows, panels or channels to run */
+    union {
+        Conv conv;
+        Pointwise pointwise;
+        Line line;
+        Weights weights;
+        Finish finish;
+        Sums sums;
+    } k;
+} Job;
+
+static void run_convolve(const Job *j) {
+    DISPATCH(convolve, &j->k.conv, j->lo, j->hi);
 }
 
-static void run_gradient(const Conv *k, Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(weight_gradient, k, lo, hi);
+static void run_gradient(const Job *j) {
+    DISPATCH(weight_gradient, &j->k.conv, j->lo, j->hi);
 }
 
-static void run_finish(const float *du, Py_ssize_t channels, Py_ssize_t filters,
-                       Py_ssize_t du_row, float *dw, Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(finish_gradient, du, channels, filters, du_row, dw, lo, hi);
+static void run_finish(const Job *j) {
+    const Finish *f = &j->k.finish;
+    DISPATCH(finish_gradient, f->du, f->channels, f->filters, f->du_row, f->dw, j->lo, j->hi);
 }
 
-static void run_pointwise(const Pointwise *k, Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(pointwise, k, lo, hi);
+static void run_pointwise(const Job *j) {
+    DISPATCH(pointwise, &j->k.pointwise, j->lo, j->hi);
 }
 
-static void run_line(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(line, k, lo, hi);
+static void run_sums(const Job *j) {
+    const Sums *s = &j->k.sums;
+    DISPATCH(pointwise_gradient, s->dy, s->x, s->dw, s->db, s->filters, s->channels, j->lo,
+             j->hi, s->chunk);
 }
 
-static void run_weights(const float *w, Py_ssize_t channels, Py_ssize_t filters, float *u,
-                        Py_ssize_t lo, Py_ssize_t hi) {
-    DISPATCH(transform_weights, w, channels, filters, u, lo, hi);
+static void run_line(const Job *j) {
+    DISPATCH(line, &j->k.line, j->lo, j->hi);
 }
 
+static void run_weights(const Job *j) {
+    const Weights *w = &j->k.weights;
+    DISPATCH(transform_weights, w->w, w->channels, w->filters, w->u, j->lo, j->hi);
+}
+
+static void end_job(Job *j) {
+    PyMem_Free(j->zeros);
+    j->zeros = NULL;
+    release_all(&j->b);
+}
+
+/* `channels` zeros for `j`'s reads of the padding; NULL with MemoryError. */
+static const float *job_zeros(Job *j, Py_ssize_t channels) {
+    j->zeros = PyMem_Calloc((size_t)channels, sizeof(float));
+    if (j->zeros == NULL) {
+        PyErr_NoMemory();
+    }
+    return j->zeros;
+}
 /* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
@@ -318,28 +381,6 @@ static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs
            (k->m = borrow(b, objs[6], "m", NULL, 0, POSITIONS * k->chunk * k->width, 1));
 }
 
-/* Runs `kernel` on the tiles [lo, hi) of `k` without the GIL, with `channels` zeros for the
- * padding, and releases `b`; `ok` 0 (an exception set) releases only. */
-static PyObject *run_tiles(Conv *k, Buffers *b, int ok,
-                           void (*kernel)(const Conv *, Py_ssize_t, Py_ssize_t),
-                           Py_ssize_t lo, Py_ssize_t hi) {
-    float *zeros = ok ? PyMem_Calloc((size_t)k->g.channels, sizeof(float)) : NULL;
-    if (ok && zeros == NULL) {
-        PyErr_NoMemory();
-    }
-    if (zeros == NULL) {
-        release_all(b);
-        return NULL;
-    }
-    k->zeros = zeros;
-    Py_BEGIN_ALLOW_THREADS
-    kernel(k, lo, hi);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(zeros);
-    release_all(b);
-    Py_RETURN_NONE;
-}
-
 /* The shared counter of convolve(): one writable, aligned int64 (held in `b`); NULL with an
  * exception otherwise. */
 static long long *borrow_claim(Buffers *b, PyObject *obj) {
@@ -361,24 +402,25 @@ static long long *borrow_claim(Buffers *b, PyObject *obj) {
     return (long long *)view->buf;
 }
 
-static PyObject *convolve(PyObject *self, PyObject *args) {
+static int parse_convolve(PyObject *args, Job *j) {
     PyObject *objs[7], *claim = Py_None;
-    Py_ssize_t xs[4], os[4], lo, hi;
-    Conv k = {0};
+    Py_ssize_t xs[4], os[4];
+    Conv *k = &j->k.conv;
     if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO|On:convolve", &objs[0], &objs[1],
-                          &objs[2], &objs[3], &objs[4], &k.relu, &k.g.pad_top, &k.g.pad_left,
-                          &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk, &objs[5], &objs[6], &claim,
-                          &k.claim_panels)) {
-        return NULL;
+                          &objs[2], &objs[3], &objs[4], &k->relu, &k->g.pad_top,
+                          &k->g.pad_left, &j->lo, &j->hi, &k->f_lo, &k->f_hi, &k->chunk,
+                          &objs[5], &objs[6], &claim, &k->claim_panels)) {
+        return 0;
     }
-    if (k.claim_panels < 0) {
+    if (k->claim_panels < 0) {
         PyErr_Format(PyExc_ValueError, "claim_panels %zd: expected >= 0 (0: claim tiles)",
-                     k.claim_panels);
-        return NULL;
+                     k->claim_panels);
+        return 0;
     }
-    Buffers b = {.count = 0};
-    int ok = claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL;
-    return run_tiles(&k, &b, ok && borrow_all(&k, &b, objs, xs, os, lo, hi), run, lo, hi);
+    j->run = run_convolve;
+    return (claim == Py_None || (k->claim = borrow_claim(&j->b, claim)) != NULL) &&
+           borrow_all(k, &j->b, objs, xs, os, j->lo, j->hi) &&
+           (k->zeros = job_zeros(j, k->g.channels)) != NULL;
 }
 
 /* Whether `name` has OHWI 3x3 shape `ws` and [lo, hi) of its `unit`s lies in [0, limit);
@@ -398,173 +440,141 @@ static int valid_weights(const char *name, const Py_ssize_t ws[4], const char *u
     return 1;
 }
 
-static PyObject *transform_weights(PyObject *self, PyObject *args) {
+static int parse_transform_weights(PyObject *args, Job *j) {
     PyObject *w, *u;
-    Py_ssize_t ws[4], lo, hi;
-    if (!PyArg_ParseTuple(args, "OO(nn):transform_weights", &w, &u, &lo, &hi)) {
-        return NULL;
+    Py_ssize_t ws[4];
+    Weights *k = &j->k.weights;
+    if (!PyArg_ParseTuple(args, "OO(nn):transform_weights", &w, &u, &j->lo, &j->hi) ||
+        !(k->w = borrow(&j->b, w, "w", ws, 0, 0, 0))) {
+        return 0;
     }
-    Buffers b = {.count = 0};
-    const float *weights = borrow(&b, w, "w", ws, 0, 0, 0);
-    float *out = NULL;
-    Py_ssize_t channels = 0, filters = 0, panels = 0;
-    if (weights != NULL) {
-        channels = ws[3], filters = ws[0], panels = (filters + PANEL - 1) / PANEL;
-        if (valid_weights("w", ws, "panels", lo, hi, panels)) {
-            out = borrow(&b, u, "u", NULL, 0, POSITIONS * panels * PANEL * channels, 1);
-        }
-    }
-    if (out == NULL) {
-        release_all(&b);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    run_weights(weights, channels, filters, out, lo, hi);
-    Py_END_ALLOW_THREADS
-    release_all(&b);
-    Py_RETURN_NONE;
+    k->channels = ws[3], k->filters = ws[0];
+    Py_ssize_t panels = (k->filters + PANEL - 1) / PANEL;
+    j->run = run_weights;
+    return valid_weights("w", ws, "panels", j->lo, j->hi, panels) &&
+           (k->u = borrow(&j->b, u, "u", NULL, 0, POSITIONS * panels * PANEL * k->channels,
+                          1)) != NULL;
 }
 
-static PyObject *weight_gradient(PyObject *self, PyObject *args) {
+static int parse_weight_gradient(PyObject *args, Job *j) {
     PyObject *x, *dy, *du, *v, *m;
-    Py_ssize_t xs[4], ds[4], lo, hi;
-    Conv k = {0};
+    Py_ssize_t xs[4], ds[4];
+    Conv *k = &j->k.conv;
     if (!PyArg_ParseTuple(args, "OOO(nn)(nn)(nn)nOO:weight_gradient", &x, &dy, &du,
-                          &k.g.pad_top, &k.g.pad_left, &lo, &hi, &k.f_lo, &k.f_hi, &k.chunk,
-                          &v, &m)) {
-        return NULL;
+                          &k->g.pad_top, &k->g.pad_left, &j->lo, &j->hi, &k->f_lo, &k->f_hi,
+                          &k->chunk, &v, &m)) {
+        return 0;
     }
-    Buffers b = {.count = 0};
-    int ok = (k.x = borrow(&b, x, "x", xs, 0, 0, 0)) &&
-             (k.out = borrow(&b, dy, "dy", ds, 0, 0, 0));
-    if (ok) {
-        set_geometry(&k.g, xs, ds);
-        ok = valid_ranges(&k, xs, ds, lo, hi);
+    if (!(k->x = borrow(&j->b, x, "x", xs, 0, 0, 0)) ||
+        !(k->out = borrow(&j->b, dy, "dy", ds, 0, 0, 0))) {
+        return 0;
     }
-    if (ok) {
-        k.width = (k.f_hi - k.f_lo + PANEL - 1) / PANEL * PANEL;
-        k.du_row = (k.g.filters + PANEL - 1) / PANEL * PANEL;
-        ok = (k.du = borrow(&b, du, "du", NULL, 0, POSITIONS * k.g.channels * k.du_row, 1)) &&
-             (k.v = borrow(&b, v, "v", NULL, 0, POSITIONS * k.chunk * k.g.channels, 1)) &&
-             (k.m = borrow(&b, m, "m", NULL, 0, POSITIONS * k.chunk * k.width, 1));
+    set_geometry(&k->g, xs, ds);
+    if (!valid_ranges(k, xs, ds, j->lo, j->hi)) {
+        return 0;
     }
-    return run_tiles(&k, &b, ok, run_gradient, lo, hi);
+    k->width = (k->f_hi - k->f_lo + PANEL - 1) / PANEL * PANEL;
+    k->du_row = (k->g.filters + PANEL - 1) / PANEL * PANEL;
+    j->run = run_gradient;
+    return (k->du = borrow(&j->b, du, "du", NULL, 0, POSITIONS * k->g.channels * k->du_row,
+                           1)) &&
+           (k->v = borrow(&j->b, v, "v", NULL, 0, POSITIONS * k->chunk * k->g.channels, 1)) &&
+           (k->m = borrow(&j->b, m, "m", NULL, 0, POSITIONS * k->chunk * k->width, 1)) &&
+           (k->zeros = job_zeros(j, k->g.channels)) != NULL;
 }
 
-static PyObject *finish_gradient(PyObject *self, PyObject *args) {
+static int parse_finish_gradient(PyObject *args, Job *j) {
     PyObject *du, *dw;
-    Py_ssize_t ws[4], lo, hi;
-    if (!PyArg_ParseTuple(args, "OO(nn):finish_gradient", &du, &dw, &lo, &hi)) {
-        return NULL;
+    Py_ssize_t ws[4];
+    Finish *k = &j->k.finish;
+    if (!PyArg_ParseTuple(args, "OO(nn):finish_gradient", &du, &dw, &j->lo, &j->hi) ||
+        !(k->dw = borrow(&j->b, dw, "dw", ws, 0, 0, 1))) {
+        return 0;
     }
-    Buffers b = {.count = 0};
-    float *out = borrow(&b, dw, "dw", ws, 0, 0, 1);
-    const float *sums = NULL;
-    Py_ssize_t channels = 0, filters = 0, row = 0;
-    if (out != NULL) {
-        channels = ws[3], filters = ws[0], row = (filters + PANEL - 1) / PANEL * PANEL;
-        if (valid_weights("dw", ws, "channels", lo, hi, channels)) {
-            sums = borrow(&b, du, "du", NULL, 0, POSITIONS * channels * row, 0);
-        }
-    }
-    if (sums == NULL) {
-        release_all(&b);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    run_finish(sums, channels, filters, row, out, lo, hi);
-    Py_END_ALLOW_THREADS
-    release_all(&b);
-    Py_RETURN_NONE;
+    k->channels = ws[3], k->filters = ws[0];
+    k->du_row = (k->filters + PANEL - 1) / PANEL * PANEL;
+    j->run = run_finish;
+    return valid_weights("dw", ws, "channels", j->lo, j->hi, k->channels) &&
+           (k->du = borrow(&j->b, du, "du", NULL, 0, POSITIONS * k->channels * k->du_row,
+                           0)) != NULL;
 }
 
-static PyObject *pointwise_gradient(PyObject *self, PyObject *args) {
+static int parse_pointwise_gradient(PyObject *args, Job *j) {
     PyObject *dy, *x, *dw, *db;
-    Py_ssize_t ds[4], xs[4], lo, hi, chunk;
-    if (!PyArg_ParseTuple(args, "OOOO(nn)n:pointwise_gradient", &dy, &x, &dw, &db, &lo, &hi,
-                          &chunk)) {
-        return NULL;
+    Py_ssize_t ds[4], xs[4];
+    Sums *k = &j->k.sums;
+    if (!PyArg_ParseTuple(args, "OOOO(nn)n:pointwise_gradient", &dy, &x, &dw, &db, &j->lo,
+                          &j->hi, &k->chunk) ||
+        !(k->dy = borrow(&j->b, dy, "dy", ds, 0, 0, 0)) ||
+        !(k->x = borrow(&j->b, x, "x", xs, 0, 0, 0))) {
+        return 0;
     }
-    Buffers b = {.count = 0};
-    const float *grad = borrow(&b, dy, "dy", ds, 0, 0, 0), *data = NULL;
-    float *out = NULL, *sums = NULL;
-    Py_ssize_t rows = 0;
-    if (grad != NULL && (data = borrow(&b, x, "x", xs, 0, 0, 0)) != NULL) {
-        rows = ds[0] * ds[1] * ds[2];
-        if (xs[0] != ds[0] || xs[1] != ds[1] || xs[2] != ds[2]) {
-            PyErr_Format(PyExc_ValueError, "x: expected the samples, rows and columns of dy "
-                         "(%zd, %zd, %zd), got (%zd, %zd, %zd)", ds[0], ds[1], ds[2], xs[0],
-                         xs[1], xs[2]);
-        } else if (xs[3] % PANEL != 0) {
-            PyErr_Format(PyExc_ValueError, "x: expected channels in whole panels of %d, got "
-                         "%zd", PANEL, xs[3]);
-        } else if (lo < 0 || lo > hi || hi > rows) {
-            PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
-                         lo, hi, rows);
-        } else if (chunk < 1) {
-            PyErr_Format(PyExc_ValueError, "chunk: expected at least 1 row, got %zd", chunk);
-        } else if ((out = borrow(&b, dw, "dw", NULL, 0, ds[3] * xs[3], 1)) != NULL
-                   && db != Py_None
-                   && (sums = borrow(&b, db, "db", NULL, 0, ds[3], 1)) == NULL) {
-            out = NULL;
-        }
+    Py_ssize_t rows = ds[0] * ds[1] * ds[2];
+    k->filters = ds[3], k->channels = xs[3];
+    if (xs[0] != ds[0] || xs[1] != ds[1] || xs[2] != ds[2]) {
+        PyErr_Format(PyExc_ValueError, "x: expected the samples, rows and columns of dy "
+                     "(%zd, %zd, %zd), got (%zd, %zd, %zd)", ds[0], ds[1], ds[2], xs[0],
+                     xs[1], xs[2]);
+        return 0;
     }
-    if (out == NULL) {
-        release_all(&b);
-        return NULL;
+    if (xs[3] % PANEL != 0) {
+        PyErr_Format(PyExc_ValueError, "x: expected channels in whole panels of %d, got %zd",
+                     PANEL, xs[3]);
+        return 0;
     }
-    Py_BEGIN_ALLOW_THREADS
-    DISPATCH(pointwise_gradient, grad, data, out, sums, ds[3], xs[3], lo, hi, chunk);
-    Py_END_ALLOW_THREADS
-    release_all(&b);
-    Py_RETURN_NONE;
+    if (j->lo < 0 || j->lo > j->hi || j->hi > rows) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     j->lo, j->hi, rows);
+        return 0;
+    }
+    if (k->chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "chunk: expected at least 1 row, got %zd", k->chunk);
+        return 0;
+    }
+    j->run = run_sums;
+    return (k->dw = borrow(&j->b, dw, "dw", NULL, 0, ds[3] * xs[3], 1)) &&
+           (db == Py_None || (k->db = borrow(&j->b, db, "db", NULL, 0, ds[3], 1)));
 }
 
-static PyObject *pointwise(PyObject *self, PyObject *args) {
+static int parse_pointwise(PyObject *args, Job *j) {
     PyObject *x, *u, *y, *bias, *residual, *claim = Py_None;
-    Py_ssize_t xs[4], os[4], lo, hi;
-    Pointwise k = {0};
+    Py_ssize_t xs[4], os[4];
+    Pointwise *k = &j->k.pointwise;
     if (!PyArg_ParseTuple(args, "OOOOOp(nn)nn|O:pointwise", &x, &u, &y, &bias, &residual,
-                          &k.relu, &lo, &hi, &k.chunk, &k.depth, &claim)) {
-        return NULL;
+                          &k->relu, &j->lo, &j->hi, &k->chunk, &k->depth, &claim)) {
+        return 0;
     }
-    Buffers b = {.count = 0};
-    int ok = (claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL) &&
-             (k.x = borrow(&b, x, "x", xs, 0, 0, 0)) &&
-             (k.out = borrow(&b, y, "out", os, 0, 0, 1));
-    if (ok) {
-        Py_ssize_t rows = xs[0] * xs[1] * xs[2];
-        k.channels = xs[3], k.filters = os[3];
-        ok = 0;
-        if (os[0] != xs[0] || os[1] != xs[1] || os[2] != xs[2] || k.channels < 1 ||
-            k.filters < 1) {
-            PyErr_Format(PyExc_ValueError, "x (%zd, %zd, %zd, %zd) and out (%zd, %zd, %zd, "
-                         "%zd): expected the same samples, rows and columns, and channels and "
-                         "filters", xs[0], xs[1], xs[2], xs[3], os[0], os[1], os[2], os[3]);
-        } else if (lo < 0 || lo > hi || hi > rows) {
-            PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
-                         lo, hi, rows);
-        } else if (k.chunk < 1 || k.depth < 1) {
-            PyErr_Format(PyExc_ValueError, "chunk %zd, depth %zd: expected at least 1 row and "
-                         "1 channel", k.chunk, k.depth);
-        } else {
-            Py_ssize_t panels = (k.filters + PANEL - 1) / PANEL;
-            ok = (k.u = borrow(&b, u, "u", NULL, 0, panels * k.channels * PANEL, 0)) &&
-                 (bias == Py_None || (k.bias = borrow(&b, bias, "bias", NULL, 0, k.filters,
-                                                      0))) &&
-                 (residual == Py_None || (k.residual = borrow(&b, residual, "residual", os, 1,
-                                                              0, 0)));
-        }
+    if (!(claim == Py_None || (k->claim = borrow_claim(&j->b, claim)) != NULL) ||
+        !(k->x = borrow(&j->b, x, "x", xs, 0, 0, 0)) ||
+        !(k->out = borrow(&j->b, y, "out", os, 0, 0, 1))) {
+        return 0;
     }
-    if (!ok) {
-        release_all(&b);
-        return NULL;
+    Py_ssize_t rows = xs[0] * xs[1] * xs[2];
+    k->channels = xs[3], k->filters = os[3];
+    if (os[0] != xs[0] || os[1] != xs[1] || os[2] != xs[2] || k->channels < 1 ||
+        k->filters < 1) {
+        PyErr_Format(PyExc_ValueError, "x (%zd, %zd, %zd, %zd) and out (%zd, %zd, %zd, %zd): "
+                     "expected the same samples, rows and columns, and channels and filters",
+                     xs[0], xs[1], xs[2], xs[3], os[0], os[1], os[2], os[3]);
+        return 0;
     }
-    Py_BEGIN_ALLOW_THREADS
-    run_pointwise(&k, lo, hi);
-    Py_END_ALLOW_THREADS
-    release_all(&b);
-    Py_RETURN_NONE;
+    if (j->lo < 0 || j->lo > j->hi || j->hi > rows) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     j->lo, j->hi, rows);
+        return 0;
+    }
+    if (k->chunk < 1 || k->depth < 1) {
+        PyErr_Format(PyExc_ValueError, "chunk %zd, depth %zd: expected at least 1 row and 1 "
+                     "channel", k->chunk, k->depth);
+        return 0;
+    }
+    Py_ssize_t panels = (k->filters + PANEL - 1) / PANEL;
+    j->run = run_pointwise;
+    return (k->u = borrow(&j->b, u, "u", NULL, 0, panels * k->channels * PANEL, 0)) &&
+           (bias == Py_None || (k->bias = borrow(&j->b, bias, "bias", NULL, 0, k->filters,
+                                                 0))) &&
+           (residual == Py_None || (k->residual = borrow(&j->b, residual, "residual", os, 1,
+                                                         0, 0)));
 }
 
 /* `obj` as a C-contiguous 2-D float32 matrix (held in `b`), its shape written to `shape`;
@@ -663,32 +673,217 @@ static int borrow_line(Line *k, Buffers *b, PyObject *const *objs, Py_ssize_t lo
            (k->m = borrow(b, objs[8], "m", NULL, 0, block * k->width, 1));
 }
 
-static PyObject *line(PyObject *self, PyObject *args) {
+static int parse_line(PyObject *args, Job *j) {
     PyObject *objs[9], *claim = Py_None;
-    Py_ssize_t lo, hi;
-    Line k = {0};
+    Line *k = &j->k.line;
     if (!PyArg_ParseTuple(args, "OOOOOpnnOO(nn)nOO|O:line", &objs[0], &objs[1], &objs[2],
-                          &objs[3], &objs[4], &k.relu, &k.axis, &k.pad, &objs[5], &objs[6],
-                          &lo, &hi, &k.chunk, &objs[7], &objs[8], &claim)) {
+                          &objs[3], &objs[4], &k->relu, &k->axis, &k->pad, &objs[5], &objs[6],
+                          &j->lo, &j->hi, &k->chunk, &objs[7], &objs[8], &claim)) {
+        return 0;
+    }
+    j->run = run_line;
+    return (claim == Py_None || (k->claim = borrow_claim(&j->b, claim)) != NULL) &&
+           borrow_line(k, &j->b, objs, j->lo, j->hi) &&
+           (k->zeros = job_zeros(j, k->channels)) != NULL;
+}
+
+/* One call of the kernel that `parse` reads: its arrays borrowed, run without the GIL. */
+static PyObject *call(PyObject *args, int (*parse)(PyObject *, Job *)) {
+    Job j = {.b = {.count = 0}};
+    if (!parse(args, &j)) {
+        end_job(&j);
         return NULL;
     }
-    Buffers b = {.count = 0};
-    int ok = (claim == Py_None || (k.claim = borrow_claim(&b, claim)) != NULL) &&
-             borrow_line(&k, &b, objs, lo, hi);
-    float *zeros = ok ? PyMem_Calloc((size_t)k.channels, sizeof(float)) : NULL;
-    if (ok && zeros == NULL) {
-        PyErr_NoMemory();
-    }
-    if (zeros == NULL) {
-        release_all(&b);
-        return NULL;
-    }
-    k.zeros = zeros;
     Py_BEGIN_ALLOW_THREADS
-    run_line(&k, lo, hi);
+    j.run(&j);
     Py_END_ALLOW_THREADS
-    PyMem_Free(zeros);
-    release_all(&b);
+    end_job(&j);
+    Py_RETURN_NONE;
+}
+
+static PyObject *convolve(PyObject *self, PyObject *args) {
+    return call(args, parse_convolve);
+}
+
+static PyObject *transform_weights(PyObject *self, PyObject *args) {
+    return call(args, parse_transform_weights);
+}
+
+static PyObject *weight_gradient(PyObject *self, PyObject *args) {
+    return call(args, parse_weight_gradient);
+}
+
+static PyObject *finish_gradient(PyObject *self, PyObject *args) {
+    return call(args, parse_finish_gradient);
+}
+
+static PyObject *pointwise_gradient(PyObject *self, PyObject *args) {
+    return call(args, parse_pointwise_gradient);
+}
+
+static PyObject *pointwise(PyObject *self, PyObject *args) {
+    return call(args, parse_pointwise);
+}
+
+static PyObject *line(PyObject *self, PyObject *args) {
+    return call(args, parse_line);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* team(): several calls of one kernel at once, on the OpenMP team of the calling thread */
+
+static const struct {
+    PyCFunction function;
+    int (*parse)(PyObject *, Job *);
+} team_kernels[] = {
+    {convolve, parse_convolve},
+    {transform_weights, parse_transform_weights},
+    {weight_gradient, parse_weight_gradient},
+    {finish_gradient, parse_finish_gradient},
+    {pointwise_gradient, parse_pointwise_gradient},
+    {pointwise, parse_pointwise},
+    {line, parse_line},
+};
+
+#ifdef _OPENMP
+/* The core a team thread last pinned itself to (-1: never). */
+static __thread int pinned_core = -1;
+
+static void pin_to(int core) {
+#ifdef __linux__
+    if (core >= 0 && core != pinned_core && core < CPU_SETSIZE) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(core, &set);
+        if (sched_setaffinity(0, sizeof set, &set) == 0) {
+            pinned_core = core;
+        }
+    }
+#else
+    (void)core;
+#endif
+}
+#endif
+
+/* Runs the `n` jobs, job i on team thread i % threads; with `cores`, team thread t > 0 pins
+ * itself to cores[t] first (the caller, thread 0, stays where it is). */
+static void run_team(Job *jobs, Py_ssize_t n, const int *cores) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)n) if (n > 1)
+    {
+        int t = omp_get_thread_num(), threads = omp_get_num_threads();
+        if (cores != NULL && t > 0) {
+            pin_to(cores[t]);
+        }
+        for (Py_ssize_t i = t; i < n; i += threads) {
+            jobs[i].run(&jobs[i]);
+        }
+    }
+#else
+    (void)cores;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        jobs[i].run(&jobs[i]);
+    }
+#endif
+}
+
+/* `cores` (None or n core numbers) as a new array, or NULL (none asked: *asked 0, or an
+ * exception set: *asked 1). */
+static int *team_cores(PyObject *cores, Py_ssize_t n, int *asked) {
+    *asked = cores != Py_None;
+    if (!*asked) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(cores, "cores: expected None or a sequence of core numbers");
+    if (seq == NULL) {
+        return NULL;
+    }
+    int *out = NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "cores: expected one core for each of the %zd calls, "
+                     "got %zd", n, PySequence_Fast_GET_SIZE(seq));
+    } else if ((out = PyMem_Calloc((size_t)n, sizeof(int))) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long core = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (core == -1 && PyErr_Occurred()) {
+                PyMem_Free(out);
+                out = NULL;
+                break;
+            }
+            if (core < 0 || core > 1 << 20) {
+                PyErr_Format(PyExc_ValueError, "cores: expected core numbers >= 0, got %ld",
+                             core);
+                PyMem_Free(out);
+                out = NULL;
+                break;
+            }
+            out[i] = (int)core;
+        }
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *team(PyObject *self, PyObject *args) {
+    PyObject *kernel, *calls, *cores = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O:team", &kernel, &calls, &cores)) {
+        return NULL;
+    }
+    int (*parse)(PyObject *, Job *) = NULL;
+    if (PyCFunction_Check(kernel) && PyCFunction_GET_SELF(kernel) == self) {
+        for (size_t i = 0; i < sizeof team_kernels / sizeof team_kernels[0]; i++) {
+            if (PyCFunction_GET_FUNCTION(kernel) == team_kernels[i].function) {
+                parse = team_kernels[i].parse;
+            }
+        }
+    }
+    if (parse == NULL) {
+        PyErr_Format(PyExc_TypeError, "kernel: expected one of this module's kernels "
+                     "(convolve, transform_weights, weight_gradient, finish_gradient, "
+                     "pointwise_gradient, pointwise, line), got %R", kernel);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(calls, "calls: expected a sequence of argument tuples");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), parsed = 0;
+    int asked = 0, ok = 1;
+    int *core_list = team_cores(cores, n, &asked);
+    Job *jobs = NULL;
+    if ((asked && core_list == NULL) || n == 0) {
+        ok = !asked || core_list != NULL;
+    } else if ((jobs = PyMem_Calloc((size_t)n, sizeof(Job))) == NULL) {
+        PyErr_NoMemory();
+        ok = 0;
+    } else {
+        for (; ok && parsed < n; parsed++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, parsed);
+            if (!PyTuple_Check(item)) {
+                PyErr_Format(PyExc_TypeError, "calls[%zd]: expected a tuple of the kernel's "
+                             "arguments, got %.100s", parsed, Py_TYPE(item)->tp_name);
+                ok = 0;
+            } else {
+                ok = parse(item, &jobs[parsed]);
+            }
+        }
+        if (ok) {
+            Py_BEGIN_ALLOW_THREADS
+            run_team(jobs, n, core_list);
+            Py_END_ALLOW_THREADS
+        }
+        for (Py_ssize_t i = 0; i < parsed; i++) {
+            end_job(&jobs[i]);
+        }
+    }
+    PyMem_Free(jobs);
+    PyMem_Free(core_list);
+    Py_DECREF(seq);
+    if (!ok) {
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -786,6 +981,14 @@ static PyMethodDef methods[] = {
      "and residual (it may be out itself) may be None. Tiles are numbered sample, row, tile\n"
      "(axis 2) or sample, tile, column (axis 1). claim: as convolve()'s, the threads then\n"
      "take the next chunk of tiles from it."},
+    {"team", team, METH_VARARGS,
+     "team(kernel, calls, cores=None)\n\n"
+     "kernel(*args) for each tuple of arguments in `calls`, all at once: call i runs on\n"
+     "thread i of the calling thread's OpenMP team (the threads that its oneDNN kernels\n"
+     "use), the caller running call 0, where the module is built with OpenMP (`openmp`\n"
+     "true), else one after the other. Calls that share a claim share its work as on\n"
+     "separate threads. kernel: one of this module's kernels. cores: None or a core number\n"
+     "for each call; team thread i > 0 pins itself to cores[i] (Linux)."},
     {"instruction_set", instruction_set, METH_NOARGS,
      "The build that runs: 'avx512' (AVX-512 F and VL), 'avx2' (AVX2 + FMA) or 'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
@@ -805,7 +1008,17 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__winograd(void) {
     build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef _OPENMP
+    int openmp = 1;
+#else
+    int openmp = 0;
+#endif
+    if (m != NULL && PyModule_AddIntConstant(m, "openmp", openmp) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
 
 #else            /* ISA defined: the kernels of one build */

@@ -289,7 +289,8 @@ int_var('OMP_NUM_THREADS', None, 'Threads of the BLAS and oneDNN kernels inside 
         'unset means the cores this process may use, shared among the '
         'MXNET_CPU_WORKER_NTHREADS workers.', _THREADS, 'engine', low=1,
         read='startup', default_doc='all available cores')
-str_var('KMP_AFFINITY', None, 'Pin engine worker threads to cores, Intel-style '
+str_var('KMP_AFFINITY', None, 'Pin the engine worker threads, the kernel threads and the OpenMP '
+        'threads that run the compiled kernels to cores, Intel-style '
         "(e.g. 'granularity=fine,compact,1,0').", _THREADS, 'engine', kind='affinity',
         parse=_parse_kmp_affinity, read='startup',
         accepts="an affinity such as 'granularity=fine,compact,1,0'")

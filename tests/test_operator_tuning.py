@@ -298,6 +298,11 @@ elif mode.endswith('threads'):
     engine.get()
     facts.update(kernel_threads=engine.kernel_threads(),
                  blas=[p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'])
+elif mode == 'winograd':
+    from ember.op.nn import conv_winograd
+    facts.update(gomp_spincount=environment('GOMP_SPINCOUNT'),
+                 openmp=bool(conv_winograd._winograd and conv_winograd._winograd.openmp),
+                 gomp_loaded=native._is_loaded('libgomp.so.1'))
 else:
     native.onednn()
     facts['gomp_spincount'] = environment('GOMP_SPINCOUNT')
@@ -405,7 +410,17 @@ def test_the_users_openmp_settings_are_kept(user, expected):
 def test_a_libgomp_loaded_earlier_is_left_alone():
     facts = run_child('gomp-first', **SPIN_UNSET)
     assert facts['gomp_spincount'] is None
-    assert 'was loaded before oneDNN' in facts['stderr']
+    assert 'was loaded already' in facts['stderr']
+
+
+@needs_native_defaults
+def test_the_compiled_winograd_module_loads_libgomp_with_the_short_spin():
+    """The Winograd module runs on libgomp too, and loads with Ember, before oneDNN."""
+    facts = run_child('winograd', OMP_DISPLAY_ENV='verbose', **SPIN_UNSET)
+    if not facts['openmp']:
+        pytest.skip('ember._winograd is built without OpenMP')
+    assert facts['gomp_loaded'] and facts['gomp_spincount'] == '10000'
+    assert "GOMP_SPINCOUNT = '10000'" in facts['stderr']
 
 
 @needs_native_defaults

@@ -7,7 +7,9 @@ returns None and ``onednn_status()`` says why, so importing Ember never fails fo
 Before the library loads (and with it libgomp, which reads its variables once, then),
 ``GOMP_SPINCOUNT`` gets Ember's value (``config.set_native_default``) unless the user set it or
 ``OMP_WAIT_POLICY``: after each primitive libgomp's threads would otherwise spin 300000
-iterations on the cores that NumPy's OpenBLAS threads and Ember's kernel pool need next.
+iterations on the cores that NumPy's OpenBLAS threads and Ember's kernel pool need next. The
+compiled Winograd module runs on libgomp too and calls :func:`prepare_openmp` before it loads;
+:func:`pause_openmp` ends the calling thread's OpenMP threads before a fork.
 
 >>> from ember.backend import native
 >>> lib = native.onednn()
@@ -138,7 +140,7 @@ def _error(message: str) -> _Loaded:
 
 
 def _open(path: str):
-    _quiet_openmp_spinning()
+    prepare_openmp()
     library = ctypes.CDLL(path)
     version_fn = library.dnnl_version  # AttributeError when the symbol is missing
     version_fn.restype = ctypes.POINTER(_DnnlVersion)
@@ -181,17 +183,33 @@ def _wheel_dirs() -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# libgomp's spinning, set before it loads.
+# libgomp: its spinning, set before it loads, and its threads ended before a fork.
 
 _LIBGOMP = 'libgomp.so.1'
 
 
-def _quiet_openmp_spinning() -> None:
+def prepare_openmp() -> None:
+    """Sets ``GOMP_SPINCOUNT`` (unless the user chose) before a library that runs on libgomp
+    loads: oneDNN, or the compiled Winograd module, whichever comes first."""
     if _is_loaded(_LIBGOMP):
-        _log.debug('GOMP_SPINCOUNT: %s was loaded before oneDNN, so it keeps the spin count '
-                   'it started with', _LIBGOMP)
+        _log.debug('GOMP_SPINCOUNT: %s was loaded already, so it keeps the spin count it '
+                   'started with', _LIBGOMP)
     elif config.set_native_default('GOMP_SPINCOUNT'):
-        _log.debug('GOMP_SPINCOUNT set before loading oneDNN')
+        _log.debug('GOMP_SPINCOUNT set before loading libgomp')
+
+
+def pause_openmp() -> None:
+    """End the threads of the calling thread's OpenMP team (GNU libgomp, where loaded), as
+    before a fork: a child whose forking thread had a team would wait forever at its first
+    parallel region for threads that fork did not copy. The next parallel region here starts
+    them again."""
+    try:
+        library = ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        pause = library.omp_pause_resource_all      # OpenMP 5.0 (GCC 9 on)
+    except (OSError, AttributeError):
+        return                                      # not loaded, or too old to end its threads
+    pause.argtypes, pause.restype = (ctypes.c_int,), ctypes.c_int
+    pause(2)                                        # omp_pause_hard
 
 
 def _is_loaded(soname: str) -> bool:

@@ -45,6 +45,7 @@ import os
 import threading
 
 from ember import config
+from ember.backend import native
 from ember.engine import threads as _threads
 from ember.engine.segment import bulk, flush as _flush_bulk, set_bulk_size
 from ember.engine.core import Engine, NaiveEngine, Settings, role as _role
@@ -139,6 +140,7 @@ def _before_fork():
     engine = _engine
     if engine is not None and not _role.worker:
         engine.wait_idle()
+    native.pause_openmp()       # the child could not start this thread's OpenMP team again
 
 
 def _after_fork_in_child():

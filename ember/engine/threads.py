@@ -1,8 +1,17 @@
-"""Threads inside one operator: the kernel pool, ``parallel_for``, BLAS limits and pinning.
+"""Threads inside one operator: the kernel pool, ``parallel_for``, the OpenMP team, BLAS
+limits and pinning.
 
 ``OMP_NUM_THREADS`` sizes the kernel pool and limits the BLAS/OpenMP libraries (through
-threadpoolctl); ``KMP_AFFINITY`` pins the engine's CPU workers and the kernel pool's threads to
-cores, the way Intel's OpenMP pins its team.
+threadpoolctl); ``KMP_AFFINITY`` pins the engine's CPU workers, the kernel pool's threads and
+the OpenMP team threads that run the compiled kernels (:func:`team_cores`) to cores, the way
+Intel's OpenMP pins its team.
+
+The compiled kernels of ``ember._winograd`` run their parts on the OpenMP team of the calling
+thread, the threads that its oneDNN kernels use too (one GNU libgomp in the process): between
+two kernels those threads spin for a while, so the next kernel's parts start at once, where
+waking a kernel-pool thread costs about 45 us on a virtual machine (a parallel_for that does
+nothing took 47 us on the 2-core KVM guest here). NumPy's ufunc chunks need the GIL to start,
+so they stay on the kernel pool.
 
 Unless the user sets ``OMP_NUM_THREADS``, the threads of one operator times the engine's CPU
 workers never exceed the cores: each of ``MXNET_CPU_WORKER_NTHREADS`` workers gets an equal
@@ -19,7 +28,8 @@ from queue import SimpleQueue
 from ember import config
 
 __all__ = ['kernel_threads', 'cpu_workers', 'parallel_for', 'in_parallel_region',
-           'serial_region', 'blas_limits', 'kernel_pool', 'Affinity', 'affinity_from_config']
+           'serial_region', 'blas_limits', 'kernel_pool', 'Affinity', 'affinity_from_config',
+           'team_cores']
 
 
 def kernel_threads() -> int:
@@ -252,10 +262,12 @@ def _kernel_pool() -> KernelPool:
 
 
 def stop_kernel_pool() -> None:
-    """Join the helper threads; the next ``parallel_for`` starts a pool from configuration."""
+    """Join the helper threads; the next ``parallel_for`` starts a pool from configuration
+    (and the next OpenMP team takes its cores from it)."""
     global _pool
     with _pool_lock:
         pool, _pool = _pool, None
+        _team_cores.clear()
     if pool is not None:
         pool.stop()
 
@@ -265,6 +277,30 @@ def forget_kernel_pool() -> None:
     global _pool, _pool_lock
     _pool = None
     _pool_lock = threading.Lock()
+    _team_cores.clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# The OpenMP team
+
+_team_cores: dict = {}      # team size -> cores (None: not pinned), until the pool stops
+
+
+def team_cores(count: int) -> tuple | None:
+    """The core of each of the `count` threads of an OpenMP team that ``KMP_AFFINITY``
+    pins, as the kernel pool pins its threads (thread 0, the caller, is the engine's to pin),
+    or None where it pins nothing.
+
+    >>> team_cores(2) is None or len(team_cores(2)) == 2
+    True
+    """
+    cores = _team_cores.get(count, False)
+    if cores is False:
+        affinity = affinity_from_config()
+        cores = None if affinity is None else tuple(affinity.core_for(index, count)
+                                                    for index in range(count))
+        _team_cores[count] = cores
+    return cores
 
 
 def parallel_for(n: int, fn, split: bool | None = None) -> None:

@@ -56,17 +56,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
+from ember import config
+from ember.backend import native
 from ember.base import prod
-from ember.engine import kernel_threads
+from ember.engine.threads import in_parallel_region, kernel_threads, team_cores
 from ember.op.nn._common import make_window
 from ember.op.nn.conv_common import (
     KeptByToken, copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
 
+native.prepare_openmp()              # the compiled module may load libgomp before oneDNN
 try:
     from ember import _winograd      # compiled F(4x4, 3x3) (setup.py; optional)
 except ImportError:                  # built without a C compiler: the NumPy code runs
@@ -399,13 +403,12 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
             dys = _relayout(dy[lo:hi], rest[1][:hi - lo], (0, 2, 3, 1), threads)
         tiles = (hi - lo) * prod(_tiles(window, 4))
 
-        def part(index):
-            _winograd.weight_gradient(xs, dys, du, window.pad_before, (0, tiles),
-                                      ranges[index], min(chunk, tiles), v[index], m[index])
-        run_parts(count, dys.size * channels, part, blas=False)
+        run_compiled(_winograd.weight_gradient, dys.size * channels, [
+            (xs, dys, du, window.pad_before, (0, tiles), ranges[index], min(chunk, tiles),
+             v[index], m[index]) for index in range(count)])
     finish_parts = max(1, min(max(1, threads or 1), channels))
-    run_parts(finish_parts, du.size, lambda i: _winograd.finish_gradient(
-        du, target, part_range(i, finish_parts, channels)), blas=False)
+    run_compiled(_winograd.finish_gradient, du.size, [
+        (du, target, part_range(i, finish_parts, channels)) for i in range(finish_parts)])
     if target is not dw:
         np.copyto(dw, target if channel_last else target.transpose(0, 3, 1, 2))
 
@@ -446,14 +449,13 @@ def pointwise_weight_gradient(dy, x, dw, db=None, alloc=None, threads=1):
         outputs += [(copy[:filters * channels], copy[filters * channels:]) for copy in copies]
     chunk = _POINTWISE_CHUNK_ROWS if filters > 128 else 2 * _POINTWISE_CHUNK_ROWS
 
-    def part(index):
-        out, bias = outputs[index]
+    for out, bias in outputs:
         out.fill(0)
         if db is not None:
             bias.fill(0)
-        _winograd.pointwise_gradient(dy, x, out, None if db is None else bias,
-                                     part_range(index, parts, rows), chunk)
-    run_parts(parts, rows * (filters + channels), part, blas=False)
+    run_compiled(_winograd.pointwise_gradient, rows * (filters + channels), [
+        (dy, x, out, None if db is None else bias, part_range(index, parts, rows), chunk)
+        for index, (out, bias) in enumerate(outputs)])
     for out, bias in outputs[1:]:
         np.add(target, out.reshape(target.shape), out=target)
         if db is not None:
@@ -521,11 +523,9 @@ def pointwise(x, w, bias, out, stride, residual=None, act_type=None, alloc=None,
     parts = max(1, min(threads or 1, -(-rows // _POINTWISE_FORWARD_CHUNK)))
     chunk = _POINTWISE_FORWARD_CHUNK
     claim = np.zeros(1, np.int64)
-
-    def part(index):
-        _winograd.pointwise(x, u, target, bias, residual, relu, (0, rows), chunk,
-                            _POINTWISE_DEPTH, claim)
-    run_parts(parts, rows * channels * filters, part, blas=False)
+    run_compiled(_winograd.pointwise, rows * channels * filters,
+                 [(x, u, target, bias, residual, relu, (0, rows), chunk, _POINTWISE_DEPTH,
+                   claim)] * parts)
     if target is not out:
         np.copyto(out, target)
     if act_type is not None and not relu:
@@ -548,6 +548,28 @@ def compiled_products() -> bool:
     """Whether the compiled module (and so :func:`pointwise`, :func:`multiply_packed`) is
     built."""
     return _winograd is not None
+
+
+def run_compiled(kernel, elements, calls) -> None:
+    """``kernel(*args)`` for each tuple in `calls`, `kernel` one of the compiled module's:
+    at once where the `elements` of work reach ``MXNET_CPU_PARALLEL_SIZE``, on the calling
+    thread's OpenMP team where the module has one (``_winograd.team``: oneDNN's threads, still
+    spinning from the last kernel), else on the kernel threads; one after the other inside a
+    split (:func:`ember.engine.in_parallel_region`) or below the size."""
+    if len(calls) > 1 and elements >= config.get('MXNET_CPU_PARALLEL_SIZE') \
+            and not in_parallel_region():
+        if _winograd.openmp and use_team and isinstance(kernel, types.BuiltinFunctionType):
+            _winograd.team(kernel, calls, team_cores(len(calls)))
+            return
+        run_parts(len(calls), elements, lambda index: kernel(*calls[index]), blas=False)
+        return
+    for args in calls:
+        kernel(*args)
+
+
+# Whether run_compiled() uses the OpenMP team where the module has one (tests turn it off to
+# run the kernel-pool path).
+use_team = True
 
 
 def _packed_panels(filters, width):
@@ -678,15 +700,13 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     def convolve(x, out, residual):
         split, tiles = plans[x.shape[0]], x.shape[0] * per_sample_tiles
         claim = np.zeros(1, np.int64)       # the next item any of the threads takes
-
-        def part(index):
-            _winograd.convolve(x, u, out, bias, residual, relu, window.pad_before,
-                               (0, tiles), (0, filters), chunk, v[index], products[index],
-                               claim, split.claim_panels)
         # each output takes C multiply-adds per tap: splitting pays from far fewer outputs
         # than the elements from which an element-wise operator splits
         # (MXNET_CPU_PARALLEL_SIZE)
-        run_parts(split.count, out.size * channels, part, blas=False)
+        run_compiled(_winograd.convolve, out.size * channels, [
+            (x, u, out, bias, residual, relu, window.pad_before, (0, tiles), (0, filters),
+             chunk, v[index], products[index], claim, split.claim_panels)
+            for index in range(split.count)])
 
     if not given:
         convolve(x, out, residual)
@@ -816,8 +836,8 @@ def _packed_weights(w, weight_version, threads, scratch=None):
     shape = _packed_shape(w.shape[-1], w.shape[0])
     u = np.empty(shape, np.float32) if scratch is None else scratch
     parts = min(max(1, threads or 1), shape[1])
-    run_parts(parts, u.size, lambda i: _winograd.transform_weights(
-        w, u, part_range(i, parts, shape[1])), blas=False)
+    run_compiled(_winograd.transform_weights, u.size,
+                 [(w, u, part_range(i, parts, shape[1])) for i in range(parts)])
     if weight_version is not None:
         _kept.keep(weight_version, u)
     return u
@@ -1127,10 +1147,9 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
     claim = np.zeros(1, np.int64)       # the next tile any of the threads takes
     bt32, at32 = _line_matrices(r, m)
 
-    def part(index):
-        _winograd.line(x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles),
-                       chunk, v[index], products[index], claim)
-    run_parts(parts, out.size * channels * r, part, blas=False)
+    run_compiled(_winograd.line, out.size * channels * r, [
+        (x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles), chunk,
+         v[index], products[index], claim) for index in range(parts)])
     if target is not out:
         np.copyto(out, target)
     if act_type is not None and not relu:
