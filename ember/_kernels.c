@@ -1,5 +1,6 @@
-/* ember._kernels: BatchNorm's CPU kernels, and the two element-wise chains of ResNet training
- * graphs that ember/op/fused.py runs in one pass (see "Residual add and relu" below).
+/* ember._kernels: BatchNorm's CPU kernels, the two element-wise chains of ResNet training
+ * graphs that ember/op/fused.py runs in one pass (see "Residual add and relu" below), and the
+ * SGD-with-momentum update (ember/op/optimizer_ops.py).
  *
  * Data is float32, C-contiguous and seen as (outer, channels, inner): a channel is `outer` rows
  * of `inner` values, `channels * inner` values apart. Channel-first data (inner >= 16) is worked
@@ -706,6 +707,32 @@ static void add_relu_grad_range(const float *a, const float *b, const float *y, 
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* SGD with momentum: optimizer_ops._sgd_mom_step in one pass over the four arrays, where its
+ * NumPy calls take six over cache-sized blocks. Each product and difference rounds to float32
+ * in the same order as there (no FMA: -ffp-contract=off), so the bits are NumPy's:
+ *   step = clip(rescale * g) * lr;  mom = mom * momentum - lr_wd * w - step;  out = w + mom.
+ * clip < 0 clips nothing; np.clip passes NaN through, and so does the comparison here. out may
+ * be w: w[i] is read before out[i] is written. */
+
+static void sgd_mom_range(const float *w, const float *g, float *mom, float *out,
+                          Py_ssize_t lo, Py_ssize_t hi, float rescale, float clip, float lr,
+                          float lr_wd, float momentum) {
+    int clipping = clip >= 0;       /* loop-invariant: the compiler splits the loop on it */
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        float step = rescale * g[i];
+        if (clipping) {
+            step = step < -clip ? -clip : step > clip ? clip : step;
+        }
+        step = step * lr;
+        float m = mom[i] * momentum;
+        m = m - lr_wd * w[i];
+        m = m - step;
+        mom[i] = m;
+        out[i] = w[i] + m;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Arguments */
 
 /* `obj`'s memory as `count` C-contiguous float32 values, held in `b` until release_all; NULL
@@ -1078,6 +1105,43 @@ static PyObject *add_relu_grad(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *sgd_mom_update(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    const char *const names[4] = {"weight", "grad", "mom", "out"};
+    float *v[4];
+    Py_ssize_t lo, hi;
+    double rescale, clip, lr, lr_wd, momentum;
+    if (!PyArg_ParseTuple(args, "OOOOnnddddd:sgd_mom_update", &objs[0], &objs[1], &objs[2],
+                          &objs[3], &lo, &hi, &rescale, &clip, &lr, &lr_wd, &momentum)) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    Py_buffer *first = borrow_float32(&b, objs[0], names[0], 0);
+    Py_ssize_t size = first == NULL ? 0 : first->len / (Py_ssize_t)sizeof(float);
+    int ok = first != NULL;
+    if (ok) {
+        v[0] = (float *)first->buf;
+    }
+    for (int k = 1; ok && k < 4; k++) {
+        ok = (v[k] = borrow(&b, objs[k], names[k], size, k >= 2)) != NULL;
+    }
+    if (ok && (lo < 0 || hi < lo || hi > size)) {
+        PyErr_Format(PyExc_ValueError, "element range [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     lo, hi, size);
+        ok = 0;
+    }
+    if (!ok) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    sgd_mom_range(v[0], v[1], v[2], v[3], lo, hi, (float)rescale, (float)clip, (float)lr,
+                  (float)lr_wd, (float)momentum);
+    Py_END_ALLOW_THREADS
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bn_train_forward", train_forward, METH_VARARGS,
      "bn_train_forward(x, out, gamma, beta, mean, var, invstd, (outer, channels, inner), lo, "
@@ -1113,6 +1177,11 @@ static PyMethodDef methods[] = {
      "add_relu_grad(a, b, y, out, lo, hi): out = (a + b) * (y > 0), relu's gradient of a sum "
      "through its output y, on the elements [lo, hi) of float32 arrays of one size, bit for "
      "bit as NumPy; out may be a, b or y."},
+    {"sgd_mom_update", sgd_mom_update, METH_VARARGS,
+     "sgd_mom_update(weight, grad, mom, out, lo, hi, rescale, clip, lr, lr_wd, momentum): on "
+     "the elements [lo, hi) of float32 arrays of one size, mom = mom * momentum - lr_wd * "
+     "weight - clip(rescale * grad) * lr and out = weight + mom, each scalar as float32 and "
+     "each step rounded as NumPy's float32 calls round it (clip < 0: none); out may be weight."},
     {NULL, NULL, 0, NULL},
 };
 

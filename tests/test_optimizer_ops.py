@@ -409,3 +409,61 @@ def test_multi_update_through_ndarray():
                             num_weights=2)
     for index, want in enumerate(a for group in expected for a in group):
         np.testing.assert_allclose(handles[index].asnumpy(), want, rtol=1e-6)
+
+
+def _awkward(shape, seed):
+    """float32 values with zeros of both signs, NaN, infinities and very small and large
+    magnitudes among ordinary ones."""
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)).astype(np.float32)
+    flat = values.reshape(-1)
+    flat[:6] = [0.0, -0.0, np.nan, np.inf, -np.inf, 3e38]
+    return values
+
+
+@pytest.mark.skipif(optimizer_ops._kernels is None, reason='ember._kernels is not built')
+@pytest.mark.parametrize('attrs', [
+    dict(lr=0.1, momentum=0.9, wd=1e-4),
+    dict(lr=0.05, momentum=0.0, wd=0.0, rescale_grad=1 / 16),
+    dict(lr=0.3, momentum=0.5, wd=0.01, rescale_grad=2.0, clip_gradient=0.25),
+    dict(lr=1e-3, momentum=0.99, wd=0.1, clip_gradient=0.0),
+    dict(lr=0.1, momentum=0.9, wd=1e-4, clip_gradient=1e-50),    # clips to +-0 in float32
+])
+@pytest.mark.parametrize('in_place', [True, False])
+@pytest.mark.filterwarnings('ignore:overflow encountered', 'ignore:invalid value encountered')
+def test_compiled_sgd_momentum_rounds_as_the_numpy_step(attrs, in_place, monkeypatch):
+    """The one-pass C form of sgd_mom_update and multi_sgd_mom_update gives the NumPy step's
+    bits, weight, momentum and output, however the elements are cut."""
+    def update(name, compiled, params):
+        if not compiled:
+            monkeypatch.setattr(optimizer_ops, '_COMPILED', {})
+        shapes = [(7, 9), (1000,), (4, 2)] if name.startswith('multi') else [(37, 29)]
+        groups = [[_awkward(shape, seed + k) for k in range(3)]
+                  for seed, shape in zip((1, 11, 21), shapes)]
+        flat = [a for group in groups for a in group]
+        outs = [g[0] if in_place else np.zeros_like(g[0]) for g in groups]
+        op = registry.get(name)
+        op.kernel(op.parse_attrs(params), flat, outs, registry.KernelContext(cpu()))
+        monkeypatch.undo()
+        return [a.tobytes() for a in flat + outs]
+
+    multi = dict({k: v for k, v in attrs.items() if k not in ('lr', 'wd')},
+                 lrs=(attrs['lr'], attrs['lr'] / 2, attrs['lr'] * 3),
+                 wds=(attrs['wd'], 0.0, attrs['wd'] * 2), num_weights=3)
+    assert update('sgd_mom_update', True, attrs) == update('sgd_mom_update', False, attrs)
+    with config.override(MXNET_CPU_PARALLEL_SIZE=50):        # ranges cut inside a weight
+        assert update('multi_sgd_mom_update', True, multi) == \
+            update('multi_sgd_mom_update', False, multi)
+
+
+@pytest.mark.skipif(optimizer_ops._kernels is None, reason='ember._kernels is not built')
+def test_compiled_sgd_momentum_checks_its_arrays():
+    w = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match='mom: expected 4 float32 values, got 3'):
+        optimizer_ops._kernels.sgd_mom_update(w, w, np.zeros(3, np.float32), w, 0, 4,
+                                              1.0, -1.0, 0.1, 0.0, 0.9)
+    with pytest.raises(TypeError, match="grad: expected float32 values, got buffer format 'd'"):
+        optimizer_ops._kernels.sgd_mom_update(w, np.zeros(4), w, w, 0, 4, 1.0, -1.0, 0.1, 0.0,
+                                              0.9)
+    with pytest.raises(ValueError, match=r'element range \[0, 5\): expected 0 <= lo <= hi <= 4'):
+        optimizer_ops._kernels.sgd_mom_update(w, w, w.copy(), w, 0, 5, 1.0, -1.0, 0.1, 0.0, 0.9)

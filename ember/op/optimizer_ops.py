@@ -24,6 +24,7 @@ forms update several weights in one operation, with ``lrs`` and ``wds`` given pe
 from __future__ import annotations
 
 import ast
+import importlib
 import math
 import numbers
 
@@ -34,6 +35,12 @@ from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, regist
                                same_shape, same_type)
 
 __all__ = ['UPDATE_OPS']
+
+try:
+    # SGD with momentum in one pass: a leaf C module that setup.py builds where it can
+    _kernels = importlib.import_module('ember._kernels')
+except ImportError:
+    _kernels = None     # built without a C compiler: the NumPy steps run
 
 
 # ----------------------------------------------------------------------------------------------
@@ -116,6 +123,15 @@ def _sgd_mom_step(xp, attrs, weight, grad, mom):
     mom -= (lr * attrs['wd']) * weight
     mom -= step
     return weight + mom
+
+
+def _compiled_sgd_mom(attrs, weight, grad, mom, out, lo, hi):
+    """_sgd_mom_step on the elements [lo, hi) of flat float32 arrays in one pass, bit for bit
+    (``_kernels.sgd_mom_update``)."""
+    clip = attrs['clip_gradient']
+    _kernels.sgd_mom_update(weight, grad, mom, out, lo, hi, attrs['rescale_grad'],
+                            clip if clip >= 0 else -1.0, attrs['lr'],
+                            attrs['lr'] * attrs['wd'], attrs['momentum'])
 
 
 def _nag_mom_step(xp, attrs, weight, grad, mom):
@@ -258,8 +274,27 @@ def _master_copy(step, master=-1):
 # ----------------------------------------------------------------------------------------------
 # Kernels, shape and type inference.
 
+# Steps with a compiled form, ``form(attrs, *flat_inputs, flat_out, lo, hi)``, for float32
+# C-contiguous NumPy arrays: SGD with momentum took 24 ms of a 930 ms resnet50_v1 training step
+# at batch 16 in NumPy's six passes over cache-sized blocks.
+_COMPILED = {_sgd_mom_step: _compiled_sgd_mom} if _kernels is not None else {}
+
+
+def _compiled_form(step, xp, arrays):
+    """`step`'s compiled form where it has one and `arrays` suit it, else None."""
+    form = _COMPILED.get(step)
+    if form is None or xp is not np or not all(
+            a.dtype == np.float32 and a.flags.c_contiguous for a in arrays):
+        return None
+    return form
+
+
 def _update_kernel(step):
     def kernel(attrs, ins, outs, ctx):
+        form = _compiled_form(step, ctx.xp, (*ins, *outs))
+        if form is not None:
+            form(attrs, *(a.reshape(-1) for a in ins), outs[0].reshape(-1), 0, outs[0].size)
+            return
         outs[0][...] = step(ctx.xp, attrs, *ins)
     return kernel
 
@@ -283,6 +318,7 @@ def _multi_kernel(step, group):
         # the steps are element-wise: the kernel threads share all weights' elements as one
         # range (one thread per weight would leave a thread idle beside the largest one)
         ends = np.cumsum([out.size for out in outs])
+        form = _compiled_form(step, np, (*ins, *outs))
 
         def run(start, stop):
             first = int(np.searchsorted(ends, start, side='right'))
@@ -293,6 +329,9 @@ def _multi_kernel(step, group):
                 lo, hi = max(start, begin) - begin, min(stop, int(ends[i])) - begin
                 flat = [a.reshape(-1) for a in ins[group * i: group * (i + 1)]]
                 out = outs[i].reshape(-1)
+                if form is not None:            # one pass over the range
+                    form(settings[i], *flat, out, lo, hi)
+                    continue
                 # block by block, so that the step's temporaries stay in cache
                 for block in range(lo, hi, _UPDATE_BLOCK):
                     part = slice(block, min(hi, block + _UPDATE_BLOCK))
