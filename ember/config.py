@@ -851,12 +851,27 @@ def cache_key_values() -> dict[str, Any]:
     return {name: get(name) for name, var in sorted(REGISTRY.items()) if var.cache_key}
 
 
-def cpu_count() -> int:
-    """Cores this process may run on."""
+def _read_cores() -> tuple:
     try:
-        return len(os.sched_getaffinity(0))
+        return tuple(sorted(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        return tuple(range(os.cpu_count() or 1))
+
+
+# Read once, by the thread that imports Ember: Linux keeps an affinity per thread, and
+# KMP_AFFINITY pins each engine worker to one core, where its own affinity would leave the
+# kernels it runs one thread (and the kernel pool it starts pinned to that core).
+_PROCESS_CORES = _read_cores()
+
+
+def process_cores() -> tuple:
+    """The cores this process may run on (the affinity it started with), in order."""
+    return _PROCESS_CORES
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (:func:`process_cores`)."""
+    return len(_PROCESS_CORES)
 
 
 # ----------------------------------------------------------------------------------------------

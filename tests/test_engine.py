@@ -511,6 +511,33 @@ def test_kmp_affinity_pins_each_worker_to_one_core(offset):
     assert os.sched_getaffinity(0) == set(cores)    # the test's own thread stays unpinned
 
 
+@pytest.mark.skipif(config.cpu_count() < 2, reason='one core: nothing to share')
+def test_a_pinned_worker_still_splits_its_kernels_over_the_process_cores():
+    """Pinned to one core, an engine worker's own affinity is that core: its kernels must
+    still take every core of the process, and the kernel pool it starts pins its helpers to
+    the other cores, not to the worker's."""
+    from ember.engine import threads
+    cores = sorted(os.sched_getaffinity(0))
+    threads.stop_kernel_pool()
+    try:
+        with config.override(KMP_AFFINITY='granularity=fine,compact,1,0', OMP_NUM_THREADS=None,
+                             MXNET_CPU_WORKER_NTHREADS=1):
+            eng, seen = engine.get(), []
+
+            def probe():
+                seen.append(engine.kernel_threads())
+                pool = threads.kernel_pool()
+                seen.append([os.sched_getaffinity(t.native_id) for t in pool._threads])
+                seen.append(threads.team_cores(2))
+            eng.push(probe, writes=[eng.new_var()])
+            eng.wait_all()
+    finally:
+        threads.stop_kernel_pool()
+    assert seen[0] == len(cores)
+    assert seen[1] == [{cores[i]} for i in range(1, len(cores))]
+    assert seen[2] == (cores[0], cores[1])
+
+
 def test_independent_operators_overlap():
     from threadpoolctl import threadpool_limits
     a = np.random.default_rng(0).standard_normal((1500, 1500))

@@ -78,8 +78,8 @@ def affinity_from_config() -> Affinity | None:
     value = config.get('KMP_AFFINITY')
     if value is None or value['type'] not in ('compact', 'scatter', 'balanced'):
         return None
-    cores = tuple(sorted(os.sched_getaffinity(0)))
-    return Affinity(value['type'], value['offset'], cores)
+    # the process's cores, not the calling thread's: a pinned worker may start the pool
+    return Affinity(value['type'], value['offset'], config.process_cores())
 
 
 def pin_current_thread(core: int) -> None:
