@@ -1236,12 +1236,17 @@ INLINE wide ISA(wide_fma)(wide a, wide b, wide c) {
    k < steps of a[r * a_row + k * a_step] * (the 16 floats at b + k * b_step + j * b_next). */
 INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
                            const float *b, Py_ssize_t b_step, Py_ssize_t b_next,
-                           Py_ssize_t steps, wide sum[WIDE_ROWS][2], int rows, int panels) {
+                           const float *ahead, Py_ssize_t steps, wide sum[WIDE_ROWS][2],
+                           int rows, int panels) {
     UNROLL
     for (int r = 0; r < rows; r++) {
         sum[r][0] = sum[r][1] = ISA(wide_splat)(0.0f);
     }
     for (Py_ssize_t k = 0; k < steps; k++) {
+        if (ahead) {
+            __builtin_prefetch(ahead + k * b_step, 0, 3);
+            __builtin_prefetch(ahead + k * b_step + b_next, 0, 3);
+        }
         wide first = *(const unaligned_wide *)(b + k * b_step);
         wide second = panels == 2 ? *(const unaligned_wide *)(b + k * b_step + b_next) : first;
         UNROLL
@@ -1277,10 +1282,10 @@ INLINE void ISA(wide_sums)(const float *a, Py_ssize_t a_row, Py_ssize_t a_step,
 /* `rows` rows of v (v_row floats apart) by `panels` panels, the sum over `steps` channels:
    M's rows from V's rows and U's panels (the next one panel_next floats on). */
 INLINE void ISA(wide_product)(const float *v, Py_ssize_t v_row, Py_ssize_t steps,
-                              const float *panel, Py_ssize_t panel_next, float *m,
-                              Py_ssize_t width, int rows, int panels) {
+                              const float *panel, Py_ssize_t panel_next, const float *ahead,
+                              float *m, Py_ssize_t width, int rows, int panels) {
     wide sum[WIDE_ROWS][2];
-    ISA(wide_sums)(v, v_row, 1, panel, PANEL, panel_next, steps, sum, rows, panels);
+    ISA(wide_sums)(v, v_row, 1, panel, PANEL, panel_next, ahead, steps, sum, rows, panels);
     UNROLL
     for (int r = 0; r < rows; r++) {
         *(unaligned_wide *)(m + r * width) = sum[r][0];
@@ -1295,7 +1300,7 @@ INLINE void ISA(wide_gradient_sum)(const float *v, Py_ssize_t channels, const fl
                                    Py_ssize_t width, Py_ssize_t count, float *du,
                                    Py_ssize_t du_row, int rows, int panels) {
     wide sum[WIDE_ROWS][2];
-    ISA(wide_sums)(v, 1, channels, m, width, PANEL, count, sum, rows, panels);
+    ISA(wide_sums)(v, 1, channels, m, width, PANEL, NULL, count, sum, rows, panels);
     UNROLL
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < panels; j++) {
@@ -1319,10 +1324,20 @@ INLINE void ISA(products)(const float *vs, const float *u, float *ms, int positi
         for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
             const float *panel = u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
             int pair = f + PANEL < width ? 2 : 1;
+            /* the panels that come next, fetched while these are multiplied: in a network
+             * U comes from memory, and the hardware's prefetch alone fell behind (batch 1,
+             * 8 layers with their own U in turn: 256 channels at 14x14 0.73 -> 0.62 ms a
+             * layer, 128 at 28x28 0.33 -> 0.26 ms) */
+            const float *ahead = NULL;
+            if (f + 2 * PANEL < width) {
+                ahead = panel + 2 * channels * PANEL;
+            } else if (p + 1 < positions) {
+                ahead = u + ((p + 1) * panels + first_panel) * channels * PANEL;
+            }
             for (Py_ssize_t t = 0; t < count; t += WIDE_ROWS) {
                 Py_ssize_t rows = count - t < WIDE_ROWS ? count - t : WIDE_ROWS;
                 WIDE_BLOCK(ISA(wide_product), rows, pair, v + t * channels, channels, channels,
-                           panel, channels * PANEL, m + t * width + f, width);
+                           panel, channels * PANEL, t ? NULL : ahead, m + t * width + f, width);
             }
         }
 #else
@@ -1675,7 +1690,7 @@ INLINE void ISA(wide_pointwise)(const Pointwise *k, const float *x, Py_ssize_t s
                                 const float *panel, Py_ssize_t first_row, Py_ssize_t f,
                                 int first, int last, int rows, int panels) {
     wide sum[WIDE_ROWS][2];
-    ISA(wide_sums)(x, k->channels, 1, panel, PANEL, k->channels * PANEL, steps, sum, rows,
+    ISA(wide_sums)(x, k->channels, 1, panel, PANEL, k->channels * PANEL, NULL, steps, sum, rows,
                    panels);
     for (int j = 0; j < panels; j++) {
         Py_ssize_t lo = f + j * PANEL, n = k->filters - lo;

@@ -110,6 +110,22 @@ def test_few_tiles_split_the_filters_and_many_split_the_tiles():
     assert conv_winograd._split(16, 256, 256, 2) == split(2, 4, 64)
     # weights too large for the cache: each item reads only its filters' part
     assert conv_winograd._split(64, 512, 512, 2) == split(2, 8, 128)
+    # a batch-1 layer at 28x28 (7x7 tiles): under 32 tiles a thread, they share the filters
+    assert conv_winograd._split(49, 128, 128, 2) == split(2, 2, 32)
+
+
+def test_threads_sharing_the_filters_take_all_the_tiles_in_one_chunk():
+    """Each such thread reads its part of the weights once per chunk, so a chunk holds all
+    of a call's tiles, as many as fit _SHARED_CHUNK_BYTES a thread and the budget."""
+    chunk = conv_winograd._chunk
+    assert chunk(256, 256, 64, 2, None, shared_tiles=16) == 16
+    assert chunk(128, 128, 32, 2, None, shared_tiles=49) == 49
+    per_tile = 36 * (512 + 128) * 4
+    assert chunk(512, 512, 128, 2, None, shared_tiles=1000) == \
+        conv_winograd._SHARED_CHUNK_BYTES // per_tile
+    assert chunk(256, 256, 64, 2, 2 * 36 * (256 + 64) * 4 * 5, shared_tiles=16) == 5
+    # threads that share the tiles keep the short chunks that stay in L2
+    assert chunk(256, 256, 64, 2, None) == conv_winograd._SHORT_CHUNK
 
 
 def _convolve_args(c, chunk, width):
