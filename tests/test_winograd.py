@@ -669,6 +669,20 @@ def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transfo
     assert len(transforms) == 3          # the first kept once, the second every call
 
 
+def test_a_wide_layer_keeps_its_transformed_weights_only_for_a_large_enough_output():
+    """256 channels at 14x14: U is 9.4 MB. At batch 1 (a 0.2 MB output) measurement leaves
+    the layer to algorithms that keep nothing; at batch 8 it may keep U."""
+    u_bytes = int(np.prod(conv_winograd._packed_shape(256, 256))) * 4
+
+    def problem(batch):
+        return types.SimpleNamespace(batch=batch, filters=256, size_out=(14, 14), dtype_size=4)
+    assert conv_algorithms._kept_limit(problem(1)) < u_bytes <= \
+        conv_algorithms._kept_limit(problem(8))
+    # a 128-channel layer's 2.4 MB are kept at any batch
+    assert int(np.prod(conv_winograd._packed_shape(128, 128))) * 4 <= \
+        conv_algorithms._kept_limit(problem(1))
+
+
 def test_a_large_graph_raises_the_budget_by_its_share(monkeypatch, transforms):
     c, first, second = CASES['one tile'], Var(), Var()
     conv_winograd._kept.clear()

@@ -468,8 +468,10 @@ def _measured_choice(problem, mode, workspace_limit, onednn, trial):
 # at most KEPT_PER_OUTPUT times the bytes of one call's output. Beyond both the layer is large
 # in weights and small in space: little time to save for much memory. On resnet50_v1 at
 # batch 8 the last stage's three 512-channel layers would keep 113 MB (RSS 525 MB against
-# MXNet's 463) to save 7 of 290 ms; the 256-channel layers keep 9 MB each.
-KEPT_ALWAYS = 16 << 20
+# MXNet's 463) to save 7 of 290 ms; the 256-channel layers keep 9.4 MB each, which at batch 8
+# (1.6 MB outputs) saves about 1.5 ms a layer. At batch 1 it saved about 0.06 ms a layer in
+# resnet152_v1, whose first eight such layers then raised its RSS by 50-65 MB, to MXNet's.
+KEPT_ALWAYS = 8 << 20
 KEPT_PER_OUTPUT = 8
 
 
