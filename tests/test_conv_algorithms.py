@@ -684,3 +684,61 @@ def test_a_layer_past_the_kept_budget_chooses_again_on_every_call(node_call, mon
     run()
     run()
     assert len(choices) == 2
+
+
+@pytest.fixture
+def winograd_node_call(node_call, monkeypatch):
+    """node_call with the compiled Winograd chosen (its transformed weights kept)."""
+    if conv_winograd._winograd is None:
+        pytest.skip('ember._winograd is not built')
+    run, choices = node_call
+    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4']))
+    conv_winograd._kept.clear()
+    yield run, choices
+    conv_winograd._kept.clear()
+
+
+def test_a_node_runs_its_winograd_convolution_again_without_choosing(winograd_node_call,
+                                                                    monkeypatch):
+    run, choices = winograd_node_call
+    worked_out = []
+    real = conv_winograd._compiled_winograd
+    monkeypatch.setattr(conv_winograd, '_compiled_winograd',
+                        lambda *args: worked_out.append(1) or real(*args))
+    for _ in range(3):
+        run()
+    assert len(choices) == 1 and len(worked_out) == 1
+    # a scaled weight without a version is transformed by each call: nothing to run again
+    run(weight_version=None)
+    run(weight_version=None)
+    assert len(choices) == 3
+
+
+def test_a_replayed_winograd_convolution_is_worked_out_again_for_new_weights(
+        winograd_node_call):
+    run, choices = winograd_node_call
+    weight = CASES['3x3 wide'].arrays('NHWC')[1]
+    var = engine.get().new_var()
+    first = run(weight=weight, weight_version=((var, 0),)).copy()
+    run()
+    weight *= 2                              # written in place, as a trainer does
+    second = run(weight_version=((var, 1),))     # checked against the doubled weight
+    assert not np.allclose(first, second)
+    assert len(choices) == 2
+
+
+@pytest.mark.parametrize('change', ['threads', 'new output'])
+def test_a_replayed_winograd_convolution_is_worked_out_again_after(winograd_node_call, change):
+    run, choices = winograd_node_call
+    run()
+    run()
+    assert len(choices) == 1
+    if change == 'threads':
+        if engine.kernel_threads() < 2:
+            pytest.skip('one kernel thread: fewer Winograd threads cannot be asked for')
+        with config.override(MXNET_CPU_NNPACK_NTHREADS=1):
+            run()
+    else:
+        run(out=np.empty_like(run()))
+    assert len(choices) == 2

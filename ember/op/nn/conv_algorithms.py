@@ -191,10 +191,11 @@ def _run_gemm(problem, call, budget, alloc, threads):
 
 def _winograd(m):
     def run(problem, call, budget, alloc, threads):
-        conv_winograd.winograd(call.x, call.weight, call.bias, call.out, problem.window,
-                               problem.channel_last, m, call.residual, call.act_type, budget,
-                               alloc, threads, call.weight_version, call.weight_scale)
-        return True
+        # True, or the compiled call prepared to run again (conv_winograd.Prepared)
+        return conv_winograd.winograd(call.x, call.weight, call.bias, call.out,
+                                      problem.window, problem.channel_last, m, call.residual,
+                                      call.act_type, budget, alloc, threads,
+                                      call.weight_version, call.weight_scale) or True
     return Algorithm(f'winograd{m}', conv_winograd.supports,
                      lambda problem, batch: conv_winograd.scratch_bytes(problem, batch, m), run,
                      lambda problem: conv_winograd.kept_weight_bytes(problem, m))

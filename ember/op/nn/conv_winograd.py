@@ -204,10 +204,9 @@ def winograd(x, w, bias, out, window, channel_last, m=4, residual=None, act_type
     then made only when they are transformed."""
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
     if _compiled_runs(x, bias, out, m, residual) and w.dtype == np.float32:
-        _compiled_winograd(x, w if channel_last else w.transpose(0, 2, 3, 1), bias, out,
-                           window, residual, act_type, budget, alloc, threads, weight_version,
-                           weight_scale, channel_last)
-        return
+        return _compiled_winograd(x, w if channel_last else w.transpose(0, 2, 3, 1), bias,
+                                  out, window, residual, act_type, budget, alloc, threads,
+                                  weight_version, weight_scale, channel_last)
     w = _plain(w, weight_scale)
     plan = _Plan(transforms(m, x.dtype.type), window, channel_last, x.shape[0],
                  x.shape[-1] if channel_last else x.shape[1], w.shape[0])
@@ -661,9 +660,10 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
                        weight_version, weight_scale=None, channel_last=True):
     """The compiled F(4x4, 3x3); `w` OHWI (any strides), `x`, `out` and `residual` NHWC or
     (not `channel_last`) NCHW, copied through channel-last scratch some samples at a time
-    (:func:`_copied_samples`)."""
+    (:func:`_copied_samples`). Returns a :class:`Prepared` of the call where it can run again
+    as it is (channel-last, its transformed weights kept), else None."""
     if out.size == 0:
-        return
+        return None
     channels, filters = w.shape[-1], w.shape[0]
     u_shape = _packed_shape(channels, filters)
     u = _kept.get(weight_version)
@@ -687,9 +687,9 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     width = max(split.width for split in plans.values())
     chunk = _chunk(channels, filters, width, count, budget,
                    _shared_tiles(plans, per_sample_tiles))
-    v, products, *scratch = alloc([((count, 36 * chunk * channels), np.float32),
-                                   ((count, 36 * chunk * width), np.float32)]
-                                  + [(u_shape, np.float32)] * in_scratch
+    specs = [((count, 36 * chunk * channels), np.float32),
+             ((count, 36 * chunk * width), np.float32)]
+    v, products, *scratch = alloc(specs + [(u_shape, np.float32)] * in_scratch
                                   + [(_channel_last_shape((samples,) + a.shape[1:]), np.float32)
                                      for a in given])
     scratch, copies = scratch[:in_scratch], scratch[in_scratch:]
@@ -698,7 +698,7 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
                             scratch[0] if scratch else None)
     relu = act_type == 'relu'
 
-    def convolve(x, out, residual):
+    def convolve(x, out, residual, v, products):
         split, tiles = plans[x.shape[0]], x.shape[0] * per_sample_tiles
         claim = np.zeros(1, np.int64)       # the next item any of the threads takes
         # each output takes C multiply-adds per tap: splitting pays from far fewer outputs
@@ -710,16 +710,40 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
             for index in range(split.count)])
 
     if not given:
-        convolve(x, out, residual)
+        convolve(x, out, residual, v, products)
+        if not in_scratch and weight_version is not None and (act_type is None or relu):
+            return Prepared(u, specs, alloc,
+                            lambda v, products: convolve(x, out, residual, v, products))
     for lo in range(0, batch if given else 0, samples):
         hi = min(batch, lo + samples)
         ins = [_relayout(a[lo:hi], c[:hi - lo], (0, 2, 3, 1), threads)
                for a, c in zip((x, residual), copies[::2]) if a is not None]
         # the residual is copied before `out`, whose memory it may share, is written
-        convolve(ins[0], copies[1][:hi - lo], ins[1] if len(ins) > 1 else None)
+        convolve(ins[0], copies[1][:hi - lo], ins[1] if len(ins) > 1 else None, v, products)
         _relayout(copies[1][:hi - lo], out[lo:hi], (0, 3, 1, 2), threads)
     if act_type is not None and not relu:
         finish(out, out, act_type=act_type)
+    return None
+
+
+class Prepared:
+    """A compiled F(4x4) call worked out once (its split, chunks and arguments), to run
+    again on the same arrays while the transformed weights kept for its weight version are
+    the ones it was worked out with: about 40 us of a batch-1 layer's Python. Each run takes
+    its scratch afresh (a later request may move the temp space)."""
+
+    __slots__ = ('u', 'specs', 'alloc', 'convolve')
+
+    def __init__(self, u, specs, alloc, convolve):
+        self.u, self.specs, self.alloc, self.convolve = u, specs, alloc, convolve
+
+    def run(self, weight_version) -> bool:
+        """Runs the call again; False (nothing written) when the weights kept for
+        `weight_version` are not the ones it was worked out with."""
+        if _kept.get(weight_version) is not self.u:
+            return False
+        self.convolve(*self.alloc(self.specs))
+        return True
 
 
 # Channel-first data goes through channel-last copies of at most this many bytes (or half the

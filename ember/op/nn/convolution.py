@@ -345,7 +345,7 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
         return
     arrays = (attrs, data, bias, out, residual, act_type, weight_scale)
     replay = ctx.memo.get('forward')
-    if replay is not None and replay.serves(arrays, weight) \
+    if replay is not None and replay.serves(arrays, weight, ctx) \
             and replay.prepared.run(weight_version):
         return
     calls = _Calls(ConvCall(attrs, data, weight, bias, out, residual, act_type, weight_version,
@@ -374,34 +374,41 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     if not done:
         calls.run(conv_algorithms.numpy_rule(calls.problem))
     # past the kept budget the choice follows the room left, which changes with other layers
-    if isinstance(done, onednn_provider.Prepared) and not calls.measured and not calls.unkept:
-        ctx.memo['forward'] = _Replay(arrays, weight, done)
+    if isinstance(done, (onednn_provider.Prepared, conv_winograd.Prepared)) \
+            and not calls.measured and not calls.unkept:
+        threads = _threads(algorithm.name, ctx.deterministic) \
+            if isinstance(done, conv_winograd.Prepared) else None
+        ctx.memo['forward'] = _Replay(arrays, weight, done, threads)
     else:
         ctx.memo.pop('forward', None)
 
 
 class _Replay:
-    """A node's oneDNN convolution as its last call ran it (``ctx.memo``), run again while
-    the node's arrays are the same and nothing that chose oneDNN has changed: the measured
-    choices, the tuning mode or the budget of kept weights. Working the call out again costs
-    about 25 us (1 of resnet50_v1's 21 ms at batch 1)."""
+    """A node's oneDNN or compiled Winograd convolution as its last call ran it
+    (``ctx.memo``), run again while the node's arrays are the same and nothing that chose it
+    has changed: the measured choices, the tuning mode, the budget of kept weights, and for
+    Winograd its kernel threads. Working the call out again costs about 25 us for oneDNN (1
+    of resnet50_v1's 21 ms at batch 1) and 60 us for Winograd."""
 
-    __slots__ = ('arrays', 'weight', 'weight_at', 'chosen', 'prepared')
+    __slots__ = ('arrays', 'weight', 'weight_at', 'chosen', 'prepared', 'threads')
 
-    def __init__(self, arrays, weight, prepared):
+    def __init__(self, arrays, weight, prepared, threads=None):
         self.arrays, self.weight, self.prepared = arrays, weight, prepared
         self.weight_at = accel.data_address(weight)
         self.chosen = self._choosing(arrays[0])
+        self.threads = threads
 
     @staticmethod
     def _choosing(attrs):
         return (conv_algorithms.generation(), _tune_mode(attrs), conv_winograd.kept_budget())
 
-    def serves(self, arrays, weight) -> bool:
+    def serves(self, arrays, weight, ctx) -> bool:
         """Whether a call on `arrays` (forward's, the weight aside) and `weight` (the same
         array, or the same view of the same one: a kernel may pass a fresh transposed view
         each call) would choose and build the same."""
         kept = self.weight
+        if self.threads is not None and _threads('winograd4', ctx.deterministic) != self.threads:
+            return False
         return (all(a is b for a, b in zip(arrays, self.arrays))
                 and (weight is kept or (weight.base is not None and weight.base is kept.base
                                         and weight.shape == kept.shape
