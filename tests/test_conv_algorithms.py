@@ -632,15 +632,21 @@ def test_a_node_runs_its_onednn_convolution_again_without_choosing(node_call):
     assert len(choices) == 3
 
 
-@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
-def test_a_new_weight_version_reaches_the_replayed_convolution(node_call):
-    run, choices = node_call
+def _outputs_around_a_doubled_weight(run):
+    """A node_call's outputs before and after its weight is doubled in place (as a trainer
+    writes it) under a new version; run() checks each against the weight it then holds."""
     weight = CASES['3x3 wide'].arrays('NHWC')[1]
     var = engine.get().new_var()
     first = run(weight=weight, weight_version=((var, 0),)).copy()
     run()
-    weight *= 2                              # written in place, as a trainer does
-    second = run(weight_version=((var, 1),))     # checked against the doubled weight
+    weight *= 2
+    return first, run(weight_version=((var, 1),))
+
+
+@pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
+def test_a_new_weight_version_reaches_the_replayed_convolution(node_call):
+    run, choices = node_call
+    first, second = _outputs_around_a_doubled_weight(run)
     assert not np.allclose(first, second)
     assert len(choices) == 1
 
@@ -718,12 +724,7 @@ def test_a_node_runs_its_winograd_convolution_again_without_choosing(winograd_no
 def test_a_replayed_winograd_convolution_is_worked_out_again_for_new_weights(
         winograd_node_call):
     run, choices = winograd_node_call
-    weight = CASES['3x3 wide'].arrays('NHWC')[1]
-    var = engine.get().new_var()
-    first = run(weight=weight, weight_version=((var, 0),)).copy()
-    run()
-    weight *= 2                              # written in place, as a trainer does
-    second = run(weight_version=((var, 1),))     # checked against the doubled weight
+    first, second = _outputs_around_a_doubled_weight(run)
     assert not np.allclose(first, second)
     assert len(choices) == 2
 
