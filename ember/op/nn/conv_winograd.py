@@ -729,7 +729,7 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
 class Prepared:
     """A compiled F(4x4) call worked out once (its split, chunks and arguments), to run
     again on the same arrays while the transformed weights kept for its weight version are
-    the ones it was worked out with: about 40 us of a batch-1 layer's Python. Each run takes
+    the ones it was worked out with: about 30 us of a batch-1 layer's Python. Each run takes
     its scratch afresh (a later request may move the temp space)."""
 
     __slots__ = ('u', 'specs', 'alloc', 'convolve')
