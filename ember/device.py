@@ -21,7 +21,7 @@ _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 class Device:
     """A device kind and id. Immutable, hashable, and a context manager for the default device."""
 
-    __slots__ = ('device_type', 'device_id', '_tokens')
+    __slots__ = ('device_type', 'device_id', '_tokens', '_hash')
     devtype2str = _KIND_NAMES
     devstr2type = _KINDS
 
@@ -36,9 +36,15 @@ class Device:
         object.__setattr__(self, 'device_type', device_type)
         object.__setattr__(self, 'device_id', device_id)
         object.__setattr__(self, '_tokens', [])
+        # hashed on every parameter lookup (Parameter.data per graph input per call)
+        object.__setattr__(self, '_hash', hash((device_type, device_id)))
 
     def __setattr__(self, name, value):
         raise AttributeError('Device is immutable')
+
+    def __reduce__(self):
+        # pickle and copy rebuild through __init__ (slots would be set one by one otherwise)
+        return Device, (self.device_type, self.device_id)
 
     @property
     def device_typeid(self) -> int:
@@ -49,11 +55,11 @@ class Device:
         return self.device_type != 'gpu'
 
     def __eq__(self, other):
-        return (isinstance(other, Device) and self.device_type == other.device_type
+        return other is self or (isinstance(other, Device) and self.device_type == other.device_type
                 and self.device_id == other.device_id)
 
     def __hash__(self):
-        return hash((self.device_type, self.device_id))
+        return self._hash
 
     def __repr__(self):
         return f'{self.device_type}({self.device_id})'
