@@ -29,6 +29,8 @@ is called.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import operator
 import threading
 import weakref
 from dataclasses import dataclass
@@ -82,6 +84,7 @@ class CachedOp:
         params = [int(i) for i in flags.get('param_indices') or ()]
         params += [i for i, name in enumerate(self._input_names) if name in self._aux_names]
         self._param_positions = frozenset(params)
+        self._param_order = tuple(sorted(self._param_positions))
         self._pool = {}                # Signature -> list of _Bound
         # Reentrant: a finalizer may release an executor during a collection inside _acquire.
         self._lock = threading.RLock()
@@ -95,10 +98,11 @@ class CachedOp:
         if len(args) != len(self._input_names):
             raise ValueError(f'CachedOp: expected {len(self._input_names)} inputs '
                              f'({", ".join(self._input_names)}), got {len(args)}')
-        for name, value in zip(self._input_names, args):
-            if not isinstance(value, nd.NDArray):
-                raise TypeError(f'CachedOp: input {name!r} must be an NDArray, got '
-                                f'{type(value).__name__}')
+        if not all(map(isinstance, args, itertools.repeat(nd.NDArray))):
+            name, value = next((n, v) for n, v in zip(self._input_names, args)
+                               if not isinstance(v, nd.NDArray))
+            raise TypeError(f'CachedOp: input {name!r} must be an NDArray, got '
+                            f'{type(value).__name__}')
         recording = autograd.is_recording() and any(a._ag is not None for a in args)
         signature = self._signature(args, recording)
         bound = self._acquire(signature, args)
@@ -119,7 +123,8 @@ class CachedOp:
         else:
             reqs = self._null_reqs
         # np.dtype objects hash and compare by value; their .name costs microseconds each
-        return Signature(tuple([a.shape for a in args]), tuple([a._view.dtype for a in args]),
+        views = [a._view for a in args]
+        return Signature(tuple([v.shape for v in views]), tuple([v.dtype for v in views]),
                          args[0].context, reqs)
 
     def _acquire(self, signature, args):
@@ -157,11 +162,11 @@ class CachedOp:
                 bound.lease = None
 
     def _param_arrays(self, args):
-        return {self._input_names[i]: args[i] for i in self._param_positions}
+        return tuple([args[i] for i in self._param_order])
 
     def _bind(self, signature, args):
         self.num_binds += 1
-        return _Bound(self._symbol, self._input_names, self._aux_names, self._param_positions,
+        return _Bound(self._symbol, self._input_names, self._aux_names, self._param_order,
                       signature, args, self._bulk)
 
     # -- autograd --------------------------------------------------------------------------------
@@ -194,6 +199,10 @@ class _Bound:
         self._input_names = input_names
         self._reqs = dict(zip(input_names, signature.grad_reqs))
         self._params = {input_names[i]: args[i] for i in param_positions}
+        # in position order, as CachedOp._param_arrays lists the arrays of a call
+        self._param_arrays = tuple(args[i] for i in param_positions)
+        self._data_positions = tuple((name, i) for i, name in enumerate(input_names)
+                                     if name not in self._params)
         arrays = {name: self._params[name] if name in self._params else _like(value)
                   for name, value in zip(input_names, args)}
         arg_names = sym.list_arguments()
@@ -216,12 +225,12 @@ class _Bound:
         return config.override(**self._bulk) if self._bulk else contextlib.nullcontext()
 
     def params_match(self, params):
-        return all(params[name] is bound for name, bound in self._params.items())
+        """Whether `params` (CachedOp._param_arrays of a call) are the arrays bound here."""
+        return all(map(operator.is_, params, self._param_arrays))
 
     def forward(self, args, is_train):
         self.generation += 1
-        data = {name: value for name, value in zip(self._input_names, args)
-                if name not in self._params}
+        data = {name: args[i] for name, i in self._data_positions}
         with self._bulk_scope():
             self.executor.forward(is_train=is_train, **data)
         return [o.copy() for o in self.executor.outputs]
