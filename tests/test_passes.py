@@ -246,6 +246,28 @@ def test_sg_conv_kernel_writes_over_its_residual():
     np.testing.assert_allclose(shared, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
+def test_sg_conv_node_follows_a_new_weight_array(layout):
+    """A node keeps its view of the weight in its memo (one kernel context for every call, as
+    the executor calls it); handed another weight array, it convolves with that one."""
+    op = registry.get('_sg_conv')
+    params = {'kernel': (1, 1), 'num_filter': 2, 'no_bias': True, 'layout': layout}
+    if layout == 'NHWC':
+        params['weight_layout'] = 'OIHW'       # the subgraph pass's channel-last convolution
+    attrs = op.parse_attrs(params)
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((1, 3, 3, 2) if layout == 'NHWC' else (1, 2, 3, 3))
+    data = data.astype(np.float32)
+    ctx = registry.KernelContext(None)
+    for scale in (1, 3):
+        weight = np.arange(4, dtype=np.float32).reshape(2, 2, 1, 1) * scale
+        out = np.empty_like(data)
+        op.kernel(attrs, [data, weight], [out], ctx)
+        spec = 'nhwc' if layout == 'NHWC' else 'nchw'
+        expected = np.einsum(f'fc,{spec}->{spec.replace("c", "f")}', weight[:, :, 0, 0], data)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_subgraph_is_a_no_op_when_off_and_folds_nothing_in_training():
     graph = conv_bn_net(False, False).to_graph()
     params = parameters(random_inputs(graph, {'data': (1, 3, 4, 4)}))

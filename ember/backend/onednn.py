@@ -510,6 +510,12 @@ class Primitive:
         self.bindings = [self._bind(arg, md, False) for arg, md in inputs.items()]
         self.outputs = [self._bind(arg, md, True) for arg, md in outputs.items()]
         self.accumulate = self._accumulate(accumulate) if accumulate is not None else None
+        if self.accumulate is not None:
+            self._dst = next(b for b in self.outputs if b.arg == ARG_DST)
+            # an addend at the destination's address is already in place when the destination
+            # is written as it is laid out, not reordered
+            self._accumulate_in_place = (self._dst.reorder is None
+                                         and self.accumulate.user_md == self._dst.user_md)
         self.scratch = self._scratchpad()
         self.workspace_bytes = self._place_buffers()
         memories = [b.inner_memory for b in self.bindings + self.outputs]
@@ -548,12 +554,13 @@ class Primitive:
         library = self.library
         stream = library.stream()
         with self.lock:
-            base = _workspace(self.workspace_bytes)
+            # the workspace holds only reordered arguments and the scratchpad
+            base = _workspace(self.workspace_bytes) if self.workspace_bytes else 0
             prepared = []           # arrays made for this run, alive until it ends
             for binding in self.bindings:
                 address = accel.data_address(arrays[binding.arg])
-                token, prepare = versions.get(binding.arg, (None, None)) if versions \
-                    else (None, None)
+                token, prepare = versions.get(binding.arg, _UNVERSIONED) if versions \
+                    else _UNVERSIONED
                 if token is not None and binding.reorder is not None:
                     _kept.stage(library, stream, binding, address, token, prepare)
                     continue
@@ -628,12 +635,11 @@ class Primitive:
         return total
 
     def _stage_accumulate(self, stream, addend, arrays, base):
-        staged = self.accumulate
-        dst = next(b for b in self.outputs if b.arg == ARG_DST)
+        staged, dst = self.accumulate, self._dst
         target = (accel.data_address(arrays[ARG_DST]) if dst.reorder is None
                   else base + dst.offset)
         source = accel.data_address(addend)
-        if dst.reorder is None and source == target and staged.user_md == dst.user_md:
+        if source == target and self._accumulate_in_place:
             return      # the addend already is the destination (an in-place residual add)
         self.library.memory_set_data_handle(staged.user_memory, source)
         _execute_reorder(self.library, stream, staged)
@@ -698,9 +704,13 @@ class _Copy:
 
     def made_from(self, token) -> bool:
         """Whether `token` names this copy's variables at the versions it was made from."""
-        return (self.versions is not None and len(token) == len(self.versions)
-                and all(ref() is var and version == made for ref, (var, version), made
-                        in zip(self.variables, token, self.versions)))
+        made = self.versions
+        if made is None or len(token) != len(made):
+            return False
+        for ref, (var, version), made_version in zip(self.variables, token, made):
+            if ref() is not var or version != made_version:
+                return False
+        return True
 
     def alive(self) -> bool:
         return all(ref() is not None for ref in self.variables)
@@ -789,6 +799,7 @@ class _Kept:
 
 
 _kept = _Kept()
+_UNVERSIONED = (None, None)     # (token, prepare) of an input without a kept copy
 
 
 def kept_bytes() -> int:

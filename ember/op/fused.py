@@ -486,15 +486,24 @@ def _sg_conv_infer(attrs, in_shapes):
 def _sg_conv_kernel(attrs, ins, outs, ctx):
     # one call: oneDNN applies the residual and activation as post-ops, the NumPy algorithms
     # in their last pass over the output (the residual may be the output itself)
-    at = {name: index for index, name in enumerate(_conv_inputs(attrs))}
-    weight = ins[1]
-    if _oihw_for_layout(attrs):
-        weight = _ohwi(weight)
-    scale = at.get('weight_scale')
-    convolution.forward(attrs, ins[0], weight, ins[at['bias']] if 'bias' in at else None,
-                        outs[0], ctx, ins[at['sum']] if 'sum' in at else None,
-                        attrs['act_type'], None if scale is None else ins[scale],
+    spec = ctx.memo.get('sg_conv')
+    if spec is None or spec[0] is not ins[1]:
+        spec = ctx.memo['sg_conv'] = _sg_conv_spec(attrs, ins[1])
+    _, weight, bias, residual, scale = spec
+    convolution.forward(attrs, ins[0], weight, None if bias is None else ins[bias], outs[0],
+                        ctx, None if residual is None else ins[residual], attrs['act_type'],
+                        None if scale is None else ins[scale],
                         convolution.weight_token(ctx, 1, scale))
+
+
+def _sg_conv_spec(attrs, weight):
+    """(weight input, the weight as the convolution reads it, and the input positions of the
+    bias, residual and weight scale, None where absent): a graph node keeps it in its memo,
+    so that each call passes the same weight view (the convolution's replay then recognises
+    it at once) and reads no names."""
+    at = {name: index for index, name in enumerate(_conv_inputs(attrs))}
+    return (weight, _ohwi(weight) if _oihw_for_layout(attrs) else weight, at.get('bias'),
+            at.get('sum'), at.get('weight_scale'))
 
 
 def _ohwi(weight):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import numpy as np
 
@@ -409,7 +410,7 @@ class _Replay:
         kept = self.weight
         if self.threads is not None and _threads('winograd4', ctx.deterministic) != self.threads:
             return False
-        return (all(a is b for a, b in zip(arrays, self.arrays))
+        return (all(map(operator.is_, arrays, self.arrays))
                 and (weight is kept or (weight.base is not None and weight.base is kept.base
                                         and weight.shape == kept.shape
                                         and weight.strides == kept.strides
@@ -423,8 +424,14 @@ def weight_token(ctx, *indices):
     them is not a variable of the graph (it may then change between any two calls)."""
     if ctx.is_train:
         return None
-    pairs = tuple(ctx.input_version(i) for i in indices if i is not None)
-    return None if not pairs or any(p is None for p in pairs) else pairs
+    pairs = []
+    for index in indices:
+        if index is not None:
+            pair = ctx.input_version(index)
+            if pair is None:
+                return None
+            pairs.append(pair)
+    return tuple(pairs) or None
 
 
 # the scaled, contiguous weights the NumPy algorithms need when the graph hands a convolution

@@ -123,8 +123,9 @@ class Prepared:
         be the first call's)."""
         primitive = self._primitive()
         if primitive is None or (self._prepare is not None and weight_version is None) \
-                or not _ready():
+                or not enabled():
             return False
+        onednn.set_num_threads(engine.kernel_threads())
         versions = None if weight_version is None \
             else {ARG_WEIGHTS: (weight_version, self._prepare)}
         _execute(primitive, self._arrays, self._accumulate, versions)
