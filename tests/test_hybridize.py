@@ -551,3 +551,32 @@ def test_gradients_follow_grad_arrays_made_after_the_executor():
     net.weight.grad_req = 'write'
     backward()
     np.testing.assert_allclose(net.weight.grad().asnumpy(), once, rtol=1e-5)
+
+
+@pytest.mark.parametrize('change', ['initialize again', 'reset_ctx', 'cast', 'set_data'])
+def test_hybridized_calls_read_replaced_parameter_arrays(change):
+    """A hybridized block keeps the parameter arrays its last call read; a parameter given new
+    arrays (or new values) reaches the next call."""
+    net = nn.Dense(3, in_units=4)
+    net.initialize(mx.init.One())
+    net.hybridize(static_alloc=True)
+    x = nd.array(np.arange(8, dtype=np.float32).reshape(2, 4))
+    before = net(x).asnumpy()
+    if change == 'initialize again':
+        net.initialize(mx.init.Constant(2), force_reinit=True)
+    elif change == 'reset_ctx':
+        net.collect_params().reset_ctx(mx.cpu(0))
+        net.weight.set_data(net.weight.data() * 2)
+        net.bias.set_data(net.bias.data() * 2)
+    elif change == 'cast':
+        net.cast('float64')
+        x = x.astype('float64')
+        net.weight.set_data(net.weight.data() * 2)
+        net.bias.set_data(net.bias.data() * 2)
+    else:
+        net.weight.set_data(net.weight.data() * 2)
+        net.bias.set_data(net.bias.data() * 2)
+    after = net(x).asnumpy()
+    expected = x.asnumpy() @ net.weight.data().asnumpy().T + net.bias.data().asnumpy()
+    np.testing.assert_allclose(after, expected, rtol=1e-6)
+    np.testing.assert_allclose(after, 2 * before, rtol=1e-6)

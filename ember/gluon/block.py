@@ -322,6 +322,8 @@ class HybridBlock(Block):
         self._cached_graph = ()          # (input variables, output symbol) of the last trace
         self._cached_op = None
         self._cached_op_args = ()        # per graph input: (True, data position) or (False, param)
+        self._cached_op_data_positions = ()   # (graph input, data position) of the data inputs
+        self._cached_op_params = None    # (Parameter.tables_changed, device, arrays) last read
         self._in_format = None
         self._out_format = None
 
@@ -422,8 +424,12 @@ class HybridBlock(Block):
             raise EmberError(f'{self.name}: the traced graph reads {unknown}, which are neither '
                              f'inputs {list(data_names)} nor parameters of this block')
         _warn_unused(data_names, params, set(input_names))
+        self._cached_op_params = None
         self._cached_op_args = tuple((True, data_names[n]) if n in data_names
                                      else (False, params[n]) for n in input_names)
+        self._cached_op_data_positions = tuple(
+            (position, index) for position, (is_arg, index) in enumerate(self._cached_op_args)
+            if is_arg)
         flags = dict(self._flags)
         flags['data_indices'] = [i for i, (is_arg, _) in enumerate(self._cached_op_args)
                                  if is_arg]
@@ -451,7 +457,17 @@ class HybridBlock(Block):
         return _regroup(list(out), self._out_format)[0]
 
     def _cached_op_inputs(self, data, device):
-        return [data[i] if is_arg else i.data(device) for is_arg, i in self._cached_op_args]
+        # the parameters' arrays as the last call read them, while no parameter's table of
+        # arrays has been replaced since (a resnet50_v1 call reads about 300)
+        changed = Parameter.tables_changed
+        kept = self._cached_op_params
+        if kept is None or kept[0] != changed or kept[1] != device:
+            kept = self._cached_op_params = (changed, device, [
+                None if is_arg else param.data(device) for is_arg, param in self._cached_op_args])
+        inputs = list(kept[2])
+        for position, index in self._cached_op_data_positions:
+            inputs[position] = data[index]
+        return inputs
 
     def _deferred_infer_shape(self, *args):
         with autograd.pause():

@@ -51,6 +51,21 @@ class Parameter:
     def __repr__(self):
         return f'Parameter {self.name} (shape={self.shape}, dtype={self.dtype.name})'
 
+    # Counts every replacement of any parameter's table of arrays (initialization, reset_ctx,
+    # cast, ...): a hybridized block keeps the arrays it last read per call and reads them
+    # again only when this has moved.
+    tables_changed = 0
+
+    @property
+    def _data(self):
+        """The arrays per device (an OrderedDict), None before initialization."""
+        return self._table
+
+    @_data.setter
+    def _data(self, table):
+        self._table = table
+        Parameter.tables_changed += 1
+
     # -- settings --------------------------------------------------------------------------------
     @property
     def grad_req(self):
@@ -161,7 +176,7 @@ class Parameter:
                 from None
 
     def data(self, ctx=None):
-        table = self._data
+        table = self._table
         if ctx is not None and table is not None:
             # a hybridized block reads every parameter this way on each call
             array = table.get(ctx)
