@@ -54,6 +54,10 @@ SETTINGS = {
     'timeout=4 spin=10000': ({'OPENBLAS_THREAD_TIMEOUT': '4', 'GOMP_SPINCOUNT': '10000'}, False),
     'timeout=4 spin=100000': ({'OPENBLAS_THREAD_TIMEOUT': '4', 'GOMP_SPINCOUNT': '100000'},
                               False),
+    'timeout=4 spin=300000': ({'OPENBLAS_THREAD_TIMEOUT': '4', 'GOMP_SPINCOUNT': '300000'},
+                              False),
+    'timeout=4 spin=3000000': ({'OPENBLAS_THREAD_TIMEOUT': '4', 'GOMP_SPINCOUNT': '3000000'},
+                               False),
     'timeout=8 spin=10000': ({'OPENBLAS_THREAD_TIMEOUT': '8', 'GOMP_SPINCOUNT': '10000'}, False),
     'timeout=4 passive': ({'OPENBLAS_THREAD_TIMEOUT': '4', 'OMP_WAIT_POLICY': 'passive'}, False),
 }
