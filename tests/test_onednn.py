@@ -742,6 +742,63 @@ def test_kept_weights_are_per_array_and_go_with_their_variable():
 
 
 @needs_onednn
+def test_replays_of_layers_sharing_a_primitive_run_on_their_own_arrays():
+    """Two layers of one shape share a primitive: each replay (Prepared.run) sets its own data
+    handles again after the other ran, reads its inputs' current values, and works its kept
+    weight copy out again once that copy is discarded or the weight's version changes."""
+    onednn.clear_cache()
+    kwargs = dict(kernel=(3, 3), num_filter=8, pad=(1, 1), no_bias=True)
+    data, first = conv_inputs((1, 8, 6, 6), kwargs)
+    attrs, (expected,) = numpy_outputs('Convolution', [data, first], **kwargs)
+    # channel-last activations, as a network's: oneDNN reads and writes them as they are, so
+    # a run sets data handles only (and reorders the weight into its kept copy)
+    attrs, expected = dict(attrs, layout='NHWC'), expected.transpose(0, 2, 3, 1)
+    layers = []
+    for scale in (1, 3):
+        x, w = data.transpose(0, 2, 3, 1).copy(), (first * scale).transpose(0, 2, 3, 1)
+        out = empty_like(expected)
+        token = ((engine.get().new_var(), 0),)
+        prepared = provider.convolution_forward(attrs, x, w, None, out, weight_version=token)
+        assert isinstance(prepared, provider.Prepared)
+        layers.append((prepared, x, w, out, token, scale))
+    assert layers[0][0]._primitive() is layers[1][0]._primitive()
+
+    def check(factor=1):
+        for prepared, x, w, out, token, scale in layers:
+            out.fill(np.nan)
+            assert prepared.run(token) and prepared._plan is not None
+            np.testing.assert_allclose(out, factor * scale * expected, rtol=RTOL, atol=ATOL)
+    check()
+    check()
+    for _, x, *_ in layers:
+        x *= 2                       # new inputs in the same arrays
+    check(2)
+    onednn.discard_kept(layers[0][4])      # its copy is gone: reordered again
+    check(2)
+    prepared, x, w, out, token, scale = layers[1]
+    w *= 2                           # a new version of the second weight
+    layers[1] = (prepared, x, w, out, ((token[0][0], 1),), 2 * scale)
+    check(2)
+
+
+@needs_onednn
+def test_a_run_that_reorders_an_input_each_time_has_no_plan():
+    x = rand(1, 8, 5, 5)
+    y = np.empty_like(x)
+    channel_last = x.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+    relu = onednn.eltwise(onednn.MemoryDesc.of(x), onednn.MemoryDesc.of(y), 'relu')
+    assert relu.run({onednn.ARG_SRC: x, onednn.ARG_DST: y}) is not None
+    conv = onednn.convolution(onednn.MemoryDesc.of(channel_last),
+                              onednn.MemoryDesc.of(rand(4, 8, 3, 3)), None,
+                              onednn.MemoryDesc.of(np.empty((1, 4, 3, 3), np.float32)),
+                              (1, 1), (1, 1), (0, 0), (0, 0))
+    assert conv.reorders[onednn.ARG_SRC] or conv.reorders[onednn.ARG_WEIGHTS]
+    arrays = {onednn.ARG_SRC: channel_last, onednn.ARG_WEIGHTS: rand(4, 8, 3, 3),
+              onednn.ARG_DST: np.empty((1, 4, 3, 3), np.float32)}
+    assert conv.run(arrays) is None
+
+
+@needs_onednn
 def test_a_discarded_copy_is_freed_though_a_primitive_found_it_by_shortcut():
     onednn.clear_cache()
     kwargs = dict(kernel=(3, 3), num_filter=8, pad=(1, 1), no_bias=True)

@@ -8,16 +8,15 @@ binds the arrays' memory, reorders inputs into the chosen layouts in a per-threa
 the primitive and reorders the outputs back. Every failing call raises :class:`OneDNNError`
 naming the C function and oneDNN's status.
 
->>> import numpy as np
+>>> import numpy as np, pytest
 >>> from ember.backend import onednn
->>> if onednn.available():
-...     x = np.array([[-1.0, 2.0]], np.float32)
-...     y = np.empty_like(x)
-...     relu = onednn.eltwise(onednn.MemoryDesc.of(x), onednn.MemoryDesc.of(y), 'relu')
-...     relu.run({onednn.ARG_SRC: x, onednn.ARG_DST: y})
-...     print(y.tolist())
-... else:
-...     print([[0.0, 2.0]])
+>>> if not onednn.available():
+...     pytest.skip('oneDNN is not installed')
+>>> x = np.array([[-1.0, 2.0]], np.float32)
+>>> y = np.empty_like(x)
+>>> relu = onednn.eltwise(onednn.MemoryDesc.of(x), onednn.MemoryDesc.of(y), 'relu')
+>>> plan = relu.run({onednn.ARG_SRC: x, onednn.ARG_DST: y})
+>>> y.tolist()
 [[0.0, 2.0]]
 """
 from __future__ import annotations
@@ -35,7 +34,7 @@ from ember import accel, config
 from ember.backend import native
 from ember.base import EmberError
 
-__all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError', 'MemoryDesc',
+__all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError', 'MemoryDesc', 'Plan',
            'PostOp', 'Primitive', 'has_plain_strides', 'convolution', 'inner_product', 'pooling',
            'batch_norm', 'eltwise', 'softmax', 'lrn', 'reorder', 'cached', 'cache_size',
            'clear_cache', 'reset', 'ARG_SRC', 'ARG_DST', 'ARG_WEIGHTS', 'ARG_BIAS', 'ARG_MEAN',
@@ -507,6 +506,8 @@ class Primitive:
         self._owned = _Handles(library, pd, hints)
         self.handle = self._own(library.new_handle(library.primitive_create, pd), 'primitive')
         self.lock = threading.Lock()
+        # the Plan whose data handles are set now (a dead reference: none)
+        self._last = _NO_PLAN
         self.bindings = [self._bind(arg, md, False) for arg, md in inputs.items()]
         self.outputs = [self._bind(arg, md, True) for arg, md in outputs.items()]
         self.accumulate = self._accumulate(accumulate) if accumulate is not None else None
@@ -544,18 +545,36 @@ class Primitive:
         return {b.arg: b.reorder is not None for b in self.bindings + self.outputs}
 
     def run(self, arrays: dict, accumulate: np.ndarray | None = None,
-            versions: dict | None = None) -> None:
+            versions: dict | None = None, plan: Plan | None = None) -> Plan | None:
         """Execute on `arrays` (argument id -> float32 array laid out as described at build
         time); `accumulate` is what a sum post-op adds to. `versions` maps input argument ids
         to ``(token, prepare)``: such an input's reordered copy is kept and reused while its
         address and token, ``((engine variable, version), ...)`` of what it is made from,
         stay the same (weights in inference); `prepare`, None or a function returning the
-        array to reorder from instead (a scaled weight), runs only when it is reordered."""
+        array to reorder from instead (a scaled weight), runs only when it is reordered.
+
+        Returns a :class:`Plan` of this run where a later run on the same arrays can set the
+        same data handles and execute (no reorder of an input or an addend each run), else
+        None. Passed back with the same `arrays` and `accumulate`, a plan still current runs
+        without working the bindings out again; a graph node's replay does this
+        (onednn_provider.Prepared)."""
         library = self.library
         stream = library.stream()
         with self.lock:
             # the workspace holds only reordered arguments and the scratchpad
             base = _workspace(self.workspace_bytes) if self.workspace_bytes else 0
+            if plan is not None and plan.base == base and plan.current(versions):
+                if self._last() is not plan:
+                    set_handle = library.memory_set_data_handle
+                    for memory, address in plan.handles:
+                        set_handle(memory, address)
+                    self._last = weakref.ref(plan)
+                self._execute(stream)
+                return plan
+            self._last = _NO_PLAN
+            replayable = True       # every handle this run sets holds for the next one
+            handles = []            # (memory, address) this run sets
+            kept = []               # (binding, kept copy) of the inputs staged from copies
             prepared = []           # arrays made for this run, alive until it ends
             for binding in self.bindings:
                 address = accel.data_address(arrays[binding.arg])
@@ -563,24 +582,48 @@ class Primitive:
                     else _UNVERSIONED
                 if token is not None and binding.reorder is not None:
                     _kept.stage(library, stream, binding, address, token, prepare)
+                    copy = binding.kept[address]
+                    kept.append((binding, weakref.ref(copy)))
+                    handles.append((binding.inner_memory, copy.address))
                     continue
                 if prepare is not None:
                     # the primitive reads the input as it is laid out: nothing to keep, but
                     # it must read the prepared array, not the caller's
                     prepared.append(prepare())
                     address = accel.data_address(prepared[-1])
+                    replayable = False
+                if binding.reorder is not None:
+                    replayable = False
                 _stage_in(library, stream, binding, address, base)
+                handles.append((binding.inner_memory, address))
             for binding in self.outputs:
-                _bind_out(library, binding, accel.data_address(arrays[binding.arg]), base)
+                address = accel.data_address(arrays[binding.arg])
+                _bind_out(library, binding, address, base)
+                if binding.reorder is None:
+                    handles.append((binding.inner_memory, address))
+                else:
+                    handles += [(binding.user_memory, address),
+                                (binding.inner_memory, base + binding.offset)]
             if self.accumulate is not None:
-                self._stage_accumulate(stream, accumulate, arrays, base)
+                replayable = self._stage_accumulate(stream, accumulate, arrays, base) \
+                    and replayable
             if self.scratch is not None:
                 library.memory_set_data_handle(self.scratch.inner_memory,
                                                base + self.scratch.offset)
-            library.primitive_execute(self.handle, stream, len(self.args), self.args)
-            for binding in self.outputs:
-                if binding.reorder is not None:
-                    _execute_reorder(library, stream, binding)
+                handles.append((self.scratch.inner_memory, base + self.scratch.offset))
+            self._execute(stream)
+            if not replayable:
+                return None
+            plan = Plan(base, tuple(kept), tuple(handles))
+            self._last = weakref.ref(plan)
+            return plan
+
+    def _execute(self, stream):
+        library = self.library
+        library.primitive_execute(self.handle, stream, len(self.args), self.args)
+        for binding in self.outputs:
+            if binding.reorder is not None:
+                _execute_reorder(library, stream, binding)
 
     # -- building ------------------------------------------------------------------------
 
@@ -634,15 +677,17 @@ class Primitive:
             total += _round_up(binding.inner_md.nbytes)
         return total
 
-    def _stage_accumulate(self, stream, addend, arrays, base):
+    def _stage_accumulate(self, stream, addend, arrays, base) -> bool:
+        """Puts the addend of the sum post-op into the destination; whether it was there."""
         staged, dst = self.accumulate, self._dst
         target = (accel.data_address(arrays[ARG_DST]) if dst.reorder is None
                   else base + dst.offset)
         source = accel.data_address(addend)
         if source == target and self._accumulate_in_place:
-            return      # the addend already is the destination (an in-place residual add)
+            return True     # the addend already is the destination (an in-place residual add)
         self.library.memory_set_data_handle(staged.user_memory, source)
         _execute_reorder(self.library, stream, staged)
+        return False
 
 
 def _implementation(library, pd) -> str:
@@ -690,7 +735,8 @@ class _Copy:
     versions, its layout, its buffer and the aligned address in it, and the bindings that
     find it by the caller's address without a search (:meth:`_Kept.stage`)."""
 
-    __slots__ = ('source', 'variables', 'versions', 'layout', 'buffer', 'address', 'users')
+    __slots__ = ('source', 'variables', 'versions', 'layout', 'buffer', 'address', 'users',
+                 '__weakref__')
 
     def __init__(self, source, variables, layout):
         self.source = source                    # the caller's address
@@ -800,6 +846,38 @@ class _Kept:
 
 _kept = _Kept()
 _UNVERSIONED = (None, None)     # (token, prepare) of an input without a kept copy
+
+
+class Plan:
+    """The data handles one run of a primitive set (Primitive.run returns it): the same arrays
+    run again by setting them and executing, as long as the thread's workspace is where it
+    was and the kept copies it read still hold the versions asked for."""
+
+    __slots__ = ('base', 'kept', 'handles', '__weakref__')
+
+    def __init__(self, base: int, kept: tuple, handles: tuple):
+        self.base = base            # the workspace address the run used
+        self.kept = kept            # ((binding, weak reference to its kept copy), ...)
+        self.handles = handles      # ((memory, address), ...) in the order the run set them
+
+    def current(self, versions) -> bool:
+        """Whether each kept copy still holds what `versions` (as Primitive.run takes it)
+        asks of its argument."""
+        for binding, ref in self.kept:
+            copy = ref()
+            arg = binding.arg
+            # a copy forgotten since (its layer runs another algorithm) is no binding's
+            if copy is None or binding.kept.get(copy.source) is not copy or versions is None \
+                    or arg not in versions or not copy.made_from(versions[arg][0]):
+                return False
+        return True
+
+
+def _no_plan():
+    return None
+
+
+_NO_PLAN = _no_plan         # stands for a dead weak reference: Primitive._last() is None
 
 
 def kept_bytes() -> int:

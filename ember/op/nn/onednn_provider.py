@@ -98,11 +98,13 @@ def _run(key, build, arrays, accumulate=None, versions=None) -> bool:
     return True
 
 
-def _execute(primitive, arrays, accumulate, versions):
-    primitive.run(arrays, accumulate, versions)
+def _execute(primitive, arrays, accumulate, versions, plan=None):
+    """Runs `primitive` (and its `then`); returns the plan of its run (Primitive.run)."""
+    plan = primitive.run(arrays, accumulate, versions, plan)
     if primitive.then is not None:
         out = arrays[ARG_DST]
         primitive.then.run({ARG_SRC: out, ARG_DST: out})
+    return plan
 
 
 class Prepared:
@@ -111,11 +113,12 @@ class Prepared:
     kept copy is prepared. :meth:`run` takes the weight's current version, so a weight that
     changed is reordered again as in any call."""
 
-    __slots__ = ('_primitive', '_arrays', '_accumulate', '_prepare')
+    __slots__ = ('_primitive', '_arrays', '_accumulate', '_prepare', '_plan')
 
     def __init__(self, primitive, arrays, accumulate, prepare):
         self._primitive = weakref.ref(primitive)
         self._arrays, self._accumulate, self._prepare = arrays, accumulate, prepare
+        self._plan = None           # the data handles of its last run (onednn.Plan)
 
     def run(self, weight_version) -> bool:
         """Runs the call; False, running nothing, where the primitive left the cache, oneDNN
@@ -128,7 +131,7 @@ class Prepared:
         onednn.set_num_threads(engine.kernel_threads())
         versions = None if weight_version is None \
             else {ARG_WEIGHTS: (weight_version, self._prepare)}
-        _execute(primitive, self._arrays, self._accumulate, versions)
+        self._plan = _execute(primitive, self._arrays, self._accumulate, versions, self._plan)
         return True
 
 
