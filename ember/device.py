@@ -55,8 +55,9 @@ class Device:
         return self.device_type != 'gpu'
 
     def __eq__(self, other):
-        return other is self or (isinstance(other, Device) and self.device_type == other.device_type
-                and self.device_id == other.device_id)
+        return other is self or (isinstance(other, Device)
+                                 and self.device_type == other.device_type
+                                 and self.device_id == other.device_id)
 
     def __hash__(self):
         return self._hash

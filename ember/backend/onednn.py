@@ -34,9 +34,9 @@ from ember import accel, config
 from ember.backend import native
 from ember.base import EmberError
 
-__all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError', 'MemoryDesc', 'Plan',
-           'PostOp', 'Primitive', 'has_plain_strides', 'convolution', 'inner_product', 'pooling',
-           'batch_norm', 'eltwise', 'softmax', 'lrn', 'reorder', 'cached', 'cache_size',
+__all__ = ['available', 'status', 'set_num_threads', 'num_threads', 'OneDNNError', 'MemoryDesc',
+           'Plan', 'PostOp', 'Primitive', 'has_plain_strides', 'convolution', 'inner_product',
+           'pooling', 'batch_norm', 'eltwise', 'softmax', 'lrn', 'reorder', 'cached', 'cache_size',
            'clear_cache', 'reset', 'ARG_SRC', 'ARG_DST', 'ARG_WEIGHTS', 'ARG_BIAS', 'ARG_MEAN',
            'ARG_VARIANCE', 'ARG_SCALE', 'ARG_SHIFT', 'ARG_WORKSPACE', 'ARG_DIFF_SRC',
            'ARG_DIFF_DST', 'ARG_DIFF_WEIGHTS', 'ARG_DIFF_BIAS', 'ARG_DIFF_SCALE', 'ARG_DIFF_SHIFT',
