@@ -743,3 +743,43 @@ def test_a_replayed_winograd_convolution_is_worked_out_again_after(winograd_node
     else:
         run(out=np.empty_like(run()))
     assert len(choices) == 2
+
+
+def test_a_node_runs_its_line_convolution_again_without_choosing(monkeypatch):
+    """A 1x3 layer on the compiled line kernel (winograd_line) is worked out once and run
+    again while its transformed weights stay kept; a new weight version works it out again."""
+    if conv_winograd._winograd is None:
+        pytest.skip('ember._winograd is not built')
+    from ember.op.nn import convolution
+    choices, worked_out = [], []
+    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd_line']))
+    real = conv_winograd.line
+    monkeypatch.setattr(conv_winograd, 'line',
+                        lambda *args, **kwargs: worked_out.append(1) or real(*args, **kwargs))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 6, 8, 16)).astype(np.float32)
+    w = rng.standard_normal((8, 1, 3, 16)).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    out = np.empty((1, 6, 8, 8), np.float32)
+    attrs = CONV.parse_attrs({'kernel': (1, 3), 'pad': (0, 1), 'num_filter': 8,
+                              'layout': 'NHWC'})
+    var, ctx = engine.get().new_var(), registry.KernelContext(None)
+
+    def run(version):
+        out.fill(np.nan)
+        convolution.forward(attrs, x, w, bias, out, ctx, None, 'relu', None, ((var, version),))
+        reference = direct(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), (1, 1), (0, 1),
+                           (1, 1), 1) + bias[None, :, None, None]
+        assert_close(out, np.maximum(reference.transpose(0, 2, 3, 1), 0))
+    try:
+        for _ in range(3):
+            run(0)
+        assert len(choices) == 1 and len(worked_out) == 1
+        x *= 2                      # new input values in the same array
+        run(0)
+        w *= 2                      # a new version of the weight
+        run(1)
+        assert len(choices) == 2 and len(worked_out) == 2
+    finally:
+        conv_winograd._kept_line.clear()

@@ -217,10 +217,10 @@ def _run_pointwise(problem, call, budget, alloc, threads):
 
 def _run_line(problem, call, budget, alloc, threads):
     axis = 1 if problem.kernel[1] == 1 else 2
-    conv_winograd.line(call.x, call.weight, call.bias, call.out, axis, problem.pad[axis - 1],
-                       call.residual, call.act_type, alloc, threads, call.weight_version,
-                       call.weight_scale)
-    return True
+    # True, or the compiled call prepared to run again (conv_winograd.Prepared)
+    return conv_winograd.line(call.x, call.weight, call.bias, call.out, axis,
+                              problem.pad[axis - 1], call.residual, call.act_type, alloc,
+                              threads, call.weight_version, call.weight_scale) or True
 
 
 def _onednn_supports(problem):

@@ -727,20 +727,21 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
 
 
 class Prepared:
-    """A compiled F(4x4) call worked out once (its split, chunks and arguments), to run
-    again on the same arrays while the transformed weights kept for its weight version are
-    the ones it was worked out with: about 30 us of a batch-1 layer's Python. Each run takes
-    its scratch afresh (a later request may move the temp space)."""
+    """A compiled F(4x4) or line call worked out once (its split, chunks and arguments), to
+    run again on the same arrays while the transformed weights kept for its weight version
+    are the ones it was worked out with: about 30 us of a batch-1 layer's Python. Each run
+    takes its scratch afresh (a later request may move the temp space)."""
 
-    __slots__ = ('u', 'specs', 'alloc', 'convolve')
+    __slots__ = ('u', 'specs', 'alloc', 'convolve', 'store')
 
-    def __init__(self, u, specs, alloc, convolve):
+    def __init__(self, u, specs, alloc, convolve, store=None):
         self.u, self.specs, self.alloc, self.convolve = u, specs, alloc, convolve
+        self.store = _kept if store is None else store     # where `u` is kept (line's own)
 
     def run(self, weight_version) -> bool:
         """Runs the call again; False (nothing written) when the weights kept for
         `weight_version` are not the ones it was worked out with."""
-        if _kept.get(weight_version) is not self.u:
+        if self.store.get(weight_version) is not self.u:
             return False
         self.convolve(*self.alloc(self.specs))
         return True
@@ -1153,7 +1154,8 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
     the compiled register blocks, 2 (F(4, 3)) to 3.5 (F(6, 7)) times fewer multiplies than
     the direct convolution where the lines are whole tiles. The transformed
     weights are kept per `weight_version` (a weight token) as F(4x4)'s are; the kernel
-    threads take chunks of tiles from a shared counter.
+    threads take chunks of tiles from a shared counter. Returns a :class:`Prepared` of the
+    call where it can run again as it is (its transformed weights kept), else None.
 
     >>> x, w = np.ones((1, 1, 6, 1), np.float32), np.ones((1, 1, 3, 1), np.float32)
     >>> out = np.empty((1, 1, 6, 1), np.float32)
@@ -1182,27 +1184,38 @@ def line(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, t
     chunk = min(tiles, _line_chunk(shape[0], channels, width))
     parts = max(1, min(threads or 1, -(-tiles // chunk)))
     in_scratch = u is None and weight_version is None
-    v, products, *scratch = alloc([((parts, shape[0] * chunk * channels), np.float32),
-                                   ((parts, shape[0] * chunk * width), np.float32)]
-                                  + [(shape, np.float32)] * in_scratch)
+    specs = [((parts, shape[0] * chunk * channels), np.float32),
+             ((parts, shape[0] * chunk * width), np.float32)]
+    v, products, *scratch = alloc(specs + [(shape, np.float32)] * in_scratch)
     if u is None:
         u = _line_weights(w, axis, weight_scale, m, scratch[0] if scratch else None)
         if weight_version is not None:
             _kept_line.keep(weight_version, u)
+    given = (x, residual)
     x = np.ascontiguousarray(x, np.float32)
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
     residual = _line_residual(residual, target)
     relu = act_type == 'relu'
-    claim = np.zeros(1, np.int64)       # the next tile any of the threads takes
     bt32, at32 = _line_matrices(r, m)
 
-    run_compiled(_winograd.line, out.size * channels * r, [
-        (x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles), chunk,
-         v[index], products[index], claim) for index in range(parts)])
+    def convolve(v, products):
+        claim = np.zeros(1, np.int64)       # the next tile any of the threads takes
+        run_compiled(_winograd.line, out.size * channels * r, [
+            (x, u, target, bias, residual, relu, axis, pad, bt32, at32, (0, tiles), chunk,
+             v[index], products[index], claim) for index in range(parts)])
+
+    convolve(v, products)
     if target is not out:
         np.copyto(out, target)
     if act_type is not None and not relu:
         finish(out, out, act_type=act_type)
+    # again as it is while the call's own arrays are the ones it reads and writes (no copy
+    # of the input, the residual or the output) and its transformed weights stay kept
+    if (not in_scratch and weight_version is not None and target is out and x is given[0]
+            and (residual is None or residual is target or residual is given[1])
+            and (act_type is None or relu)):
+        return Prepared(u, specs, alloc, convolve, _kept_line)
+    return None
 
 
 @functools.lru_cache(maxsize=None)
