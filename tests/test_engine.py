@@ -120,6 +120,26 @@ def test_wait_for_var_waits_for_pending_writes_only(threaded):
     assert done == [True]
 
 
+def test_settled_versions_wait_for_no_write(threaded):
+    """None while one of the variables has a write running or queued (behind a read), else
+    their versions; a queued read alone does not unsettle them."""
+    first, second, release = threaded.new_var(), threaded.new_var(), threading.Event()
+    assert threaded.settled_versions([first, second]) == (0, 0)
+    threaded.push(lambda: release.wait(TIMEOUT), writes=[first])
+    assert threaded.settled_versions([first, second]) is None       # a write running
+    threaded.push(lambda: None, reads=[second])
+    assert threaded.settled_versions([second]) == (0,)
+    blocker = threading.Event()
+    threaded.push(lambda: blocker.wait(TIMEOUT), reads=[second])
+    threaded.push(lambda: None, writes=[second])                    # queued behind a read
+    assert threaded.settled_versions([second]) is None
+    release.set()
+    blocker.set()
+    threaded.wait_for_var(first)
+    threaded.wait_for_var(second)
+    assert threaded.settled_versions([first, second]) == (1, 1)
+
+
 def test_finished_operations_release_what_their_functions_captured(eng):
     class Payload:
         pass

@@ -1,6 +1,7 @@
 """What every engine shares (push, waits, failures, statistics) and the NaiveEngine."""
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -70,6 +71,10 @@ class Settings:
                    config.get('MXNET_GPU_WORKER_NTHREADS'), config.get('MXNET_GPU_COPY_NTHREADS'),
                    config.get('MXNET_ENGINE_MAX_INFLIGHT'), kernel_threads(),
                    affinity['raw'] if affinity else None)
+
+
+_WRITING, _QUEUE, _VERSION = (operator.attrgetter(name) for name in ('writing', 'queue',
+                                                                      'version'))
 
 
 def normalise(reads, writes):
@@ -187,10 +192,13 @@ class Engine:
         """
         _segment.flush()
         with self._lock:
-            for var in variables:
-                if var.writing or (var.queue and any(mode == WRITE for _, mode in var.queue)):
-                    return None
-            return tuple(var.version for var in variables)
+            if any(map(_WRITING, variables)):
+                return None
+            if any(map(_QUEUE, variables)):
+                for var in variables:
+                    if var.queue and any(mode == WRITE for _, mode in var.queue):
+                        return None
+            return tuple(map(_VERSION, variables))
 
     def wait_idle(self) -> None:
         """Wait for every pushed operation without raising."""

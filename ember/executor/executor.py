@@ -44,6 +44,7 @@ class _Compiled:
         self.heads_are_ones = set(head_grads)
         self.folded_arrays = folded_arrays  # variable name -> NDArray
         self.sources = sources              # name -> NDArray the folded values come from
+        self.source_vars = [a._var for a in sources.values()]
         # Versions (finished writes) of the sources when the folded values were computed.
         self.source_versions = [tuple(a._var.version for a in sources.values())]
         info = graph.attrs.get('gradient')
@@ -58,7 +59,7 @@ class _Compiled:
         sources, folded = self.sources, self.folded_arrays
         refold, last = self.graph.attrs['folded'].refold, self.source_versions
         xp = self.program.xp
-        settled = engine.get().settled_versions([a._var for a in sources.values()])
+        settled = engine.get().settled_versions(self.source_vars)
         if settled is not None and settled == last[0]:
             # nothing written since the last fold: no push, so the folded arrays keep their
             # versions and kernels their work derived from them (oneDNN's reordered weights)
@@ -95,6 +96,7 @@ class Executor:
         self._ctx = ctx
         self._group2ctx = group2ctx
         self._arg_names = symbol.list_arguments()
+        self._arg_index = None              # argument name -> position (_copy_inputs)
         self._aux_names = symbol.list_auxiliary_states()
         self.arg_arrays = list(arg_arrays)
         self.grad_arrays = list(grad_arrays)
@@ -308,16 +310,21 @@ class Executor:
     def _copy_inputs(self, kwargs):
         if not kwargs:
             return
-        arg_dict = self.arg_dict
+        if self._arg_index is None:
+            # the names are checked for duplicates as arg_dict does, once: they stay
+            self._arg_index = {name: index for index, name in enumerate(
+                _named('arguments', self._arg_names, self._arg_names))}
         for name, array in kwargs.items():
             if not isinstance(array, (NDArray, np.ndarray)):
                 raise ValueError('only accept keyword argument of NDArrays and numpy.ndarray')
-            if name not in arg_dict:
+            index = self._arg_index.get(name)
+            if index is None:
                 raise TypeError(f'Unknown argument {name}; arguments: {self._arg_names}')
-            if arg_dict[name].shape != array.shape:
+            target = self.arg_arrays[index]
+            if target.shape != array.shape:
                 raise ValueError(f'Shape not match! Argument {name}, need: '
-                                 f'{arg_dict[name].shape}, received: {array.shape}')
-            arg_dict[name][:] = array
+                                 f'{target.shape}, received: {array.shape}')
+            target[:] = array
 
     def _out_grad_list(self, out_grads):
         if out_grads is None:
