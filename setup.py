@@ -21,18 +21,19 @@ KERNEL_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
 # that every build and path rounds alike. Its AVX-512 or AVX2 path is chosen at run time.
 WINOGRAD_FLAGS = [] if sys.platform == 'win32' else ['-O3', '-ffp-contract=off']
 
-# ember._winograd runs its parts on the calling thread's OpenMP team, the threads of oneDNN's
-# kernels (onednn-cpu-gomp runs on GNU libgomp): where the compiler has no OpenMP it is built
-# without, and its parts run on Ember's kernel threads.
+# ember._winograd and ember._kernels run their parts on the calling thread's OpenMP team, the
+# threads of oneDNN's kernels (onednn-cpu-gomp runs on GNU libgomp; see ember/_team.h): where
+# the compiler has no OpenMP they are built without, and their parts run on Ember's kernel
+# threads.
 OPENMP_FLAGS = ['-fopenmp']
 OPENMP_TEST = '#include <omp.h>\nint team(void) { return omp_get_max_threads(); }\n'
 
 
 class BuildExt(build_ext):
-    """build_ext that adds OpenMP to the Winograd module where the compiler builds it."""
+    """build_ext that adds OpenMP to the kernel modules where the compiler builds it."""
 
     def build_extension(self, ext):
-        if ext.name == 'ember._winograd' and self._has_openmp():
+        if ext.name in ('ember._kernels', 'ember._winograd') and self._has_openmp():
             ext.extra_compile_args = list(ext.extra_compile_args or []) + OPENMP_FLAGS
             ext.extra_link_args = list(ext.extra_link_args or []) + OPENMP_FLAGS
         super().build_extension(ext)
@@ -56,8 +57,10 @@ class BuildExt(build_ext):
 
 setup(cmdclass={'build_ext': BuildExt}, ext_modules=[
     Extension('ember._accel', sources=['ember/_accel.c'], optional=True),
-    Extension('ember._kernels', sources=['ember/_kernels.c'], depends=['ember/_buffers.h'],
+    Extension('ember._kernels', sources=['ember/_kernels.c'],
+              depends=['ember/_buffers.h', 'ember/_team.h'],
               optional=True, extra_compile_args=KERNEL_FLAGS),
-    Extension('ember._winograd', sources=['ember/_winograd.c'], depends=['ember/_buffers.h'],
+    Extension('ember._winograd', sources=['ember/_winograd.c'],
+              depends=['ember/_buffers.h', 'ember/_team.h'],
               optional=True, extra_compile_args=WINOGRAD_FLAGS),
 ])

@@ -11,6 +11,11 @@
  * Large channel-last data is split by rows instead, with bn_chunk_sums and bn_data_grad (see
  * "Channel-last data" below).
  *
+ * bn_chunk_sums, bn_data_grad, bn_normalize and the residual chains also split their own work
+ * on the calling thread's OpenMP team when asked (keywords threads and cores; see _team.h):
+ * where the module is built with OpenMP, those are the threads oneDNN's convolution before
+ * them ran on, still awake, where engine.parallel_for would wake its sleeping kernel threads.
+ *
  * Channel-first, a channel's passes follow each other while its rows are still in cache, so the
  * data is read from memory once: forward = the statistics, then scale and shift; backward = the
  * two sums, then the data gradient. Channel-last, each pass sweeps the rows.
@@ -29,6 +34,7 @@
 #include <string.h>
 
 #include "_buffers.h"
+#include "_team.h"
 
 #if !defined(__GNUC__)
 #error "ember._kernels is written with GCC/Clang vector types; without it Ember runs NumPy code"
@@ -622,13 +628,13 @@ static void train_forward_columns(const TrainForward *a, const Layout *s, Py_ssi
     }
 }
 
-/* dx of the channels [lo, hi) of channel-last data, their constants (the mask's too)
- * indexed from lo. */
+/* dx of the channels [lo, hi) of channel-last data in the rows [r0, r1), their constants
+ * (the mask's too) indexed from lo. */
 static void rows_data_grad(const float *dy, const float *x, float *dx, const Layout *s,
-                           Py_ssize_t lo, Py_ssize_t hi, const float *centre,
-                           const float *mean_dy, const float *slope, const float *scale,
-                           int batch_stats, const Mask *mask) {
-    for (Py_ssize_t n = 0; n < s->outer; n++) {
+                           Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t r0, Py_ssize_t r1,
+                           const float *centre, const float *mean_dy, const float *slope,
+                           const float *scale, int batch_stats, const Mask *mask) {
+    for (Py_ssize_t n = r0; n < r1; n++) {
         Py_ssize_t at = n * s->channels + lo;
         if (batch_stats) {
             row_batch_grad_each(dy + at, x + at, dx + at, hi - lo, centre, mean_dy, slope,
@@ -654,13 +660,14 @@ static void backward_columns(const Backward *a, const Layout *s, Py_ssize_t lo, 
         a->dgamma[c] = a->fix_gamma ? 0.0f : (float)dgamma;
         a->dbeta[c] = (float)sum[i];
     }
-    rows_data_grad(a->dy, a->x, a->dx, s, lo, hi, a->mean + lo, mean_dy, slope, scale,
-                   a->batch_stats, NULL);
+    rows_data_grad(a->dy, a->x, a->dx, s, lo, hi, 0, s->outer, a->mean + lo, mean_dy, slope,
+                   scale, a->batch_stats, NULL);
 }
 
+/* normalize_channel for the channels [lo, hi) of channel-last data, in the rows [r0, r1). */
 static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo,
-                              Py_ssize_t hi) {
-    for (Py_ssize_t n = 0; n < s->outer; n++) {
+                              Py_ssize_t hi, Py_ssize_t r0, Py_ssize_t r1) {
+    for (Py_ssize_t n = r0; n < r1; n++) {
         Py_ssize_t at = n * s->channels + lo;
         row_scale_shift_each(a->x + at, a->out + at, hi - lo, a->scale + lo, a->shift + lo,
                              a->residual != NULL ? a->residual + at : NULL, a->relu);
@@ -675,10 +682,11 @@ static void normalize_columns(const Normalize *a, const Layout *s, Py_ssize_t lo
  * float32 results, NaN bits included: each value is one float add, then a select or a multiply
  * by 1 or 0 as NumPy's maximum and multiply do them. They work on the elements [lo, hi) of flat
  * arrays with the GIL released, so engine.parallel_for runs disjoint ranges on the kernel
- * threads. Four values are read from every input before their four results are stored, so out
- * may be an input's memory (the same elements; the graph's in-place outputs are). Written with
- * vector types since GCC leaves the gradient's scalar loop unvectorised: it keeps the float
- * comparison as a branch under the default -ftrapping-math. */
+ * threads (or they split the range on the OpenMP team themselves). Four values are read from
+ * every input before their four results are stored, so out may be an input's memory (the same
+ * elements; the graph's in-place outputs are). Written with vector types since GCC leaves the
+ * gradient's scalar loop unvectorised: it keeps the float comparison as a branch under the
+ * default -ftrapping-math. */
 
 /* out = np.maximum(a + b, 0): a sum <= 0 becomes +0.0 (so does -0.0, as NumPy's maximum gives),
  * others, NaN among them, stay as they are. */
@@ -924,17 +932,21 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *normalize(PyObject *self, PyObject *args) {
-    PyObject *x, *out, *scale, *shift, *residual = Py_None;
+static PyObject *normalize(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "relu", "residual", "threads",
+                               "cores", NULL};
+    PyObject *x, *out, *scale, *shift, *residual = Py_None, *cores = Py_None;
     Layout s;
-    Py_ssize_t lo, hi;
+    Py_ssize_t lo, hi, threads = 1;
     int relu = 0;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|pO:bn_normalize", &x, &out, &scale, &shift,
-                          &s.outer, &s.channels, &s.inner, &lo, &hi, &relu, &residual)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO(nnn)nn|pO$nO:bn_normalize", keywords,
+                                     &x, &out, &scale, &shift, &s.outer, &s.channels, &s.inner,
+                                     &lo, &hi, &relu, &residual, &threads, &cores)) {
         return NULL;
     }
     Py_ssize_t size = checked_size(&s, lo, hi);
-    if (size < 0) {
+    int parts = team_size(threads), asked = 0;
+    if (size < 0 || parts < 0) {
         return NULL;
     }
     Buffers b = {.count = 0};
@@ -946,15 +958,29 @@ static PyObject *normalize(PyObject *self, PyObject *args) {
         release_all(&b);
         return NULL;
     }
+    int *core_list = team_cores(cores, parts, "threads", &asked);
+    if (asked && core_list == NULL) {
+        release_all(&b);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
-    if (s.inner == 1) {
-        normalize_columns(&a, &s, lo, hi);
-    } else {
-        for (Py_ssize_t c = lo; c < hi; c++) {
-            normalize_channel(&a, &s, c);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD(), n = TEAM_SIZE();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        if (s.inner == 1) {
+            team_part(0, s.outer, t, n, &from, &to);
+            normalize_columns(&a, &s, lo, hi, from, to);
+        } else {
+            team_part(lo, hi, t, n, &from, &to);
+            for (Py_ssize_t c = from; c < to; c++) {
+                normalize_channel(&a, &s, c);
+            }
         }
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
 }
@@ -977,17 +1003,22 @@ static int borrow_mask(Buffers *b, PyObject *scale, PyObject *shift, Py_ssize_t 
     return 1;
 }
 
-static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
+static PyObject *chunk_sums_of(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "mask_scale", "mask_shift",
+                               "threads", "cores", NULL};
     PyObject *x, *dy, *centre, *sums, *mask_scale = Py_None, *mask_shift = Py_None;
+    PyObject *cores = Py_None;
     Layout s;
-    Py_ssize_t first, last;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)nn|OO:bn_chunk_sums", &x, &dy, &centre, &sums,
-                          &s.outer, &s.channels, &s.inner, &first, &last, &mask_scale,
-                          &mask_shift)) {
+    Py_ssize_t first, last, threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO(nnn)nn|OO$nO:bn_chunk_sums", keywords,
+                                     &x, &dy, &centre, &sums, &s.outer, &s.channels, &s.inner,
+                                     &first, &last, &mask_scale, &mask_shift, &threads,
+                                     &cores)) {
         return NULL;
     }
     Py_ssize_t size = channel_last_size(&s, "bn_chunk_sums");
-    if (size < 0) {
+    int parts = team_size(threads), asked = 0;
+    if (size < 0 || parts < 0) {
         return NULL;
     }
     Py_ssize_t chunks = (s.outer + CHUNK_ROWS - 1) / CHUNK_ROWS;
@@ -1015,30 +1046,48 @@ static PyObject *chunk_sums_of(PyObject *self, PyObject *args) {
                         "gradient; expected dy, got None");
         return NULL;
     }
+    int *core_list = team_cores(cores, parts, "threads", &asked);
+    if (asked && core_list == NULL) {
+        release_all(&b);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = first; k < last; k++) {
-        double *at = out + 2 * k * s.channels;
-        chunk_sums(dys, xs, &s, 0, s.channels, k * CHUNK_ROWS,
-                   smaller((k + 1) * CHUNK_ROWS, s.outer), middle, masked ? &mask : NULL, at,
-                   at + s.channels);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(first, last, t, TEAM_SIZE(), &from, &to);
+        for (Py_ssize_t k = from; k < to; k++) {
+            double *at = out + 2 * k * s.channels;
+            chunk_sums(dys, xs, &s, 0, s.channels, k * CHUNK_ROWS,
+                       smaller((k + 1) * CHUNK_ROWS, s.outer), middle, masked ? &mask : NULL,
+                       at, at + s.channels);
+        }
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
 }
 
-static PyObject *data_grad(PyObject *self, PyObject *args) {
+static PyObject *data_grad(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "", "", "mask_scale", "mask_shift",
+                               "threads", "cores", NULL};
     PyObject *dy, *x, *mean, *mean_dy, *slope, *scale, *dx;
-    PyObject *mask_scale = Py_None, *mask_shift = Py_None;
+    PyObject *mask_scale = Py_None, *mask_shift = Py_None, *cores = Py_None;
     Layout s;
+    Py_ssize_t threads = 1;
     int batch_stats;
-    if (!PyArg_ParseTuple(args, "OOOOOOO(nnn)p|OO:bn_data_grad", &dy, &x, &mean, &mean_dy,
-                          &slope, &scale, &dx, &s.outer, &s.channels, &s.inner, &batch_stats,
-                          &mask_scale, &mask_shift)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO(nnn)p|OO$nO:bn_data_grad", keywords,
+                                     &dy, &x, &mean, &mean_dy, &slope, &scale, &dx, &s.outer,
+                                     &s.channels, &s.inner, &batch_stats, &mask_scale,
+                                     &mask_shift, &threads, &cores)) {
         return NULL;
     }
     Py_ssize_t size = channel_last_size(&s, "bn_data_grad");
-    if (size < 0) {
+    int parts = team_size(threads), asked = 0;
+    if (size < 0 || parts < 0) {
         return NULL;
     }
     Buffers b = {.count = 0};
@@ -1056,53 +1105,81 @@ static PyObject *data_grad(PyObject *self, PyObject *args) {
         release_all(&b);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rows_data_grad(dys, xs, dxs, &s, 0, s.channels, centre, mean_dys, slopes, scales,
-                   batch_stats, masked ? &mask : NULL);
-    Py_END_ALLOW_THREADS
-    release_all(&b);
-    Py_RETURN_NONE;
-}
-
-static PyObject *add_relu(PyObject *self, PyObject *args) {
-    PyObject *objs[3];
-    const char *const names[3] = {"a", "b", "out"};
-    float *v[3];
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOnn:add_relu", &objs[0], &objs[1], &objs[2], &lo, &hi)) {
-        return NULL;
-    }
-    Buffers b = {.count = 0};
-    if (borrow_elementwise(&b, objs, names, 3, v, lo, hi) < 0) {
+    int *core_list = team_cores(cores, parts, "threads", &asked);
+    if (asked && core_list == NULL) {
         release_all(&b);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    add_relu_range(v[0], v[1], v[2], lo, hi);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(0, s.outer, t, TEAM_SIZE(), &from, &to);
+        rows_data_grad(dys, xs, dxs, &s, 0, s.channels, from, to, centre, mean_dys, slopes,
+                       scales, batch_stats, masked ? &mask : NULL);
+    }
     Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
 }
 
-static PyObject *add_relu_grad(PyObject *self, PyObject *args) {
-    PyObject *objs[4];
-    const char *const names[4] = {"a", "b", "y", "out"};
+/* add_relu(a, b, out, lo, hi) or add_relu_grad(a, b, y, out, lo, hi): the elements [lo, hi)
+ * split over a team of `threads` (keyword) threads. */
+static PyObject *residual_chain(PyObject *args, PyObject *kwargs, int grad) {
+    static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
+    static const char *const names[2][4] = {{"a", "b", "out"}, {"a", "b", "y", "out"}};
+    PyObject *objs[4], *cores = Py_None;
     float *v[4];
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOOnn:add_relu_grad", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &lo, &hi)) {
+    Py_ssize_t lo, hi, threads = 1;
+    int count = grad ? 4 : 3, ok;
+    if (grad) {
+        ok = PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOnn|$nO:add_relu_grad", keywords,
+                                         &objs[0], &objs[1], &objs[2], &objs[3], &lo, &hi,
+                                         &threads, &cores);
+    } else {
+        ok = PyArg_ParseTupleAndKeywords(args, kwargs, "OOOnn|$nO:add_relu", keywords + 1,
+                                         &objs[0], &objs[1], &objs[2], &lo, &hi, &threads,
+                                         &cores);
+    }
+    int parts = ok ? team_size(threads) : -1, asked = 0;
+    if (parts < 0) {
         return NULL;
     }
     Buffers b = {.count = 0};
-    if (borrow_elementwise(&b, objs, names, 4, v, lo, hi) < 0) {
+    int *core_list = NULL;
+    if (borrow_elementwise(&b, objs, names[grad], count, v, lo, hi) < 0 ||
+        ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL && asked)) {
         release_all(&b);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    add_relu_grad_range(v[0], v[1], v[2], v[3], lo, hi);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(lo, hi, t, TEAM_SIZE(), &from, &to);
+        if (grad) {
+            add_relu_grad_range(v[0], v[1], v[2], v[3], from, to);
+        } else {
+            add_relu_range(v[0], v[1], v[2], from, to);
+        }
+    }
     Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
+}
+
+static PyObject *add_relu(PyObject *self, PyObject *args, PyObject *kwargs) {
+    return residual_chain(args, kwargs, 0);
+}
+
+static PyObject *add_relu_grad(PyObject *self, PyObject *args, PyObject *kwargs) {
+    return residual_chain(args, kwargs, 1);
 }
 
 static PyObject *sgd_mom_update(PyObject *self, PyObject *args) {
@@ -1142,6 +1219,13 @@ static PyObject *sgd_mom_update(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The keywords of the functions that split their work on the OpenMP team. */
+#define TEAM_DOC                                                                               \
+    " threads, cores (keyword-only): the work split into `threads` parts, as "                \
+    "engine.parallel_for splits it, run on the calling thread's OpenMP team (one after the "  \
+    "other where the module has no OpenMP: `openmp` false); with cores (one core number per " \
+    "thread), team thread t > 0 first pins itself to cores[t]."
+
 static PyMethodDef methods[] = {
     {"bn_train_forward", train_forward, METH_VARARGS,
      "bn_train_forward(x, out, gamma, beta, mean, var, invstd, (outer, channels, inner), lo, "
@@ -1151,32 +1235,35 @@ static PyMethodDef methods[] = {
      "bn_backward(dy, x, gamma, mean, invstd, dx, dgamma, dbeta, (outer, channels, inner), lo, "
      "hi, fix_gamma, batch_stats): BatchNorm's data, gamma and beta gradients of channels "
      "[lo, hi), through the statistics when batch_stats."},
-    {"bn_normalize", normalize, METH_VARARGS,
+    {"bn_normalize", (PyCFunction)(void (*)(void))normalize, METH_VARARGS | METH_KEYWORDS,
      "bn_normalize(x, out, scale, shift, (outer, channels, inner), lo, hi, relu=False, "
-     "residual=None): out = x * scale[c] + shift[c] for channels [lo, hi), rounded after the "
-     "product and after the sum; then + residual (shaped like x, may be out) and, with relu, "
-     "np.maximum of that and 0, each rounded in turn."},
-    {"bn_chunk_sums", chunk_sums_of, METH_VARARGS,
+     "residual=None, *, threads=1, cores=None): out = x * scale[c] + shift[c] for channels "
+     "[lo, hi), rounded after the product and after the sum; then + residual (shaped like x, "
+     "may be out) and, with relu, np.maximum of that and 0, each rounded in turn. The team "
+     "splits the rows of channel-last data (inner 1), else the channels." TEAM_DOC},
+    {"bn_chunk_sums", (PyCFunction)(void (*)(void))chunk_sums_of, METH_VARARGS | METH_KEYWORDS,
      "bn_chunk_sums(x, dy, centre, sums, (outer, channels, 1), first, last, mask_scale=None, "
-     "mask_shift=None): channel-last data; "
+     "mask_shift=None, *, threads=1, cores=None): channel-last data; "
      "for the chunks [first, last) of CHUNK_ROWS rows, sums[k] = (sum(x - centre), sum((x - "
      "centre)^2)) of every channel, or with dy, (sum(dy), sum(dy * (x - centre))). sums is "
      "float64 (chunks, 2, channels); bn_train_forward and bn_backward add the chunks in order. "
      "With mask_scale and mask_shift (per channel), dy first goes through relu's gradient: "
-     "dy * (x * mask_scale + mask_shift > 0)."},
-    {"bn_data_grad", data_grad, METH_VARARGS,
+     "dy * (x * mask_scale + mask_shift > 0). The team splits the chunks." TEAM_DOC},
+    {"bn_data_grad", (PyCFunction)(void (*)(void))data_grad, METH_VARARGS | METH_KEYWORDS,
      "bn_data_grad(dy, x, mean, mean_dy, slope, scale, dx, (outer, channels, 1), batch_stats, "
-     "mask_scale=None, mask_shift=None): "
+     "mask_scale=None, mask_shift=None, *, threads=1, cores=None): "
      "channel-last data; dx = (dy - mean_dy - (x - mean) * slope) * scale, or dx = dy * scale "
      "without batch_stats, with bn_backward's per-channel constants; with mask_scale and "
-     "mask_shift, dy is dy * (x * mask_scale + mask_shift > 0) there (as in bn_chunk_sums)."},
-    {"add_relu", add_relu, METH_VARARGS,
-     "add_relu(a, b, out, lo, hi): out = np.maximum(a + b, 0) on the elements [lo, hi) of "
-     "float32 arrays of one size, bit for bit; out may be a or b."},
-    {"add_relu_grad", add_relu_grad, METH_VARARGS,
-     "add_relu_grad(a, b, y, out, lo, hi): out = (a + b) * (y > 0), relu's gradient of a sum "
-     "through its output y, on the elements [lo, hi) of float32 arrays of one size, bit for "
-     "bit as NumPy; out may be a, b or y."},
+     "mask_shift, dy is dy * (x * mask_scale + mask_shift > 0) there (as in bn_chunk_sums). "
+     "The team splits the rows." TEAM_DOC},
+    {"add_relu", (PyCFunction)(void (*)(void))add_relu, METH_VARARGS | METH_KEYWORDS,
+     "add_relu(a, b, out, lo, hi, *, threads=1, cores=None): out = np.maximum(a + b, 0) on "
+     "the elements [lo, hi) of float32 arrays of one size, bit for bit; out may be a or b."
+     TEAM_DOC},
+    {"add_relu_grad", (PyCFunction)(void (*)(void))add_relu_grad, METH_VARARGS | METH_KEYWORDS,
+     "add_relu_grad(a, b, y, out, lo, hi, *, threads=1, cores=None): out = (a + b) * (y > "
+     "0), relu's gradient of a sum through its output y, on the elements [lo, hi) of float32 "
+     "arrays of one size, bit for bit as NumPy; out may be a, b or y." TEAM_DOC},
     {"sgd_mom_update", sgd_mom_update, METH_VARARGS,
      "sgd_mom_update(weight, grad, mom, out, lo, hi, rescale, clip, lr, lr_wd, momentum): on "
      "the elements [lo, hi) of float32 arrays of one size, mom = mom * momentum - lr_wd * "
@@ -1194,7 +1281,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kernels(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "CHUNK_ROWS", CHUNK_ROWS) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "CHUNK_ROWS", CHUNK_ROWS) < 0 ||
+                      PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -44,12 +44,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#include <sched.h>
-#endif
-
 #include "_buffers.h"
+#include "_team.h"
 
 #define TILE 6          /* input patch (and transformed tile) side */
 #define OUT 4           /* output tile side */
@@ -767,85 +763,17 @@ static const struct {
     {line, parse_line},
 };
 
-#ifdef _OPENMP
-/* The core a team thread last pinned itself to (-1: never). */
-static __thread int pinned_core = -1;
-
-static void pin_to(int core) {
-#ifdef __linux__
-    if (core >= 0 && core != pinned_core && core < CPU_SETSIZE) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(core, &set);
-        if (sched_setaffinity(0, sizeof set, &set) == 0) {
-            pinned_core = core;
-        }
-    }
-#else
-    (void)core;
-#endif
-}
-#endif
-
 /* Runs the `n` jobs, job i on team thread i % threads; with `cores`, team thread t > 0 pins
  * itself to cores[t] first (the caller, thread 0, stays where it is). */
 static void run_team(Job *jobs, Py_ssize_t n, const int *cores) {
-#ifdef _OPENMP
 #pragma omp parallel num_threads((int)n) if (n > 1)
     {
-        int t = omp_get_thread_num(), threads = omp_get_num_threads();
-        if (cores != NULL && t > 0) {
-            pin_to(cores[t]);
-        }
+        int t = TEAM_THREAD(), threads = TEAM_SIZE();
+        team_pin(cores, t);
         for (Py_ssize_t i = t; i < n; i += threads) {
             jobs[i].run(&jobs[i]);
         }
     }
-#else
-    (void)cores;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        jobs[i].run(&jobs[i]);
-    }
-#endif
-}
-
-/* `cores` (None or n core numbers) as a new array, or NULL (none asked: *asked 0, or an
- * exception set: *asked 1). */
-static int *team_cores(PyObject *cores, Py_ssize_t n, int *asked) {
-    *asked = cores != Py_None;
-    if (!*asked) {
-        return NULL;
-    }
-    PyObject *seq = PySequence_Fast(cores, "cores: expected None or a sequence of core numbers");
-    if (seq == NULL) {
-        return NULL;
-    }
-    int *out = NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != n) {
-        PyErr_Format(PyExc_ValueError, "cores: expected one core for each of the %zd calls, "
-                     "got %zd", n, PySequence_Fast_GET_SIZE(seq));
-    } else if ((out = PyMem_Calloc((size_t)n, sizeof(int))) == NULL) {
-        PyErr_NoMemory();
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            long core = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-            if (core == -1 && PyErr_Occurred()) {
-                PyMem_Free(out);
-                out = NULL;
-                break;
-            }
-            if (core < 0 || core > 1 << 20) {
-                PyErr_Format(PyExc_ValueError, "cores: expected core numbers >= 0, got %ld",
-                             core);
-                PyMem_Free(out);
-                out = NULL;
-                break;
-            }
-            out[i] = (int)core;
-        }
-    }
-    Py_DECREF(seq);
-    return out;
 }
 
 static PyObject *team(PyObject *self, PyObject *args) {
@@ -873,7 +801,7 @@ static PyObject *team(PyObject *self, PyObject *args) {
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), parsed = 0;
     int asked = 0, ok = 1;
-    int *core_list = team_cores(cores, n, &asked);
+    int *core_list = team_cores(cores, n, "calls", &asked);
     Job *jobs = NULL;
     if ((asked && core_list == NULL) || n == 0) {
         ok = !asked || core_list != NULL;
@@ -1031,12 +959,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__winograd(void) {
     build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
     PyObject *m = PyModule_Create(&module);
-#ifdef _OPENMP
-    int openmp = 1;
-#else
-    int openmp = 0;
-#endif
-    if (m != NULL && PyModule_AddIntConstant(m, "openmp", openmp) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
         Py_DECREF(m);
         return NULL;
     }

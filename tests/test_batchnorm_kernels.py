@@ -33,9 +33,9 @@ class CountingKernels:
         if not callable(getattr(kernels, name)):
             return getattr(kernels, name)
 
-        def call(*args):
+        def call(*args, **kwargs):
             self.calls[name] = self.calls.get(name, 0) + 1
-            return getattr(kernels, name)(*args)
+            return getattr(kernels, name)(*args, **kwargs)
         return call
 
 
@@ -282,12 +282,13 @@ def uneven_parallel_for(n, fn, split=None):
 
 
 @pytest.mark.parametrize('shape, axis', CHANNEL_LAST[-2:] + [((3, 40, 40, 37), 3)])
-@pytest.mark.parametrize('uneven', [False, True])
-def test_channel_last_by_rows_gives_the_kernels_results(shape, axis, uneven, monkeypatch,
+@pytest.mark.parametrize('split', ['openmp team', 'kernel pool', 'uneven'])
+def test_channel_last_by_rows_gives_the_kernels_results(shape, axis, split, monkeypatch,
                                                         counted):
     # large channel-last data is split by rows: the sums by chunks, added in order, and the
     # float32 operations after them repeat the kernels' for every channel in one call
-    if uneven:
+    monkeypatch.setattr(normalization, 'use_team', split == 'openmp team')
+    if split == 'uneven':
         monkeypatch.setattr(normalization.engine, 'parallel_for', uneven_parallel_for)
     x, dy = data(shape, axis, seed=11), data(shape, axis, seed=12, offset=0)
     channels = shape[axis]
@@ -381,6 +382,108 @@ def test_channel_last_kernel_arguments_are_checked():
         kernels.bn_data_grad(x, x, *[vector] * 4, _read_only(x), layout, True)
 
 
+def _team_calls(threads):
+    """Every function that splits its work on the OpenMP team, on data of 7 chunks of rows
+    (channel-last, 37 channels), with `threads`: its outputs."""
+    rng = np.random.default_rng(21)
+    rows, channels = 7 * kernels.CHUNK_ROWS - 100, 37
+    layout = (rows, channels, 1)
+    x, dy, residual = (rng.standard_normal((rows, channels)).astype(np.float32) + 0.5
+                       for _ in range(3))
+    scale, shift, centre, slope = (rng.standard_normal(channels).astype(np.float32)
+                                   for _ in range(4))
+    team = {'threads': threads}
+    outs = {}
+    sums = np.zeros((7, 2, channels))
+    kernels.bn_chunk_sums(x, dy, centre, sums, layout, 0, 7, scale, shift, **team)
+    outs['sums'] = sums
+    outs['normalize'] = np.empty_like(x)
+    kernels.bn_normalize(x, outs['normalize'], scale, shift, layout, 0, channels, True,
+                         residual, **team)
+    channel_first = np.ascontiguousarray(x.T)        # the team splits the channels [3, 30)
+    outs['normalize channels'] = np.full_like(channel_first, np.nan)
+    kernels.bn_normalize(channel_first, outs['normalize channels'], scale, shift,
+                         (1, channels, rows), 3, 30, False, **team)
+    outs['data_grad'] = np.empty_like(x)
+    kernels.bn_data_grad(dy, x, centre, shift, slope, scale, outs['data_grad'], layout, True,
+                         scale, shift, **team)
+    outs['add_relu'] = np.full(x.size, np.nan, np.float32)
+    kernels.add_relu(x.ravel(), dy.ravel(), outs['add_relu'], 5, x.size - 3, **team)
+    outs['add_relu_grad'] = np.full(x.size, np.nan, np.float32)
+    kernels.add_relu_grad(x.ravel(), dy.ravel(), residual.ravel(), outs['add_relu_grad'], 5,
+                          x.size - 3, **team)
+    return outs
+
+
+@pytest.mark.parametrize('threads', [2, 3, 5])
+def test_team_splits_give_the_results_of_one_call(threads):
+    # without OpenMP the parts run one after the other: the same results either way
+    one, split = _team_calls(1), _team_calls(threads)
+    assert one.keys() == split.keys()
+    for name in one:
+        np.testing.assert_array_equal(split[name].view(np.uint8), one[name].view(np.uint8),
+                                      err_msg=name)
+    assert np.isnan(split['add_relu'][:5]).all() and np.isnan(split['add_relu'][-3:]).all()
+
+
+def test_team_arguments_are_checked():
+    x = np.zeros((2000, 3), np.float32)
+    vector = np.zeros(3, np.float32)
+    layout, chunks = (2000, 3, 1), -(-2000 // kernels.CHUNK_ROWS)
+    sums = np.zeros((chunks, 2, 3))
+    with pytest.raises(ValueError, match='threads: expected 1 to 1024, got 0'):
+        kernels.bn_chunk_sums(x, None, vector, sums, layout, 0, 1, threads=0)
+    with pytest.raises(ValueError, match='cores: expected one core for each of the 2 threads, '
+                                         'got 1'):
+        kernels.bn_normalize(x, np.empty_like(x), vector, vector, layout, 0, 3, threads=2,
+                             cores=[0])
+    with pytest.raises(ValueError, match='cores: expected core numbers >= 0, got -2'):
+        kernels.bn_data_grad(x, x, *[vector] * 4, np.empty_like(x), layout, True, threads=2,
+                             cores=[0, -2])
+    with pytest.raises(TypeError, match=r'add_relu\(\) takes at most 5 positional arguments'):
+        kernels.add_relu(x, x, np.empty_like(x), 0, 6, 2)      # threads: keyword-only
+    with pytest.raises(ValueError, match='threads: expected 1 to 1024, got 2000'):
+        kernels.add_relu_grad(x, x, x, np.empty_like(x), 0, 6, threads=2000)
+
+
+@config.override(OMP_NUM_THREADS=2)
+@pytest.mark.parametrize('team', [True, False], ids=['openmp team', 'kernel pool'])
+def test_row_splits_run_on_the_team_where_the_module_has_one(team, monkeypatch):
+    if team and not kernels.openmp:
+        pytest.skip('ember._kernels is built without OpenMP')
+    monkeypatch.setattr(normalization, 'use_team', team)
+    asked, pool_splits = [], []
+
+    class Recording:
+        def __getattr__(self, name):
+            function = getattr(kernels, name)
+            if not callable(function):
+                return function
+
+            def call(*args, **kwargs):
+                asked.append((name, kwargs.get('threads', 1)))
+                return function(*args, **kwargs)
+            return call
+
+    real = normalization.engine.parallel_for
+
+    def spy(n, fn, split=None):
+        pool_splits.append(split)
+        real(n, fn, split)
+    monkeypatch.setattr(normalization, '_kernels', Recording())
+    monkeypatch.setattr(normalization.engine, 'parallel_for', spy)
+    x = data((16, 14, 14, 64), 3)
+    _bn_then_relu(x, 3, np.ones_like(x), False, True, False, fused=True)
+    split = [name for name, threads in asked if threads == 2]
+    if team:
+        # the statistics' two sums (the first chunk alone takes one thread), the
+        # normalisation, the gradient's sums and its data gradient
+        assert split == ['bn_chunk_sums', 'bn_normalize', 'bn_chunk_sums', 'bn_data_grad']
+        assert not any(pool_splits)
+    else:
+        assert split == [] and any(pool_splits)
+
+
 def _read_only(x):
     view = x.view()
     view.setflags(write=False)
@@ -458,9 +561,9 @@ def test_the_relu_mask_is_taken_inside_the_backward_kernels(monkeypatch):
             if name not in ('bn_chunk_sums', 'bn_data_grad'):
                 return function
 
-            def call(*args):
+            def call(*args, **kwargs):
                 seen.append((name, len(args)))
-                return function(*args)
+                return function(*args, **kwargs)
             return call
     monkeypatch.setattr(normalization, '_kernels', Recording())
     x = data((16, 14, 14, 64), 3)
@@ -502,9 +605,9 @@ def test_batch_norm_add_relu_is_the_three_operators_bit_for_bit(shape, axis, mod
         def __getattr__(self, name):
             function = getattr(kernels, name)
 
-            def call(*args):
+            def call(*args, **kwargs):
                 seen.append((name, len(args)))
-                return function(*args)
+                return function(*args, **kwargs)
             return call if callable(function) else function
     x = data(shape, axis, offset=0.3)
     residual = np.random.default_rng(4).standard_normal(shape).astype(np.float32)

@@ -30,20 +30,30 @@ class CountingKernels:
 
     def __init__(self):
         self.calls = {}
+        self.teams = []                  # the threads asked of each call
         self._lock = threading.Lock()    # the kernel threads call it concurrently
 
     def __getattr__(self, name):
-        def call(*args):
+        if not callable(getattr(kernels, name)):
+            return getattr(kernels, name)
+
+        def call(*args, **team):
             with self._lock:
                 self.calls[name] = self.calls.get(name, 0) + 1
-            return getattr(kernels, name)(*args)
+                self.teams.append(team.get('threads', 1))
+            return getattr(kernels, name)(*args, **team)
         return call
 
 
 @pytest.fixture
-def counted(monkeypatch):
+def proxy(monkeypatch):
     proxy = CountingKernels()
     monkeypatch.setattr(fused, '_kernels', proxy)
+    return proxy
+
+
+@pytest.fixture
+def counted(proxy):
     return proxy.calls
 
 
@@ -139,9 +149,13 @@ def test_relu_gradient_follows_numpy_multiply(counted):
 
 
 @config.override(OMP_NUM_THREADS=2)
+@pytest.mark.parametrize('team', [True, False], ids=['openmp team', 'kernel pool'])
 @pytest.mark.parametrize('function', CHAINS)
-def test_large_arrays_split_across_threads_with_the_same_results(function, counted,
+def test_large_arrays_split_across_threads_with_the_same_results(function, team, proxy,
                                                                   monkeypatch):
+    if team and not kernels.openmp:
+        pytest.skip('ember._kernels is built without OpenMP')
+    monkeypatch.setattr(fused, 'use_team', team)
     chain = CHAINS[function]
     tuner = injected_tuner(cost_ns=10.0)
     monkeypatch.setattr(tuning, '_tuner', tuner)
@@ -153,8 +167,12 @@ def test_large_arrays_split_across_threads_with_the_same_results(function, count
     monkeypatch.setattr(engine, 'parallel_for', spy)
     ins = inputs(chain, LARGE, seed=5)
     got = run(chain, ins)
-    # the sample the tuner timed, then one call per thread
-    assert splits == [True] and counted == {function: 3}
+    if team:
+        # the sample the tuner timed, then one call that splits on a team of two threads
+        assert splits == [] and proxy.calls == {function: 2} and proxy.teams == [1, 2]
+    else:
+        # the sample, then one call per kernel thread
+        assert splits == [True] and proxy.calls == {function: 3} and proxy.teams == [1, 1, 1]
     # the kernel was timed under its own name, not as the blocks
     assert tuner.cost_ns(f'_kernels.{function}', np.float32) == 10.0
     assert tuner.cost_ns('_FusedElemwise[' + ','.join(

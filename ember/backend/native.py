@@ -8,8 +8,9 @@ Before the library loads (and with it libgomp, which reads its variables once, t
 ``GOMP_SPINCOUNT`` gets Ember's value (``config.set_native_default``) unless the user set it or
 ``OMP_WAIT_POLICY``: after each primitive libgomp's threads would otherwise spin 300000
 iterations on the cores that NumPy's OpenBLAS threads and Ember's kernel pool need next. The
-compiled Winograd module runs on libgomp too and calls :func:`prepare_openmp` before it loads;
-:func:`pause_openmp` ends the calling thread's OpenMP threads before a fork.
+compiled kernel modules run on libgomp too and load through :func:`compiled_module`, which
+calls :func:`prepare_openmp` first; :func:`pause_openmp` ends the calling thread's OpenMP threads
+before a fork.
 
 >>> from ember.backend import native
 >>> lib = native.onednn()
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -190,12 +192,23 @@ _LIBGOMP = 'libgomp.so.1'
 
 def prepare_openmp() -> None:
     """Sets ``GOMP_SPINCOUNT`` (unless the user chose) before a library that runs on libgomp
-    loads: oneDNN, or the compiled Winograd module, whichever comes first."""
+    loads: oneDNN, or a compiled kernel module, whichever comes first."""
     if _is_loaded(_LIBGOMP):
         _log.debug('GOMP_SPINCOUNT: %s was loaded already, so it keeps the spin count it '
                    'started with', _LIBGOMP)
     elif config.set_native_default('GOMP_SPINCOUNT'):
         _log.debug('GOMP_SPINCOUNT set before loading libgomp')
+
+
+def compiled_module(name: str):
+    """The compiled module ``ember.<name>`` (built by setup.py where a C compiler is found), or
+    None where it is not built; ``GOMP_SPINCOUNT`` is set first, since a module built with
+    OpenMP loads libgomp."""
+    prepare_openmp()
+    try:
+        return importlib.import_module(f'ember.{name}')
+    except ImportError:
+        return None
 
 
 def pause_openmp() -> None:

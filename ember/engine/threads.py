@@ -29,7 +29,7 @@ from ember import config
 
 __all__ = ['kernel_threads', 'cpu_workers', 'parallel_for', 'in_parallel_region',
            'serial_region', 'blas_limits', 'kernel_pool', 'Affinity', 'affinity_from_config',
-           'team_cores']
+           'team_cores', 'team_threads', 'team_arguments']
 
 
 def kernel_threads() -> int:
@@ -327,6 +327,36 @@ def parallel_for(n: int, fn, split: bool | None = None) -> None:
         fn(0, n)
         return
     pool.run(n, fn)
+
+
+def team_threads(n: int, split: bool | None = None) -> int:
+    """Threads for a compiled kernel that splits `n` units of work on the calling thread's
+    OpenMP team itself (see ember/_team.h): every kernel thread where ``parallel_for`` would
+    split the same work, else 1.
+
+    >>> team_threads(10, split=False)
+    1
+    >>> with serial_region():
+    ...     team_threads(10, split=True)
+    1
+    """
+    if split is None:
+        split = n >= config.get('MXNET_CPU_PARALLEL_SIZE')
+    if not split or _region.active:
+        return 1
+    return kernel_threads()
+
+
+def team_arguments(split: bool = True) -> dict:
+    """The ``threads`` and ``cores`` keyword arguments of a compiled kernel that splits its work
+    on the calling thread's OpenMP team (see ember/_team.h): `split` as ``parallel_for`` takes
+    it, the cores as ``team_cores`` pins them (None for one thread).
+
+    >>> team_arguments(split=False)
+    {'threads': 1, 'cores': None}
+    """
+    threads = team_threads(0, split)
+    return {'threads': threads, 'cores': team_cores(threads) if threads > 1 else None}
 
 
 def kernel_pool() -> KernelPool:

@@ -35,7 +35,6 @@ array([0., 6.], dtype=float32)
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember import config, engine
+from ember.backend import native
+from ember.engine.threads import team_arguments
 from ember.op import registry, tuning
 from ember.base import EmberError
 from ember.op.nn._common import assign_shape, is_channel_last, outputs_of
@@ -57,12 +58,13 @@ __all__ = ['BLOCK', 'Step', 'Chain', 'chain_text', 'parse_chain', 'compiled']
 # Elements per block: a handful of float32 blocks (256 KB each) fit in a core's L2 cache.
 BLOCK = 1 << 16
 
-try:
-    # the compiled forms of two chains (add_relu, add_relu_grad): a leaf C module that setup.py
-    # builds where it can
-    _kernels = importlib.import_module('ember._kernels')
-except ImportError:
-    _kernels = None     # built without a C compiler: the blocks run
+# the compiled forms of two chains (add_relu, add_relu_grad): a leaf C module that setup.py
+# builds where it can; without it (no C compiler) the blocks run
+_kernels = native.compiled_module('_kernels')
+
+# Whether the compiled chains split on the OpenMP team where the module has one (tests turn it
+# off to run the kernel-pool path).
+use_team = True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,12 +275,15 @@ class _Program:
         engine.parallel_for(outs[0].size, chunk, self._worth_splitting(ins, outs, ctx, dtypes))
 
     def _run_kernel(self, ins, out):
-        # small arrays in one call, as the blocks run them; larger ones as the tuner says
+        # small arrays in one call, as the blocks run them; larger ones as the tuner says, split
+        # on the OpenMP team where the module has one (see ember/_team.h)
         run = self.kernel.bind(ins, out)
-        if out.size <= BLOCK:
+        if out.size <= BLOCK or not self._kernel_worth_splitting(ins, out):
             run(0, out.size)
+        elif use_team and _kernels.openmp:
+            run(0, out.size, **team_arguments())
         else:
-            engine.parallel_for(out.size, run, self._kernel_worth_splitting(ins, out))
+            engine.parallel_for(out.size, run, True)
 
     def _kernel_worth_splitting(self, ins, out):
         """The operator tuner's decision for the compiled kernel, timed on samples of the
@@ -322,7 +327,7 @@ class _CompiledKernel:
         """``run(lo, hi)``: the function on the elements [lo, hi)."""
         function = getattr(_kernels, self.function)
         args = [ins[k] for k in self.args] + [out]
-        return lambda lo, hi: function(*args, lo, hi)
+        return lambda lo, hi, **team: function(*args, lo, hi, **team)
 
 
 def _flat_float32(x) -> bool:

@@ -24,23 +24,21 @@ forms update several weights in one operation, with ``lrs`` and ``wds`` given pe
 from __future__ import annotations
 
 import ast
-import importlib
 import math
 import numbers
 
 import numpy as np
 
 from ember import engine
+from ember.backend import native
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, register,
                                same_shape, same_type)
 
 __all__ = ['UPDATE_OPS']
 
-try:
-    # SGD with momentum in one pass: a leaf C module that setup.py builds where it can
-    _kernels = importlib.import_module('ember._kernels')
-except ImportError:
-    _kernels = None     # built without a C compiler: the NumPy steps run
+# SGD with momentum in one pass: a leaf C module that setup.py builds where it can; without it
+# (no C compiler) the NumPy steps run
+_kernels = native.compiled_module('_kernels')
 
 
 # ----------------------------------------------------------------------------------------------

@@ -70,11 +70,8 @@ from ember.op.nn._common import make_window
 from ember.op.nn.conv_common import (
     KeptByToken, copy_windows, finish, part_range, run_parts, segments, single_threaded_blas)
 
-native.prepare_openmp()              # the compiled module may load libgomp before oneDNN
-try:
-    from ember import _winograd      # compiled F(4x4, 3x3) (setup.py; optional)
-except ImportError:                  # built without a C compiler: the NumPy code runs
-    _winograd = None
+# compiled F(4x4, 3x3) (setup.py; optional): without it (no C compiler) the NumPy code runs
+_winograd = native.compiled_module('_winograd')
 
 __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_bytes',
            'kept_weight_bytes', 'kept_bytes', 'discard_kept', 'supports_gradient',

@@ -3,21 +3,20 @@ runs, and BatchNorm of channel-first or channel-last float32 data through the co
 ``ember._kernels``."""
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 
 from ember import engine
+from ember.backend import native
+from ember.engine.threads import team_arguments
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis, outputs_of
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_optional, register)
 
-try:
-    # BatchNorm's compiled kernels: a leaf C module that setup.py builds where it can
-    _kernels = importlib.import_module('ember._kernels')
-except ImportError:
-    _kernels = None     # built without a C compiler: the NumPy code runs
+# BatchNorm's compiled kernels: a leaf C module that setup.py builds where it can; without it
+# (no C compiler) the NumPy code runs
+_kernels = native.compiled_module('_kernels')
 
 
 def _param_dtype(dtype):
@@ -225,6 +224,12 @@ def _bn_backward_kernel(attrs, ins, outs, ctx):
 # other while its rows stay in cache, channels split across the kernel threads) or channel-last
 # (passes over the rows; large data split across the threads by rows, see _train_by_rows).
 # Each channel's result is independent of the split, so it is deterministic.
+#
+# The row splits of channel-last data run on the calling thread's OpenMP team where the module
+# has one (_kernels.openmp; see ember/_team.h): the threads oneDNN's convolution before them
+# just ran on, still spinning. The kernel pool's threads sleep between splits, and on a virtual
+# machine waking one cost more than the split gained on resnet50_v1's 14x14 and 7x7 layers
+# (0.3 ms a split at batch 16).
 
 # values per channel and sample: a row shorter than a cache line shares its lines with other
 # channels, so a channel's passes would read the lines of its neighbours too. Channel-last data
@@ -264,6 +269,18 @@ def _by_rows(layout):
     return layout[2] == 1 and _is_large(layout)
 
 
+# Whether the row splits use the OpenMP team where the module has one (tests turn it off to run
+# the kernel-pool path).
+use_team = True
+
+
+def _team():
+    """Keyword arguments that split a compiled kernel's rows on the calling thread's OpenMP team
+    as ``parallel_for`` would split them across the kernel threads, or None where the module
+    has no team (or tests turned it off): then the kernel pool splits them."""
+    return team_arguments() if use_team and _kernels.openmp else None
+
+
 def _over_rows(layout, fn, *arrays):
     """``fn(*parts, part_layout)`` over ranges of rows of the channel-last `arrays`, split
     across the kernel threads."""
@@ -278,6 +295,11 @@ def _over_rows(layout, fn, *arrays):
 
 def _normalize_compiled(x, scale, shift, out, layout, relu=False, residual=None):
     scale, shift = np.ascontiguousarray(scale), np.ascontiguousarray(shift)
+    team = _by_rows(layout) and _team()
+    if team:
+        _kernels.bn_normalize(x, out, scale, shift, layout, 0, layout[1], relu, residual,
+                              **team)
+        return
     if _by_rows(layout):
         arrays = (x, out) if residual is None else (x, out, residual)
         _over_rows(layout, lambda rows, out_rows, *more: _kernels.bn_normalize(
@@ -345,8 +367,12 @@ def _chunk_sums(x, dy, centre, layout, chunks, mask=()):
     `chunks` chunks of rows: the chunks across the kernel threads, then added one after the
     other, as the kernels add them."""
     part = np.empty((_chunks(layout), 2, layout[1]))
-    engine.parallel_for(chunks, lambda lo, hi: _kernels.bn_chunk_sums(
-        x, dy, centre, part, layout, lo, hi, *mask), split=chunks > 1)
+    team = chunks > 1 and _team()
+    if team:
+        _kernels.bn_chunk_sums(x, dy, centre, part, layout, 0, chunks, *mask, **team)
+    else:
+        engine.parallel_for(chunks, lambda lo, hi: _kernels.bn_chunk_sums(
+            x, dy, centre, part, layout, lo, hi, *mask), split=chunks > 1)
     total = part[0]
     for sums in part[1:chunks]:
         np.add(total, sums, out=total)
@@ -409,9 +435,14 @@ def _backward_by_rows(ins, outs, fix_gamma, batch_stats, layout, mask=()):
     scale = invstd if fix_gamma else gamma * invstd
     mean_dy = (sums[0] / outer).astype(np.float32)
     slope = (dgamma * wide / outer).astype(np.float32)
-    _over_rows(layout, lambda dy_rows, rows, dx_rows, part: _kernels.bn_data_grad(
-        dy_rows, rows, mean, mean_dy, slope, scale, dx_rows, part, batch_stats, *mask),
-        dy, x, outs[0])
+    team = _team()
+    if team:
+        _kernels.bn_data_grad(dy, x, mean, mean_dy, slope, scale, outs[0], layout, batch_stats,
+                              *mask, **team)
+    else:
+        _over_rows(layout, lambda dy_rows, rows, dx_rows, part: _kernels.bn_data_grad(
+            dy_rows, rows, mean, mean_dy, slope, scale, dx_rows, part, batch_stats, *mask),
+            dy, x, outs[0])
     outs[1][...] = 0 if fix_gamma else dgamma
     outs[2][...] = sums[0]
 
