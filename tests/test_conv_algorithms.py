@@ -291,6 +291,22 @@ def test_measurement_keeps_onednn_unless_clearly_beaten(monkeypatch, gemm_second
     assert picked.name == chosen
 
 
+@pytest.mark.parametrize('gradient, chosen', [('', 'onednn'), ('data', 'gemm'),
+                                               ('weight', 'gemm')])
+def test_a_gradient_takes_the_measured_fastest(monkeypatch, gradient, chosen):
+    # the margin keeps oneDNN for a forward convolution 5% slower; a gradient takes the other
+    monkeypatch.setattr(conv_algorithms, 'measure',
+                        lambda problem, algorithms, trial: {'onednn': 1.0, 'gemm': 0.95})
+    conv_algorithms.clear_choices()
+    x = BIG.arrays('NHWC')[0]
+    problem = problem_of(BIG.attrs(CONV, 'NHWC'), x, gradient)
+    try:
+        picked = conv_algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
+    finally:
+        conv_algorithms.clear_choices()
+    assert picked.name == chosen
+
+
 def _timed_trials(durations):
     """A trial for conv_algorithms.measure: the calls in order, each algorithm's calls sleeping
     the next of its `durations` (the last one repeating); 'declines' declines."""
@@ -544,7 +560,7 @@ def test_onednn_runs_forward_and_backward_when_enabled(monkeypatch, enabled):
 @pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
 def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
     from ember import resource
-    monkeypatch.setattr(conv_algorithms, 'fastest', lambda seconds: 'onednn')
+    monkeypatch.setattr(conv_algorithms, 'fastest', lambda seconds, margin=0: 'onednn')
     conv_algorithms.clear_choices()
     x = mx.nd.array(np.random.default_rng(0).standard_normal((2, 32, 16, 16)), dtype='float32')
     w = mx.nd.array(np.random.default_rng(1).standard_normal((32, 32, 3, 3)), dtype='float32')
