@@ -11,10 +11,11 @@
  * Large channel-last data is split by rows instead, with bn_chunk_sums and bn_data_grad (see
  * "Channel-last data" below).
  *
- * bn_chunk_sums, bn_data_grad, bn_normalize and the residual chains also split their own work
- * on the calling thread's OpenMP team when asked (keywords threads and cores; see _team.h):
- * where the module is built with OpenMP, those are the threads oneDNN's convolution before
- * them ran on, still awake, where engine.parallel_for would wake its sleeping kernel threads.
+ * bn_chunk_sums, bn_data_grad, bn_normalize, the residual chains and the SGD update also split
+ * their own work on the calling thread's OpenMP team when asked (keywords threads and cores;
+ * see _team.h): where the module is built with OpenMP, those are the threads oneDNN's
+ * convolution before them ran on, still awake, where engine.parallel_for would wake its
+ * sleeping kernel threads.
  *
  * Channel-first, a channel's passes follow each other while its rows are still in cache, so the
  * data is read from memory once: forward = the statistics, then scale and shift; backward = the
@@ -1182,14 +1183,22 @@ static PyObject *add_relu_grad(PyObject *self, PyObject *args, PyObject *kwargs)
     return residual_chain(args, kwargs, 1);
 }
 
-static PyObject *sgd_mom_update(PyObject *self, PyObject *args) {
-    PyObject *objs[4];
+static PyObject *sgd_mom_update(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "", "", "", "", "threads", "cores",
+                               NULL};
+    PyObject *objs[4], *cores = Py_None;
     const char *const names[4] = {"weight", "grad", "mom", "out"};
     float *v[4];
-    Py_ssize_t lo, hi;
+    Py_ssize_t lo, hi, threads = 1;
     double rescale, clip, lr, lr_wd, momentum;
-    if (!PyArg_ParseTuple(args, "OOOOnnddddd:sgd_mom_update", &objs[0], &objs[1], &objs[2],
-                          &objs[3], &lo, &hi, &rescale, &clip, &lr, &lr_wd, &momentum)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOnnddddd|$nO:sgd_mom_update", keywords,
+                                     &objs[0], &objs[1], &objs[2], &objs[3], &lo, &hi,
+                                     &rescale, &clip, &lr, &lr_wd, &momentum, &threads,
+                                     &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0;
+    if (parts < 0) {
         return NULL;
     }
     Buffers b = {.count = 0};
@@ -1207,14 +1216,23 @@ static PyObject *sgd_mom_update(PyObject *self, PyObject *args) {
                      lo, hi, size);
         ok = 0;
     }
-    if (!ok) {
+    int *core_list = NULL;
+    if (!ok || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL && asked)) {
         release_all(&b);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    sgd_mom_range(v[0], v[1], v[2], v[3], lo, hi, (float)rescale, (float)clip, (float)lr,
-                  (float)lr_wd, (float)momentum);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(lo, hi, t, TEAM_SIZE(), &from, &to);
+        sgd_mom_range(v[0], v[1], v[2], v[3], from, to, (float)rescale, (float)clip,
+                      (float)lr, (float)lr_wd, (float)momentum);
+    }
     Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
 }
@@ -1264,11 +1282,13 @@ static PyMethodDef methods[] = {
      "add_relu_grad(a, b, y, out, lo, hi, *, threads=1, cores=None): out = (a + b) * (y > "
      "0), relu's gradient of a sum through its output y, on the elements [lo, hi) of float32 "
      "arrays of one size, bit for bit as NumPy; out may be a, b or y." TEAM_DOC},
-    {"sgd_mom_update", sgd_mom_update, METH_VARARGS,
-     "sgd_mom_update(weight, grad, mom, out, lo, hi, rescale, clip, lr, lr_wd, momentum): on "
-     "the elements [lo, hi) of float32 arrays of one size, mom = mom * momentum - lr_wd * "
-     "weight - clip(rescale * grad) * lr and out = weight + mom, each scalar as float32 and "
-     "each step rounded as NumPy's float32 calls round it (clip < 0: none); out may be weight."},
+    {"sgd_mom_update", (PyCFunction)(void (*)(void))sgd_mom_update,
+     METH_VARARGS | METH_KEYWORDS,
+     "sgd_mom_update(weight, grad, mom, out, lo, hi, rescale, clip, lr, lr_wd, momentum, *, "
+     "threads=1, cores=None): on the elements [lo, hi) of float32 arrays of one size, mom = "
+     "mom * momentum - lr_wd * weight - clip(rescale * grad) * lr and out = weight + mom, each "
+     "scalar as float32 and each step rounded as NumPy's float32 calls round it (clip < 0: "
+     "none); out may be weight." TEAM_DOC},
     {NULL, NULL, 0, NULL},
 };
 

@@ -306,11 +306,14 @@ def multi_inputs(state_names, dtype, shapes):
                                                   (1, 2)],
                          ids=['one-thread', 'threads-split', 'blocks', 'threads-blocks'])
 @pytest.mark.parametrize('multi, single, state_names, dtype, extra', MULTI_CASES)
+@pytest.mark.parametrize('team', [True, False], ids=['openmp team', 'kernel pool'])
 def test_multi_update_equals_single_updates(multi, single, state_names, dtype, extra,
-                                            parallel_size, block, monkeypatch):
-    # split: the kernel threads share the 20 elements, the cut falling inside a weight; blocks:
-    # each range is updated a few elements at a time, the last block of a weight shorter
+                                            parallel_size, block, team, monkeypatch):
+    # split: the kernel threads share the 20 elements, the cut falling inside a weight (or, on
+    # the OpenMP team, each weight's elements); blocks: each range is updated a few elements at
+    # a time, the last block of a weight shorter
     monkeypatch.setattr(optimizer_ops, '_UPDATE_BLOCK', block)
+    monkeypatch.setattr(optimizer_ops, 'use_team', team)
     with config.override(MXNET_CPU_PARALLEL_SIZE=parallel_size):
         _check_multi_update(multi, single, state_names, dtype, extra)
 
@@ -467,3 +470,21 @@ def test_compiled_sgd_momentum_checks_its_arrays():
                                               0.9)
     with pytest.raises(ValueError, match=r'element range \[0, 5\): expected 0 <= lo <= hi <= 4'):
         optimizer_ops._kernels.sgd_mom_update(w, w, w.copy(), w, 0, 5, 1.0, -1.0, 0.1, 0.0, 0.9)
+    with pytest.raises(ValueError, match='threads: expected 1 to 1024, got 0'):
+        optimizer_ops._kernels.sgd_mom_update(w, w, w.copy(), w, 0, 4, 1.0, -1.0, 0.1, 0.0, 0.9,
+                                              threads=0)
+
+
+@pytest.mark.skipif(optimizer_ops._kernels is None, reason='ember._kernels is not built')
+@pytest.mark.parametrize('threads', [2, 3])
+def test_compiled_sgd_momentum_on_a_team_gives_one_call_results(threads):
+    rng = np.random.default_rng(5)
+    w, g, mom = (rng.standard_normal(1003).astype(np.float32) for _ in range(3))
+    results = []
+    for team in (1, threads):
+        out, state = np.full_like(w, np.nan), mom.copy()
+        optimizer_ops._kernels.sgd_mom_update(w, g, state, out, 3, 1001, 0.5, 0.4, 0.1, 0.001,
+                                              0.9, threads=team)
+        results.append((out.tobytes(), state.tobytes()))
+    assert results[0] == results[1]
+    assert np.isnan(np.frombuffer(results[1][0], np.float32)[[0, 1, 2, 1001, 1002]]).all()

@@ -29,8 +29,9 @@ import numbers
 
 import numpy as np
 
-from ember import engine
+from ember import config, engine
 from ember.backend import native
+from ember.engine.threads import team_arguments
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, register,
                                same_shape, same_type)
 
@@ -123,13 +124,13 @@ def _sgd_mom_step(xp, attrs, weight, grad, mom):
     return weight + mom
 
 
-def _compiled_sgd_mom(attrs, weight, grad, mom, out, lo, hi):
+def _compiled_sgd_mom(attrs, weight, grad, mom, out, lo, hi, **team):
     """_sgd_mom_step on the elements [lo, hi) of flat float32 arrays in one pass, bit for bit
-    (``_kernels.sgd_mom_update``)."""
+    (``_kernels.sgd_mom_update``; `team`: its threads and cores keywords)."""
     clip = attrs['clip_gradient']
     _kernels.sgd_mom_update(weight, grad, mom, out, lo, hi, attrs['rescale_grad'],
                             clip if clip >= 0 else -1.0, attrs['lr'],
-                            attrs['lr'] * attrs['wd'], attrs['momentum'])
+                            attrs['lr'] * attrs['wd'], attrs['momentum'], **team)
 
 
 def _nag_mom_step(xp, attrs, weight, grad, mom):
@@ -287,11 +288,28 @@ def _compiled_form(step, xp, arrays):
     return form
 
 
+# Whether the compiled forms split on the OpenMP team where the module has one (see
+# ember/_team.h; tests turn it off to run the kernel-pool path).
+use_team = True
+
+
+def _teams():
+    return use_team and _kernels is not None and _kernels.openmp
+
+
+def _team_for(size):
+    """The team keywords of a compiled form's call on `size` elements: split from
+    ``MXNET_CPU_PARALLEL_SIZE`` on, as ``parallel_for`` splits."""
+    return team_arguments(size >= config.get('MXNET_CPU_PARALLEL_SIZE'))
+
+
 def _update_kernel(step):
     def kernel(attrs, ins, outs, ctx):
         form = _compiled_form(step, ctx.xp, (*ins, *outs))
         if form is not None:
-            form(attrs, *(a.reshape(-1) for a in ins), outs[0].reshape(-1), 0, outs[0].size)
+            team = _team_for(outs[0].size) if _teams() else {}
+            form(attrs, *(a.reshape(-1) for a in ins), outs[0].reshape(-1), 0, outs[0].size,
+                 **team)
             return
         outs[0][...] = step(ctx.xp, attrs, *ins)
     return kernel
@@ -315,8 +333,14 @@ def _multi_kernel(step, group):
             return
         # the steps are element-wise: the kernel threads share all weights' elements as one
         # range (one thread per weight would leave a thread idle beside the largest one)
-        ends = np.cumsum([out.size for out in outs])
         form = _compiled_form(step, np, (*ins, *outs))
+        if form is not None and _teams():
+            # each weight in one pass, the large ones split on the OpenMP team
+            for i, out in enumerate(outs):
+                form(settings[i], *(a.reshape(-1) for a in ins[group * i: group * (i + 1)]),
+                     out.reshape(-1), 0, out.size, **_team_for(out.size))
+            return
+        ends = np.cumsum([out.size for out in outs])
 
         def run(start, stop):
             first = int(np.searchsorted(ends, start, side='right'))
