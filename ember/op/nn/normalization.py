@@ -3,7 +3,6 @@ runs, and BatchNorm of channel-first or channel-last float32 data through the co
 ``ember._kernels``."""
 from __future__ import annotations
 
-
 import numpy as np
 
 from ember import engine
