@@ -558,6 +558,16 @@ def test_gradient_support_follows_the_flipped_convolution():
     for unsupported in (dict(pad=(3, 1)), dict(stride=(2, 2)), dict(dtype='float64'),
                         dict(groups=2), dict(kernel=(5, 5))):
         assert not conv_winograd.supports_gradient(problem(**unsupported)), unsupported
+    # its transformed weights, made on every call, stay within the weight gradient's bound on
+    # its sums: resnet50_v1's 256-channel layers (9.4 MB) take it, the 512-channel ones
+    # (38 MB) do not, whatever the data
+    assert conv_winograd.supports_data_gradient(problem(channels=256, filters=256))
+    assert not conv_winograd.supports_data_gradient(problem(channels=512, filters=512))
+    assert not conv_winograd.supports_data_gradient(problem(channels=512, filters=512,
+                                                            batch=64, size_in=(56, 56)))
+    assert not conv_winograd.supports_data_gradient(problem(stride=(2, 2)))
+    assert conv_algorithms.DATA_GRADIENT_ALGORITHMS['winograd4'].supports is \
+        conv_winograd.supports_data_gradient
     # its scratch is that of the forward convolution with channels and filters swapped
     wide = problem(channels=16, filters=64)
     assert conv_winograd.gradient_scratch_bytes(wide, 1) == conv_winograd.scratch_bytes(

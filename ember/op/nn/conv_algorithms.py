@@ -287,8 +287,8 @@ def _run_winograd_weight(problem, call, budget, alloc, threads):
 DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
     Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_data),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_data),
-    Algorithm('winograd4', conv_winograd.supports_gradient, conv_winograd.gradient_scratch_bytes,
-              _run_winograd_data),
+    Algorithm('winograd4', conv_winograd.supports_data_gradient,
+              conv_winograd.gradient_scratch_bytes, _run_winograd_data),
 )}
 
 
