@@ -453,7 +453,10 @@ def test_pointwise_gradient_errors_name_the_argument():
 @pytest.mark.parametrize('change, supported', [
     ({}, True), (dict(channels=24), False), (dict(stride=(2, 2)), False),
     (dict(pad=(1, 1)), False), (dict(kernel=(3, 3)), False), (dict(channel_last=False), False),
-    (dict(groups=2), False), (dict(dtype='float64'), False), (dict(gradient='data'), False)])
+    (dict(groups=2), False), (dict(dtype='float64'), False), (dict(gradient='data'), False),
+    # its (F, C) sums within 2 MB: resnet50_v1's 1024 -> 256 (1 MB), not 2048 -> 512 (4 MB)
+    (dict(channels=1024, filters=256), True), (dict(channels=2048, filters=512), False),
+    (dict(channels=512, filters=2048, batch=64), False)])
 def test_pointwise_gradient_support(change, supported):
     problem = conv_algorithms.ConvProblem(**dict(dict(
         channel_last=True, batch=2, channels=32, filters=8, groups=1, kernel=(1, 1),

@@ -422,12 +422,23 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
 def supports_pointwise_gradient(problem) -> bool:
     """Whether the compiled sums compute `problem`'s weight gradient as
     :func:`pointwise_weight_gradient`: a 1x1, stride-1, unpadded, ungrouped 2-D convolution
-    of channel-last float32 data with channels in whole panels of 16."""
+    of channel-last float32 data with channels in whole panels of 16, whose (F, C) sums fit
+    ``_POINTWISE_SUMS_BYTES``."""
     return (_winograd is not None and problem.dtype == 'float32' and problem.channel_last
             and problem.gradient == 'weight' and problem.groups == 1
             and len(problem.kernel) == 2 and all(k == 1 for k in problem.kernel)
             and all(s == 1 for s in problem.stride) and not any(problem.pad)
-            and problem.channels % _PANEL == 0)
+            and problem.channels % _PANEL == 0
+            and 4 * problem.filters * problem.channels <= _POINTWISE_SUMS_BYTES)
+
+
+# Each kernel thread adds every chunk of rows into its own (F, C) sums: past a core's L2 cache
+# (2 MB here) they go through the shared cache and memory on every chunk, and oneDNN is faster.
+# resnet50_v1 at batch 16, in the training step: the 1 MB sums of 256 <-> 1024 at 14x14 ran
+# 3.95-4.40 ms a call against oneDNN's 4.42-4.59, the 4 MB ones of 512 <-> 2048 at 7x7
+# 5.6-5.7 against 4.3-5.1; measurement, which runs them alone, chose the sums there in 3
+# processes of 4.
+_POINTWISE_SUMS_BYTES = 2 << 20
 
 
 def pointwise_scratch_bytes(problem, batch) -> int:
