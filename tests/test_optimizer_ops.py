@@ -475,6 +475,33 @@ def test_compiled_sgd_momentum_checks_its_arrays():
                                               threads=0)
 
 
+@pytest.mark.skipif(optimizer_ops._kernels is None or not optimizer_ops._kernels.openmp,
+                    reason='ember._kernels is not built with OpenMP')
+def test_multi_update_splits_the_large_weights_on_the_team(monkeypatch):
+    real, asked = optimizer_ops._kernels, []
+
+    class Recording:
+        def __getattr__(self, name):
+            function = getattr(real, name)
+            if name != 'sgd_mom_update':
+                return function
+
+            def call(*args, **team):
+                asked.append((args[0].size, team.get('threads', 1)))
+                return function(*args, **team)
+            return call
+    monkeypatch.setattr(optimizer_ops, '_kernels', Recording())
+    op = registry.get('multi_sgd_mom_update')
+    attrs = op.parse_attrs(dict(lrs=(0.1, 0.1), wds=(0.0, 0.0), momentum=0.9, num_weights=2))
+    sizes = (6, 100)
+    flat = [np.ones(n, np.float32) for n in sizes for _ in range(3)]
+    with config.override(MXNET_CPU_PARALLEL_SIZE=50, OMP_NUM_THREADS=2):
+        op.kernel(attrs, flat, [np.zeros(n, np.float32) for n in sizes],
+                  registry.KernelContext(cpu()))
+    # one call per weight, the one past MXNET_CPU_PARALLEL_SIZE split over two team threads
+    assert asked == [(6, 1), (100, 2)]
+
+
 @pytest.mark.skipif(optimizer_ops._kernels is None, reason='ember._kernels is not built')
 @pytest.mark.parametrize('threads', [2, 3])
 def test_compiled_sgd_momentum_on_a_team_gives_one_call_results(threads):

@@ -347,15 +347,18 @@ def team_threads(n: int, split: bool | None = None) -> int:
     return kernel_threads()
 
 
-def team_arguments(split: bool = True) -> dict:
-    """The ``threads`` and ``cores`` keyword arguments of a compiled kernel that splits its work
-    on the calling thread's OpenMP team (see ember/_team.h): `split` as ``parallel_for`` takes
-    it, the cores as ``team_cores`` pins them (None for one thread).
+def team_arguments(split: bool | None = True, n: int = 0) -> dict:
+    """The ``threads`` and ``cores`` keyword arguments of a compiled kernel that splits `n`
+    units of work on the calling thread's OpenMP team (see ember/_team.h): `split` as
+    ``parallel_for`` takes it (None: from ``MXNET_CPU_PARALLEL_SIZE`` units on), the cores as
+    ``team_cores`` pins them (None for one thread).
 
     >>> team_arguments(split=False)
     {'threads': 1, 'cores': None}
+    >>> team_arguments(split=None, n=1)['threads']
+    1
     """
-    threads = team_threads(0, split)
+    threads = team_threads(n, split)
     return {'threads': threads, 'cores': team_cores(threads) if threads > 1 else None}
 
 

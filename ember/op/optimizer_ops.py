@@ -29,7 +29,7 @@ import numbers
 
 import numpy as np
 
-from ember import config, engine
+from ember import engine
 from ember.backend import native
 from ember.engine.threads import team_arguments
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, register,
@@ -298,9 +298,9 @@ def _teams():
 
 
 def _team_for(size):
-    """The team keywords of a compiled form's call on `size` elements: split from
-    ``MXNET_CPU_PARALLEL_SIZE`` on, as ``parallel_for`` splits."""
-    return team_arguments(size >= config.get('MXNET_CPU_PARALLEL_SIZE'))
+    """The team keywords of a compiled form's call on `size` elements (split as
+    ``parallel_for`` splits them)."""
+    return team_arguments(None, size)
 
 
 def _update_kernel(step):
@@ -331,8 +331,6 @@ def _multi_kernel(step, group):
             for i, out in enumerate(outs):
                 out[...] = step(ctx.xp, settings[i], *ins[group * i: group * (i + 1)])
             return
-        # the steps are element-wise: the kernel threads share all weights' elements as one
-        # range (one thread per weight would leave a thread idle beside the largest one)
         form = _compiled_form(step, np, (*ins, *outs))
         if form is not None and _teams():
             # each weight in one pass, the large ones split on the OpenMP team
@@ -340,6 +338,8 @@ def _multi_kernel(step, group):
                 form(settings[i], *(a.reshape(-1) for a in ins[group * i: group * (i + 1)]),
                      out.reshape(-1), 0, out.size, **_team_for(out.size))
             return
+        # the steps are element-wise: the kernel threads share all weights' elements as one
+        # range (one thread per weight would leave a thread idle beside the largest one)
         ends = np.cumsum([out.size for out in outs])
 
         def run(start, stop):
