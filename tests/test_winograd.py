@@ -120,10 +120,13 @@ def test_threads_sharing_the_filters_take_all_the_tiles_in_one_chunk():
     chunk = conv_winograd._chunk
     assert chunk(256, 256, 64, 2, None, shared_tiles=16) == 16
     assert chunk(128, 128, 32, 2, None, shared_tiles=49) == 49
-    per_tile = 36 * (512 + 128) * 4
-    assert chunk(512, 512, 128, 2, None, shared_tiles=1000) == \
-        conv_winograd._SHARED_CHUNK_BYTES // per_tile
-    assert chunk(256, 256, 64, 2, 2 * 36 * (256 + 64) * 4 * 5, shared_tiles=16) == 5
+    # as many as fit the bytes, each tile position rounded up to an odd number of lines
+    many = chunk(512, 512, 128, 2, None, shared_tiles=1000)
+    assert 4 * conv_winograd._chunk_floats(many, 512, 128) <= \
+        conv_winograd._SHARED_CHUNK_BYTES < 4 * conv_winograd._chunk_floats(many + 1, 512, 128)
+    five = 4 * conv_winograd._chunk_floats(5, 256, 64)
+    assert chunk(256, 256, 64, 2, 2 * five, shared_tiles=16) == 5
+    assert chunk(256, 256, 64, 2, 2 * five - 8, shared_tiles=16) == 4
     # threads that share the tiles keep the short chunks that stay in L2
     assert chunk(256, 256, 64, 2, None) == conv_winograd._SHORT_CHUNK
 
@@ -135,8 +138,34 @@ def _convolve_args(c, chunk, width):
     tiles = c.x.shape[0] * int(np.prod(conv_winograd._tiles(c.window, 4)))
     channels, filters = c.w.shape[-1], c.w.shape[0]
     return [c.x, u, out, c.bias, None, False, c.window.pad_before, (0, tiles), (0, filters),
-            chunk, np.empty(36 * chunk * channels, np.float32),
-            np.empty(36 * chunk * width, np.float32)]
+            chunk, np.empty(_winograd.tile_floats(chunk, channels), np.float32),
+            np.empty(_winograd.tile_floats(chunk, width), np.float32)]
+
+
+@needs_module
+def test_tile_positions_lie_an_odd_number_of_cache_lines_apart():
+    # a whole number of 4 KB between the 36 positions put them all in one L1 set
+    for count, row in [(16, 128), (24, 128), (12, 256), (6, 256), (5, 40), (1, 3), (0, 16)]:
+        floats = _winograd.tile_floats(count, row)
+        step = floats // 36
+        assert floats == 36 * step and step >= count * row
+        assert step % 16 == 0 and (step // 16) % 2 == 1
+        assert step - count * row < 32          # at most a line and a part of one more
+    with pytest.raises(ValueError, match=r'tile_floats: count -1 and row 8 must be >= 0'):
+        _winograd.tile_floats(-1, 8)
+
+
+@needs_module
+def test_convolve_takes_scratch_of_tile_floats():
+    c = CASES['many tiles']         # 24 channels, 32 filters
+    args = _convolve_args(c, 8, 32)
+    _winograd.convolve(*args)
+    assert_close(args[2], c.expected)
+    for index, name, row in ((10, 'v', 24), (11, 'm', 32)):
+        short = list(args)
+        short[index] = np.empty(_winograd.tile_floats(8, row) - 1, np.float32)
+        with pytest.raises(ValueError, match=f'{name}: expected at least'):
+            _winograd.convolve(*short)
 
 
 @needs_module
@@ -218,6 +247,7 @@ def transforms(monkeypatch):
         _winograd.transform_weights(w, u, panels)
     # openmp off: the spy's transform_weights runs as the kernel threads' parts
     spy = types.SimpleNamespace(convolve=_winograd.convolve, pointwise=_winograd.pointwise,
+                                tile_floats=_winograd.tile_floats,
                                 transform_weights=transform_weights, openmp=0)
     monkeypatch.setattr(conv_winograd, '_winograd', spy)
     yield calls

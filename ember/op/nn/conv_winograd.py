@@ -176,7 +176,7 @@ def weight_gradient_scratch_bytes(problem, batch) -> int:
                                             problem.channels, problem.filters,
                                             kernel_threads())
     floats = (36 * problem.channels * _round_up(problem.filters, _PANEL)
-              + count * 36 * chunk * (problem.channels + width)
+              + count * _chunk_floats(chunk, problem.channels, width)
               + 9 * problem.channels * problem.filters)
     return floats * 4 + (0 if problem.channel_last else samples * per_sample)
 
@@ -392,8 +392,8 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
                                                  filters, threads)
     writes_dw = channel_last and dw.flags.c_contiguous
     specs = [((36, channels, _round_up(filters, _PANEL)), np.float32),
-             ((count, 36 * chunk * channels), np.float32),
-             ((count, 36 * chunk * width), np.float32)]
+             ((count, _winograd.tile_floats(chunk, channels)), np.float32),
+             ((count, _winograd.tile_floats(chunk, width)), np.float32)]
     specs += [] if writes_dw else [((filters, 3, 3, channels), np.float32)]
     specs += [] if channel_last else [
         (_channel_last_shape((samples,) + a.shape[1:]), np.float32) for a in (x, dy)]
@@ -659,7 +659,8 @@ def _gradient_plan(tiles, channels, filters, threads):
     ranges = [tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
               for i in range(count)]
     width = max(_round_up(hi - lo, _PANEL) for lo, hi in ranges)
-    chunk = max(1, min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)))
+    chunk = _within(min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)),
+                    channels, width, _GRADIENT_CHUNK_BYTES)
     return count, ranges, width, chunk
 
 
@@ -705,8 +706,8 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     width = max(split.width for split in plans.values())
     chunk = _chunk(channels, filters, width, count, budget,
                    _shared_tiles(plans, per_sample_tiles))
-    specs = [((count, 36 * chunk * channels), np.float32),
-             ((count, 36 * chunk * width), np.float32)]
+    specs = [((count, _winograd.tile_floats(chunk, channels)), np.float32),
+             ((count, _winograd.tile_floats(chunk, width)), np.float32)]
     v, products, *scratch = alloc(specs + [(u_shape, np.float32)] * in_scratch
                                   + [(_channel_last_shape((samples,) + a.shape[1:]), np.float32)
                                      for a in given])
@@ -805,7 +806,15 @@ def _compiled_scratch(problem, batch):
                               None, _shared_tiles({samples: split}, tiles // samples)))
     weights = prod(_packed_shape(problem.channels, problem.filters))
     copies = 0 if problem.channel_last else samples * per_sample
-    return (split.count * 36 * chunk * (problem.channels + split.width) + weights) * 4 + copies
+    return ((split.count * _chunk_floats(chunk, problem.channels, split.width) + weights) * 4
+            + copies)
+
+
+def _chunk_floats(chunk, channels, width):
+    """The floats of one thread's transformed tiles and products (v and m) for chunks of
+    `chunk` tiles, `width` filters wide: each of the 36 positions rounded up to an odd number
+    of cache lines (``ember._winograd.tile_floats``)."""
+    return _winograd.tile_floats(chunk, channels) + _winograd.tile_floats(chunk, width)
 
 
 def _round_up(n, step):
@@ -815,9 +824,13 @@ def _round_up(n, step):
 # Transformed weights up to this size stay in the shared L3 cache between chunks: chunks
 # can then be short, so that their transformed tiles and products stay in L2. Larger ones
 # come from memory for every chunk, which must then be long enough to pay for them (the
-# fastest chunks measured on a 2-core Zen 3 with 1 MB of L2 per core and 32 MB of L3).
+# long chunk measured on a 2-core Zen 3 with 1 MB of L2 per core and 32 MB of L3). Short
+# chunks of 12 tiles fill the AVX-512 register block (12 rows); on a 2-core Zen 5 at batch
+# 16, 2 threads, against chunks of 6: 128 channels at 28x28 3.97 -> 3.01 ms a forward call,
+# 256 at 14x14 4.43 -> 3.62, 64 at 56x56 even, and as fast as 18 or 24 (with the positions
+# of V and M an odd number of cache lines apart: ember._winograd.tile_floats).
 _CACHED_WEIGHT_BYTES = 16 << 20
-_SHORT_CHUNK, _LONG_CHUNK = 6, 48
+_SHORT_CHUNK, _LONG_CHUNK = 12, 48
 
 
 def _weights_cached(channels, filters):
@@ -832,12 +845,23 @@ def _chunk(channels, filters, width, parts, budget, shared_tiles=0):
     share the filters of calls of `shared_tiles` tiles (0: they share the tiles), a chunk
     holds all of them, up to ``_SHARED_CHUNK_BYTES`` a thread."""
     if shared_tiles:
-        chunk = max(_SHORT_CHUNK, min(shared_tiles,
-                                      _SHARED_CHUNK_BYTES // (36 * (channels + width) * 4)))
+        fits = _within(_SHARED_CHUNK_BYTES // (36 * (channels + width) * 4), channels, width,
+                       _SHARED_CHUNK_BYTES)
+        chunk = max(_SHORT_CHUNK, min(shared_tiles, fits))
     else:
         chunk = _SHORT_CHUNK if _weights_cached(channels, filters) else _LONG_CHUNK
     if budget is not None:
-        chunk = max(1, min(chunk, budget // parts // (36 * (channels + width) * 4)))
+        chunk = _within(min(chunk, budget // parts // (36 * (channels + width) * 4)),
+                        channels, width, budget // parts)
+    return chunk
+
+
+def _within(chunk, channels, width, limit):
+    """The most tiles, at most `chunk` and at least 1, whose transformed tiles and products
+    (:func:`_chunk_floats`) take at most `limit` bytes."""
+    chunk = max(1, chunk)
+    while chunk > 1 and 4 * _chunk_floats(chunk, channels, width) > limit:
+        chunk -= 1
     return chunk
 
 
