@@ -287,7 +287,9 @@ str_var('MXNET_HOME', '~/.mxnet', 'Data directory for downloaded model weights a
         'environment', 'gluon', kind='path', accepts='a directory path')
 int_var('OMP_NUM_THREADS', None, 'Threads of the BLAS and oneDNN kernels inside one operator; '
         'unset means the cores this process may use, shared among the '
-        'MXNET_CPU_WORKER_NTHREADS workers.', _THREADS, 'engine', low=1,
+        'MXNET_CPU_WORKER_NTHREADS workers. A pthreads OpenBLAS that NumPy loaded before '
+        'Ember keeps one thread: its threads spin after each GEMM on the cores the next '
+        'kernels need.', _THREADS, 'engine', low=1,
         read='startup', default_doc='all available cores')
 str_var('KMP_AFFINITY', None, 'Pin the engine worker threads, the kernel threads and the OpenMP '
         'threads that run the compiled kernels to cores, Intel-style '

@@ -226,16 +226,26 @@ PTHREADS_OPENBLAS = [{'prefix': 'libscipy_openblas', 'num_threads': 8,
                       'internal_api': 'openblas', 'threading_layer': 'pthreads'}]
 
 
-@pytest.mark.parametrize('timeout, expected', [(None, {'libscipy_openblas': 1}), ('4', None)])
-def test_an_openblas_that_spins_gets_one_thread(monkeypatch, timeout, expected):
+@pytest.mark.parametrize('timeout, omp, pools, expected', [
+    (None, None, PTHREADS_OPENBLAS, {'libscipy_openblas': 1}),
+    ('4', None, PTHREADS_OPENBLAS, None),
+    # OpenBLAS reads OMP_NUM_THREADS too: at 2 on 2 cores its spinning threads took a
+    # resnet50 training step from 1.0 to 1.6 s
+    (None, 2, PTHREADS_OPENBLAS, {'libscipy_openblas': 1}),
+    (None, 6, POOLS + PTHREADS_OPENBLAS,
+     {'libopenblas': 6, 'libgomp': 6, 'libscipy_openblas': 1}),
+    ('4', 2, PTHREADS_OPENBLAS, 2),
+    (None, 1, PTHREADS_OPENBLAS, 1),
+])
+def test_an_openblas_that_spins_gets_one_thread(monkeypatch, timeout, omp, pools, expected):
     monkeypatch.setattr(config, 'cpu_count', lambda: 8)
     if timeout is None:
         monkeypatch.delenv('OPENBLAS_THREAD_TIMEOUT', raising=False)
     else:
         monkeypatch.setenv('OPENBLAS_THREAD_TIMEOUT', timeout)
-    with config.override(OMP_NUM_THREADS=None, MXNET_CPU_WORKER_NTHREADS=None,
+    with config.override(OMP_NUM_THREADS=omp, MXNET_CPU_WORKER_NTHREADS=None,
                          MXNET_ENGINE_TYPE=None, MXNET_ENFORCE_DETERMINISM=None):
-        assert threads.blas_limits(PTHREADS_OPENBLAS) == expected
+        assert threads.blas_limits(pools) == expected
 
 
 @pytest.mark.parametrize('settings, expected', [
@@ -445,3 +455,10 @@ def test_a_spinning_openblas_runs_on_one_thread_while_the_engine_runs():
     quiet = run_child('numpy-first-threads', OPENBLAS_THREAD_TIMEOUT='4',
                       MXNET_CPU_WORKER_NTHREADS=None, OMP_NUM_THREADS=None)
     assert quiet['blas'] == [config.cpu_count()]
+    # OMP_NUM_THREADS, which OpenBLAS reads too, does not bring the spinning threads back
+    asked = run_child('numpy-first-threads', OPENBLAS_THREAD_TIMEOUT=None,
+                      MXNET_CPU_WORKER_NTHREADS=None, OMP_NUM_THREADS='2')
+    assert asked['blas'] == [1] and asked['kernel_threads'] == 2
+    asked_quiet = run_child('numpy-first-threads', OPENBLAS_THREAD_TIMEOUT='4',
+                            MXNET_CPU_WORKER_NTHREADS=None, OMP_NUM_THREADS='2')
+    assert asked_quiet['blas'] == [2]

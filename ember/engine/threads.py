@@ -116,17 +116,21 @@ def blas_limits(pools: list | None = None):
     are threadpoolctl's ``threadpool_info()`` records (read when not given).
 
     A pthreads OpenBLAS loaded without ``OPENBLAS_THREAD_TIMEOUT`` (NumPy imported before
-    Ember, which sets it otherwise) gets one thread: after each GEMM its threads would spin
-    for about 0.1 s on the cores that oneDNN and the kernel threads need next (a resnet50
-    training step took 1.4x as long). Ember's own GEMMs split over its kernel threads."""
+    Ember, which sets it otherwise) gets one thread, whatever ``OMP_NUM_THREADS`` says: after
+    each GEMM its threads would spin for about 0.1 s on the cores that oneDNN and the kernel
+    threads need next (a resnet50 training step took 1.4x as long; 1.6x with
+    ``OMP_NUM_THREADS=2`` on 2 cores, which OpenBLAS also reads). Ember's own GEMMs split over
+    its kernel threads."""
     if config.get('MXNET_ENFORCE_DETERMINISM'):
         return 1
     asked = config.get('OMP_NUM_THREADS')
-    if asked is not None:
-        return asked
     if pools is None:
         from threadpoolctl import threadpool_info
         pools = threadpool_info()
+    if asked is not None:
+        if asked == 1 or not any(_spins(pool) for pool in pools):
+            return asked
+        return {pool['prefix']: 1 if _spins(pool) else asked for pool in pools}
     target = kernel_threads()
     lower = {pool['prefix']: 1 if _spins(pool) else target for pool in pools
              if pool['num_threads'] > (1 if _spins(pool) else target)}
