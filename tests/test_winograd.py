@@ -566,11 +566,42 @@ def test_weight_gradient_sums_must_fit_the_cache():
 
 
 @needs_module
+def test_weight_gradient_zeroes_its_sums_when_asked():
+    x, dy, window = same_size_layer(3, (2, 10, 10, 24), 40)
+    tiles = 2 * int(np.prod(conv_winograd._tiles(window, 4)))
+    row = conv_winograd._round_up(40, conv_winograd._PANEL)
+
+    def sums(du, zero, ranges=((0, 32), (32, 40))):
+        for f_lo, f_hi in ranges:
+            width = conv_winograd._round_up(f_hi - f_lo, conv_winograd._PANEL)
+            v = np.empty(_winograd.tile_floats(5, 24), np.float32)
+            m = np.empty(_winograd.tile_floats(5, width), np.float32)
+            _winograd.weight_gradient(x, dy, du, window.pad_before, (0, tiles), (f_lo, f_hi),
+                                      5, v, m, zero)
+        return du
+    def positions(du):          # (36, C, F in whole panels), past each position's rounding
+        return du.reshape(36, -1)[:, :24 * row].reshape(36, 24, row)
+    clean = sums(np.zeros(_winograd.tile_floats(24, row), np.float32), False)
+    dirty = np.full_like(clean, np.nan)
+    # every range, the panel's padding past filter 40 too
+    np.testing.assert_array_equal(positions(sums(dirty, True)), positions(clean))
+    # without zero the sums add to what du holds
+    assert_close(positions(sums(clean.copy(), False)), 2 * positions(clean))
+    dw = np.empty((40, 3, 3, 24), np.float32)
+    _winograd.finish_gradient(clean, dw, (0, 24))
+    assert_close(dw, direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64), 1))
+
+
+@needs_module
 def test_weight_gradient_errors_name_the_argument():
     x, dy = np.zeros((1, 6, 6, 8), np.float32), np.zeros((1, 6, 6, 16), np.float32)
-    du, v, m = (np.zeros(36 * 8 * 16, np.float32) for _ in range(3))
+    du = np.zeros(_winograd.tile_floats(8, 16), np.float32)
+    v, m = (np.zeros(_winograd.tile_floats(1, 16), np.float32) for _ in range(2))
+    _winograd.weight_gradient(x, dy, du, (1, 1), (0, 4), (0, 16), 1, v, m)
     with pytest.raises(ValueError, match=r'du: expected at least'):
-        _winograd.weight_gradient(x, dy, du[:10], (1, 1), (0, 4), (0, 16), 1, v, m)
+        _winograd.weight_gradient(x, dy, du[:-1], (1, 1), (0, 4), (0, 16), 1, v, m)
+    with pytest.raises(ValueError, match=r'du: expected at least'):
+        _winograd.finish_gradient(du[:-1], np.zeros((16, 3, 3, 8), np.float32), (0, 8))
     with pytest.raises(ValueError, match=r'filters \[3, 16\)'):
         _winograd.weight_gradient(x, dy, du, (1, 1), (0, 4), (3, 16), 1, v, m)
     with pytest.raises(ValueError, match=r'dw \(16, 2, 2, 8\): expected OHWI 3x3'):

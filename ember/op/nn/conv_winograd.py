@@ -175,7 +175,7 @@ def weight_gradient_scratch_bytes(problem, batch) -> int:
     count, _, width, chunk = _gradient_plan(samples * prod(_tiles(problem.window, 4)),
                                             problem.channels, problem.filters,
                                             kernel_threads())
-    floats = (36 * problem.channels * _round_up(problem.filters, _PANEL)
+    floats = (_winograd.tile_floats(problem.channels, _round_up(problem.filters, _PANEL))
               + count * _chunk_floats(chunk, problem.channels, width)
               + 9 * problem.channels * problem.filters)
     return floats * 4 + (0 if problem.channel_last else samples * per_sample)
@@ -386,12 +386,16 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
     channels, filters = dw.shape[-1] if channel_last else dw.shape[1], dw.shape[0]
     batch = samples = x.shape[0]
+    if batch == 0:
+        dw[...] = 0
+        return
     if not channel_last:
         samples = _copied_samples(batch, 4 * (x[0].size + dy[0].size), budget)
     count, ranges, width, chunk = _gradient_plan(samples * prod(_tiles(window, 4)), channels,
                                                  filters, threads)
     writes_dw = channel_last and dw.flags.c_contiguous
-    specs = [((36, channels, _round_up(filters, _PANEL)), np.float32),
+    # du, the sums: 36 positions of (C, F in whole panels), zeroed by the first call
+    specs = [((_winograd.tile_floats(channels, _round_up(filters, _PANEL)),), np.float32),
              ((count, _winograd.tile_floats(chunk, channels)), np.float32),
              ((count, _winograd.tile_floats(chunk, width)), np.float32)]
     specs += [] if writes_dw else [((filters, 3, 3, channels), np.float32)]
@@ -399,7 +403,6 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
         (_channel_last_shape((samples,) + a.shape[1:]), np.float32) for a in (x, dy)]
     du, v, m, *rest = alloc(specs)
     target = dw if writes_dw else rest.pop(0)
-    du.fill(0)
     for lo in range(0, batch, samples):
         hi = min(batch, lo + samples)
         if channel_last:
@@ -411,7 +414,7 @@ def weight_gradient(dy, x, dw, window, channel_last, budget=None, alloc=None, th
 
         run_compiled(_winograd.weight_gradient, dys.size * channels, [
             (xs, dys, du, window.pad_before, (0, tiles), ranges[index], min(chunk, tiles),
-             v[index], m[index]) for index in range(count)])
+             v[index], m[index], lo == 0) for index in range(count)])
     finish_parts = max(1, min(max(1, threads or 1), channels))
     run_compiled(_winograd.finish_gradient, du.size, [
         (du, target, part_range(i, finish_parts, channels)) for i in range(finish_parts)])
