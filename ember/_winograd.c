@@ -228,9 +228,9 @@ static int build = BASELINE;
 /* Calls: one kernel call's arrays and arguments, run without the GIL; team() runs several */
 
 typedef struct {
-    const float *w;             /* OHWI 3x3 */
+    const float *w;             /* OHWI 3x3, element [f, y, x, c] at f, y, x, c * steps */
     float *u;
-    Py_ssize_t channels, filters;
+    Py_ssize_t channels, filters, steps[4];
 } Weights;
 
 typedef struct {
@@ -289,7 +289,7 @@ static void run_line(const Job *j) {
 
 static void run_weights(const Job *j) {
     const Weights *w = &j->k.weights;
-    DISPATCH(transform_weights, w->w, w->channels, w->filters, w->u, j->lo, j->hi);
+    DISPATCH(transform_weights, w->w, w->steps, w->channels, w->filters, w->u, j->lo, j->hi);
 }
 
 static void end_job(Job *j) {
@@ -341,6 +341,37 @@ static float *borrow(Buffers *b, PyObject *obj, const char *name, Py_ssize_t *sh
         shape[i] = view->shape[i];
     }
     return (float *)view->buf;
+}
+
+/* `obj` as 4-D float32 values of any strides (negative ones too), its shape into `shape` and
+ * its strides in floats into `steps`; NULL with an exception naming `name` otherwise. */
+static const float *borrow_strided(Buffers *b, PyObject *obj, const char *name,
+                                   Py_ssize_t *shape, Py_ssize_t *steps) {
+    Py_buffer *view = next_view(b, name);
+    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_STRIDED_RO | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    b->count++;
+    if (!is_float32(view)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
+                     name, view->format ? view->format : "B");
+        return NULL;
+    }
+    if (view->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 4-D (OHWI) array, got %d dimensions",
+                     name, view->ndim);
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (view->strides[i] % (Py_ssize_t)sizeof(float) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s: stride %zd of axis %d is not a whole number "
+                         "of float32 values", name, view->strides[i], i);
+            return NULL;
+        }
+        shape[i] = view->shape[i];
+        steps[i] = view->strides[i] / (Py_ssize_t)sizeof(float);
+    }
+    return (const float *)view->buf;
 }
 
 static void set_geometry(Geometry *g, const Py_ssize_t *x, const Py_ssize_t *out) {
@@ -478,7 +509,7 @@ static int parse_transform_weights(PyObject *args, Job *j) {
     Py_ssize_t ws[4];
     Weights *k = &j->k.weights;
     if (!PyArg_ParseTuple(args, "OO(nn):transform_weights", &w, &u, &j->lo, &j->hi) ||
-        !(k->w = borrow(&j->b, w, "w", ws, 0, 0, 0))) {
+        !(k->w = borrow_strided(&j->b, w, "w", ws, k->steps))) {
         return 0;
     }
     k->channels = ws[3], k->filters = ws[0];
@@ -921,8 +952,9 @@ static PyMethodDef methods[] = {
      "none is left."},
     {"transform_weights", transform_weights, METH_VARARGS,
      "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
-     "u = G w G^T of OHWI 3x3 float32 weights as (36, ceil(F / 16), C, 16), the panels of 16\n"
-     "filters [panel_lo, panel_hi) only; zeros past the last filter."},
+     "u = G w G^T of OHWI 3x3 float32 weights of any strides (a view of OIHW weights, or\n"
+     "one flipped) as (36, ceil(F / 16), C, 16), the panels of 16 filters\n"
+     "[panel_lo, panel_hi) only; zeros past the last filter."},
     {"weight_gradient", weight_gradient, METH_VARARGS,
      "weight_gradient(x, dy, du, (pad_top, pad_left), (tile_lo, tile_hi), (f_lo, f_hi),\n"
      "                chunk, v, m, zero=False)\n\n"
@@ -1442,13 +1474,14 @@ INLINE void ISA(weight_1d)(const vec *g, Py_ssize_t step, vec *t, Py_ssize_t out
 }
 
 /* The 36 vectors of one channel c for the filters [f, f + n) of OHWI weights, n <= LANES. */
-INLINE void ISA(weight_block)(const float *w, Py_ssize_t channels, Py_ssize_t filters,
+INLINE void ISA(weight_block)(const float *w, const Py_ssize_t *steps, Py_ssize_t filters,
                               Py_ssize_t f, Py_ssize_t c, vec *u) {
     float taps[9][LANES] = {{0}};
     for (Py_ssize_t k = 0; k < LANES && f + k < filters; k++) {
+        const float *at = w + (f + k) * steps[0] + c * steps[3];
         UNROLL
-        for (int tap = 0; tap < 9; tap++) {         /* gather: filters lie 9 C values apart */
-            taps[tap][k] = w[((f + k) * 9 + tap) * channels + c];
+        for (int tap = 0; tap < 9; tap++) {         /* gather: one filter's taps */
+            taps[tap][k] = at[tap / 3 * steps[1] + tap % 3 * steps[2]];
         }
     }
     vec g[9], rows[TILE * 3];
@@ -1469,8 +1502,9 @@ INLINE void ISA(weight_block)(const float *w, Py_ssize_t channels, Py_ssize_t fi
 /* U as (36, panels, C, PANEL) of the panels [lo, hi); zeros past the last filter. A block
  * of channels at a time goes through the stack, so that each position's rows are written as
  * whole cache lines: the positions lie a power of two apart, in the same L1 set. */
-static void ISA(transform_weights)(const float *w, Py_ssize_t channels, Py_ssize_t filters,
-                                   float *u, Py_ssize_t lo, Py_ssize_t hi) {
+static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
+                                   Py_ssize_t channels, Py_ssize_t filters, float *u,
+                                   Py_ssize_t lo, Py_ssize_t hi) {
     Py_ssize_t panels = (filters + PANEL - 1) / PANEL;
     enum { BLOCK = 8 };
     for (Py_ssize_t panel = lo; panel < hi; panel++) {
@@ -1480,7 +1514,7 @@ static void ISA(transform_weights)(const float *w, Py_ssize_t channels, Py_ssize
             for (Py_ssize_t c = 0; c < n; c++) {
                 for (int half = 0; half < PANEL / LANES; half++) {
                     vec out[POSITIONS];
-                    ISA(weight_block)(w, channels, filters, panel * PANEL + half * LANES,
+                    ISA(weight_block)(w, steps, filters, panel * PANEL + half * LANES,
                                       c0 + c, out);
                     UNROLL
                     for (int p = 0; p < POSITIONS; p++) {

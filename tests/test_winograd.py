@@ -143,6 +143,24 @@ def _convolve_args(c, chunk, width):
 
 
 @needs_module
+def test_weights_of_any_strides_transform_as_their_copies():
+    rng = np.random.default_rng(5)
+    oihw = rng.standard_normal((40, 24, 3, 3)).astype(np.float32)
+    ohwi = rng.standard_normal((40, 3, 3, 24)).astype(np.float32)
+    views = {'OIHW seen as OHWI': oihw.transpose(0, 2, 3, 1),
+             'flipped and swapped (the data gradient)': ohwi.transpose(3, 1, 2, 0)[:, ::-1, ::-1],
+             'every other filter': np.concatenate([ohwi, ohwi])[::2]}
+    for name, view in views.items():
+        shape = conv_winograd._packed_shape(view.shape[-1], view.shape[0])
+        strided, copied = np.empty(shape, np.float32), np.empty(shape, np.float32)
+        _winograd.transform_weights(view, strided, (0, shape[1]))
+        _winograd.transform_weights(np.ascontiguousarray(view), copied, (0, shape[1]))
+        assert strided.tobytes() == copied.tobytes(), name
+    with pytest.raises(ValueError, match='w: expected a 4-D'):
+        _winograd.transform_weights(ohwi[0], strided, (0, 1))
+
+
+@needs_module
 def test_tile_positions_lie_an_odd_number_of_cache_lines_apart():
     # a whole number of 4 KB between the 36 positions put them all in one L1 set
     for count, row in [(16, 128), (24, 128), (12, 256), (6, 256), (5, 40), (1, 3), (0, 16)]:

@@ -716,7 +716,9 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
                                      for a in given])
     scratch, copies = scratch[:in_scratch], scratch[in_scratch:]
     if u is None:
-        u = _packed_weights(_plain(w, weight_scale), weight_version, threads,
+        # transform_weights reads OHWI views of any strides (OIHW weights, flipped ones)
+        u = _packed_weights(w if weight_scale is None else _plain(w, weight_scale),
+                            weight_version, threads,
                             scratch[0] if scratch else None)
     relu = act_type == 'relu'
 
