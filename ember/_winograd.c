@@ -243,6 +243,7 @@ typedef struct {
     const float *dy, *x;
     float *dw, *db;
     Py_ssize_t filters, channels, chunk;
+    int zero;                   /* dw and db are zeroed before the sums */
 } Sums;
 
 typedef struct Job {
@@ -279,6 +280,12 @@ static void run_pointwise(const Job *j) {
 
 static void run_sums(const Job *j) {
     const Sums *s = &j->k.sums;
+    if (s->zero) {          /* by the thread that sums into them, not the caller's */
+        memset(s->dw, 0, (size_t)(s->filters * s->channels) * sizeof(float));
+        if (s->db != NULL) {
+            memset(s->db, 0, (size_t)s->filters * sizeof(float));
+        }
+    }
     DISPATCH(pointwise_gradient, s->dy, s->x, s->dw, s->db, s->filters, s->channels, j->lo,
              j->hi, s->chunk);
 }
@@ -570,8 +577,9 @@ static int parse_pointwise_gradient(PyObject *args, Job *j) {
     PyObject *dy, *x, *dw, *db;
     Py_ssize_t ds[4], xs[4];
     Sums *k = &j->k.sums;
-    if (!PyArg_ParseTuple(args, "OOOO(nn)n:pointwise_gradient", &dy, &x, &dw, &db, &j->lo,
-                          &j->hi, &k->chunk) ||
+    k->zero = 0;
+    if (!PyArg_ParseTuple(args, "OOOO(nn)n|p:pointwise_gradient", &dy, &x, &dw, &db, &j->lo,
+                          &j->hi, &k->chunk, &k->zero) ||
         !(k->dy = borrow(&j->b, dy, "dy", ds, 0, 0, 0)) ||
         !(k->x = borrow(&j->b, x, "x", xs, 0, 0, 0))) {
         return 0;
@@ -970,8 +978,9 @@ static PyMethodDef methods[] = {
      "dw[..., c_lo:c_hi] = G^T du G: the OHWI 3x3 weight gradient of the channels\n"
      "[c_lo, c_hi) from weight_gradient()'s sums (du laid out as there)."},
     {"pointwise_gradient", pointwise_gradient, METH_VARARGS,
-     "pointwise_gradient(dy, x, dw, db, (lo, hi), chunk)\n\n"
-     "dw += dy^T x over the rows [lo, hi) of the (N*H*W, F) and (N*H*W, C) matrices that the\n"
+     "pointwise_gradient(dy, x, dw, db, (lo, hi), chunk, zero=False)\n\n"
+     "dw += dy^T x (with zero, dw = and db =) over the rows [lo, hi) of the (N*H*W, F) and\n"
+     "(N*H*W, C) matrices that the\n"
      "NHWC arrays dy and x are, `chunk` rows at a time: the weight gradient of a 1x1\n"
      "stride-1 convolution, (F, C) float32 values (OHWI). C a multiple of 16. db, None or F\n"
      "float32 values: += the column sums of those rows of dy (the bias gradient)."},

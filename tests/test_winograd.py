@@ -480,6 +480,19 @@ def test_pointwise_weight_gradient_writes_strided_outputs_and_any_chunk(monkeypa
 
 
 @needs_module
+def test_pointwise_gradient_zeroes_its_sums_when_asked():
+    x, dy, expected, sums = pointwise_case(2, (2, 5, 6, 16), 20)
+    rows = 2 * 5 * 6
+    dw, db = np.full((20, 1, 1, 16), np.nan, np.float32), np.full(20, np.nan, np.float32)
+    _winograd.pointwise_gradient(dy, x, dw, db, (0, rows), 7, True)
+    assert_close(dw, expected)
+    assert_close(db, sums)
+    _winograd.pointwise_gradient(dy, x, dw, db, (0, rows), 7)      # adds
+    assert_close(dw, 2 * expected)
+    assert_close(db, 2 * sums)
+
+
+@needs_module
 def test_pointwise_gradient_errors_name_the_argument():
     x, dy = np.zeros((1, 4, 4, 16), np.float32), np.zeros((1, 4, 4, 8), np.float32)
     dw, db = np.zeros((8, 1, 1, 16), np.float32), np.zeros(8, np.float32)

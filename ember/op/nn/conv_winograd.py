@@ -469,12 +469,9 @@ def pointwise_weight_gradient(dy, x, dw, db=None, alloc=None, threads=1):
         outputs += [(copy[:filters * channels], copy[filters * channels:]) for copy in copies]
     chunk = _POINTWISE_CHUNK_ROWS if filters > 128 else 2 * _POINTWISE_CHUNK_ROWS
 
-    for out, bias in outputs:
-        out.fill(0)
-        if db is not None:
-            bias.fill(0)
+    # each part zeroes its own sums on its own thread
     run_compiled(_winograd.pointwise_gradient, rows * (filters + channels), [
-        (dy, x, out, None if db is None else bias, part_range(index, parts, rows), chunk)
+        (dy, x, out, None if db is None else bias, part_range(index, parts, rows), chunk, True)
         for index, (out, bias) in enumerate(outputs)])
     for out, bias in outputs[1:]:
         np.add(target, out.reshape(target.shape), out=target)

@@ -3,6 +3,8 @@ runs, and BatchNorm of channel-first or channel-last float32 data through the co
 ``ember._kernels``."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ember import engine
@@ -242,7 +244,7 @@ def _channel_layout(x, axis, *alike):
     arrays = (x,) + alike
     if _kernels is None or not all(_is_float32(a) and a.shape == x.shape for a in arrays):
         return None
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    inner = math.prod(x.shape[axis + 1:])     # np.prod of a tuple costs ~10 us a call
     if x.size == 0 or 1 < inner < _MIN_ROW:
         return None
     return x.size // (x.shape[axis] * inner), x.shape[axis], inner
