@@ -374,10 +374,9 @@ def _chunk_sums(x, dy, centre, layout, chunks, mask=()):
     else:
         engine.parallel_for(chunks, lambda lo, hi: _kernels.bn_chunk_sums(
             x, dy, centre, part, layout, lo, hi, *mask), split=chunks > 1)
-    total = part[0]
-    for sums in part[1:chunks]:
-        np.add(total, sums, out=total)
-    return total
+    # a reduction over the outer axis adds the chunks one after the other, in order, as the
+    # loop over them that it replaces did (98 np.add calls at 56x56, batch 16)
+    return np.add.reduce(part[:chunks], axis=0)
 
 
 def _chunks(layout):
