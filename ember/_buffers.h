@@ -27,8 +27,6 @@ static int is_float32(const Py_buffer *view) {
     return view->itemsize == 4 && f != NULL && f[0] == 'f' && f[1] == '\0';
 }
 
-/* `obj`'s memory as a C-contiguous float32 view, held in `b` until release_all (writable
- * when asked); NULL with an exception naming `name` otherwise. */
 /* The next free view of `b`; NULL with an exception when the call holds MAX_BUFFERS already. */
 static Py_buffer *next_view(Buffers *b, const char *name) {
     if (b->count == MAX_BUFFERS) {
@@ -39,12 +37,13 @@ static Py_buffer *next_view(Buffers *b, const char *name) {
     return &b->views[b->count];
 }
 
-static Py_buffer *borrow_float32(Buffers *b, PyObject *obj, const char *name, int writable) {
+/* `obj`'s memory as a float32 view of the buffer `flags` ask for (with PyBUF_FORMAT), held in
+ * `b` until release_all; NULL with an exception naming `name` otherwise. */
+static Py_buffer *borrow_float32_view(Buffers *b, PyObject *obj, const char *name, int flags) {
     Py_buffer *view = next_view(b, name);
     if (view == NULL) {
         return NULL;
     }
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
         return NULL;
     }
@@ -55,6 +54,13 @@ static Py_buffer *borrow_float32(Buffers *b, PyObject *obj, const char *name, in
         return NULL;
     }
     return view;
+}
+
+/* `obj`'s memory as a C-contiguous float32 view, held in `b` until release_all (writable
+ * when asked); NULL with an exception naming `name` otherwise. */
+static Py_buffer *borrow_float32(Buffers *b, PyObject *obj, const char *name, int writable) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    return borrow_float32_view(b, obj, name, flags);
 }
 
 #endif

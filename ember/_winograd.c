@@ -354,14 +354,8 @@ static float *borrow(Buffers *b, PyObject *obj, const char *name, Py_ssize_t *sh
  * its strides in floats into `steps`; NULL with an exception naming `name` otherwise. */
 static const float *borrow_strided(Buffers *b, PyObject *obj, const char *name,
                                    Py_ssize_t *shape, Py_ssize_t *steps) {
-    Py_buffer *view = next_view(b, name);
-    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_STRIDED_RO | PyBUF_FORMAT) < 0) {
-        return NULL;
-    }
-    b->count++;
-    if (!is_float32(view)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected float32 values, got buffer format '%s'",
-                     name, view->format ? view->format : "B");
+    Py_buffer *view = borrow_float32_view(b, obj, name, PyBUF_STRIDED_RO | PyBUF_FORMAT);
+    if (view == NULL) {
         return NULL;
     }
     if (view->ndim != 4) {
