@@ -659,8 +659,7 @@ def _gradient_plan(tiles, channels, filters, threads):
     ranges = [tuple(min(filters, _PANEL * b) for b in part_range(i, count, panels))
               for i in range(count)]
     width = max(_round_up(hi - lo, _PANEL) for lo, hi in ranges)
-    chunk = _within(min(tiles, _GRADIENT_CHUNK_BYTES // (36 * (channels + width) * 4)),
-                    channels, width, _GRADIENT_CHUNK_BYTES)
+    chunk = min(tiles, _fitting(channels, width, _GRADIENT_CHUNK_BYTES))
     return count, ranges, width, chunk
 
 
@@ -847,21 +846,20 @@ def _chunk(channels, filters, width, parts, budget, shared_tiles=0):
     share the filters of calls of `shared_tiles` tiles (0: they share the tiles), a chunk
     holds all of them, up to ``_SHARED_CHUNK_BYTES`` a thread."""
     if shared_tiles:
-        fits = _within(_SHARED_CHUNK_BYTES // (36 * (channels + width) * 4), channels, width,
-                       _SHARED_CHUNK_BYTES)
-        chunk = max(_SHORT_CHUNK, min(shared_tiles, fits))
+        chunk = max(_SHORT_CHUNK, min(shared_tiles,
+                                      _fitting(channels, width, _SHARED_CHUNK_BYTES)))
     else:
         chunk = _SHORT_CHUNK if _weights_cached(channels, filters) else _LONG_CHUNK
     if budget is not None:
-        chunk = _within(min(chunk, budget // parts // (36 * (channels + width) * 4)),
-                        channels, width, budget // parts)
+        chunk = min(chunk, _fitting(channels, width, budget // parts))
     return chunk
 
 
-def _within(chunk, channels, width, limit):
-    """The most tiles, at most `chunk` and at least 1, whose transformed tiles and products
-    (:func:`_chunk_floats`) take at most `limit` bytes."""
-    chunk = max(1, chunk)
+def _fitting(channels, width, limit):
+    """The most tiles (at least 1) whose transformed tiles and products
+    (:func:`_chunk_floats`) take at most `limit` bytes: the unrounded estimate, less the
+    tiles that the rounding of each position pushes past it."""
+    chunk = max(1, limit // (36 * (channels + width) * 4))
     while chunk > 1 and 4 * _chunk_floats(chunk, channels, width) > limit:
         chunk -= 1
     return chunk
