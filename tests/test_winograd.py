@@ -554,6 +554,24 @@ def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
                                                  x.astype(np.float64), 1))
 
 
+def test_weight_gradient_sums_fetched_ahead_are_the_same_sums(build):
+    """The sums fetch each register block's sums while the block before runs (ember/
+    _winograd.c, fetch_next_sums). 110 channels by 136 filters: blocks of 12 (AVX-512) or 6
+    channels with a remainder, and four pairs of panels then a single one, so that the fetch
+    wraps to the next filters and stops at the last block; one thread takes all the filters,
+    two take half each. The bits are the same, and the sums right."""
+    x, dy, window = same_size_layer(8, (2, 6, 6, 110), 136)
+
+    def run(threads):
+        dw = np.empty((136, 3, 3, 110), np.float32)
+        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads)
+        return dw
+    fetched = run(1)
+    assert fetched.tobytes() == run(2).tobytes()
+    assert_close(fetched, direct_weight_gradient(dy.astype(np.float64),
+                                                 x.astype(np.float64), 1))
+
+
 @needs_module
 @pytest.mark.parametrize('channel_last', [True, False])
 def test_weight_gradient_scratch_covers_what_it_takes(channel_last, counted_alloc):
