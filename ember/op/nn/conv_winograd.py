@@ -435,11 +435,11 @@ def supports_pointwise_gradient(problem) -> bool:
             and 4 * problem.filters * problem.channels <= _POINTWISE_SUMS_BYTES)
 
 
-# Each kernel thread adds every chunk of rows into its own (F, C) sums: past a core's L2 cache
-# (2 MB here) they go through the shared cache and memory on every chunk, and oneDNN is faster.
-# resnet50_v1 at batch 16, in the training step: the 1 MB sums of 256 <-> 1024 at 14x14 ran
-# 3.95-4.40 ms a call against oneDNN's 4.42-4.59, the 4 MB ones of 512 <-> 2048 at 7x7
-# 5.6-5.7 against 4.3-5.1; measurement, which runs them alone, chose the sums there in 3
+# Each kernel thread adds every chunk of rows into its own (F, C) sums: past about twice a
+# core's L2 (1 MB here) they go through the shared cache and memory on every chunk, and oneDNN
+# is faster. resnet50_v1 at batch 16, in the training step: the 1 MB sums of 256 <-> 1024 at
+# 14x14 ran 3.95-4.40 ms a call against oneDNN's 4.42-4.59, the 4 MB ones of 512 <-> 2048 at
+# 7x7 5.6-5.7 against 4.3-5.1; measurement, which runs them alone, chose the sums there in 3
 # processes of 4.
 _POINTWISE_SUMS_BYTES = 2 << 20
 
