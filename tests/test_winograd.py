@@ -538,20 +538,26 @@ def same_size_layer(seed, x_shape, filters):
     return x, dy, make_window((3, 3), (1, 1), (1, 1), (1, 1), x_shape[1:3], x_shape[1:3])
 
 
-@needs_module
-def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
-    x, dy, window = same_size_layer(3, (2, 12, 12, 40), 50)
+def weight_gradient_layer(seed, x_shape, filters):
+    """run(threads), the NHWC weight gradient of a same_size_layer on `threads` kernel
+    threads, and its float64 reference."""
+    x, dy, window = same_size_layer(seed, x_shape, filters)
 
     def run(threads):
-        dw = np.empty((50, 3, 3, 40), np.float32)
+        dw = np.empty((filters, 3, 3, x_shape[-1]), np.float32)
         conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads)
         return dw
+    return run, direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64), 1)
+
+
+@needs_module
+def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
+    run, expected = weight_gradient_layer(3, (2, 12, 12, 40), 50)
     one = run(1)
     assert all(run(t).tobytes() == one.tobytes() for t in (2, 3, 4))
     # chunks of a few tiles round otherwise, but sum the same
     monkeypatch.setattr(conv_winograd, '_GRADIENT_CHUNK_BYTES', 36 * 90 * 4 * 5)
-    assert_close(run(2), direct_weight_gradient(dy.astype(np.float64),
-                                                 x.astype(np.float64), 1))
+    assert_close(run(2), expected)
 
 
 def test_weight_gradient_sums_fetched_ahead_are_the_same_sums(build):
@@ -560,16 +566,10 @@ def test_weight_gradient_sums_fetched_ahead_are_the_same_sums(build):
     channels with a remainder, and four pairs of panels then a single one, so that the fetch
     wraps to the next filters and stops at the last block; one thread takes all the filters,
     two take half each. The bits are the same, and the sums right."""
-    x, dy, window = same_size_layer(8, (2, 6, 6, 110), 136)
-
-    def run(threads):
-        dw = np.empty((136, 3, 3, 110), np.float32)
-        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads)
-        return dw
+    run, expected = weight_gradient_layer(8, (2, 6, 6, 110), 136)
     fetched = run(1)
     assert fetched.tobytes() == run(2).tobytes()
-    assert_close(fetched, direct_weight_gradient(dy.astype(np.float64),
-                                                 x.astype(np.float64), 1))
+    assert_close(fetched, expected)
 
 
 @needs_module
