@@ -246,6 +246,15 @@ typedef struct {
     int zero;                   /* dw and db are zeroed before the sums */
 } Sums;
 
+/* patches(): im2col rows of channel-last data, one row per output pixel of the output lines
+ * [lo, hi) (line = sample * out_h + output row), each the kernel's taps (y, x) of C values. */
+typedef struct {
+    const float *x;             /* (batch, height, width, channels) */
+    float *rows;
+    Py_ssize_t batch, height, width, channels, out_h, out_w;
+    Py_ssize_t pad[2], stride[2], kernel[2], dilate[2];
+} Patches;
+
 typedef struct Job {
     Buffers b;                  /* the arrays, held until end_job() */
     void (*run)(const struct Job *);
@@ -258,6 +267,7 @@ typedef struct Job {
         Weights weights;
         Finish finish;
         Sums sums;
+        Patches patches;
     } k;
 } Job;
 
@@ -757,6 +767,87 @@ static int parse_line(PyObject *args, Job *j) {
 }
 
 /* One call of the kernel that `parse` reads: its arrays borrowed, run without the GIL. */
+/* The rows of patches(): a kernel row's taps that lie inside the input are one run of
+ * memory when undilated (7 pixels of 3 channels, 84 bytes, for resnet's first layer); those
+ * outside are zeros. */
+static void run_patches(const Job *j) {
+    const Patches *k = &j->k.patches;
+    Py_ssize_t c = k->channels, row = k->kernel[0] * k->kernel[1] * c;
+    float *dst = k->rows;
+    for (Py_ssize_t line = j->lo; line < j->hi; line++) {
+        Py_ssize_t n = line / k->out_h, oy = line % k->out_h;
+        const float *sample = k->x + n * k->height * k->width * c;
+        for (Py_ssize_t ox = 0; ox < k->out_w; ox++, dst += row) {
+            float *at = dst;
+            Py_ssize_t left = ox * k->stride[1] - k->pad[1];
+            for (Py_ssize_t ky = 0; ky < k->kernel[0]; ky++) {
+                Py_ssize_t iy = oy * k->stride[0] - k->pad[0] + ky * k->dilate[0];
+                if (iy < 0 || iy >= k->height) {
+                    memset(at, 0, (size_t)(k->kernel[1] * c) * sizeof(float));
+                    at += k->kernel[1] * c;
+                    continue;
+                }
+                const float *line_in = sample + iy * k->width * c;
+                if (k->dilate[1] == 1) {    /* the taps [first, end) lie inside */
+                    Py_ssize_t kw = k->kernel[1];
+                    Py_ssize_t first = left >= 0 ? 0 : -left < kw ? -left : kw;
+                    Py_ssize_t end = k->width - left < kw ? k->width - left : kw;
+                    end = end > first ? end : first;
+                    memset(at, 0, (size_t)(first * c) * sizeof(float));
+                    if (end > first) {
+                        memcpy(at + first * c, line_in + (left + first) * c,
+                               (size_t)((end - first) * c) * sizeof(float));
+                    }
+                    memset(at + end * c, 0, (size_t)((kw - end) * c) * sizeof(float));
+                    at += kw * c;
+                    continue;
+                }
+                for (Py_ssize_t kx = 0; kx < k->kernel[1]; kx++, at += c) {
+                    Py_ssize_t ix = left + kx * k->dilate[1];
+                    if (ix < 0 || ix >= k->width) {
+                        memset(at, 0, (size_t)c * sizeof(float));
+                    } else {
+                        memcpy(at, line_in + ix * c, (size_t)c * sizeof(float));
+                    }
+                }
+            }
+        }
+    }
+}
+
+static int parse_patches(PyObject *args, Job *j) {
+    PyObject *x, *rows;
+    Py_ssize_t xs[4];
+    Patches *k = &j->k.patches;
+    if (!PyArg_ParseTuple(args, "OO(nn)(nn)(nn)(nn)(nn)(nn):patches", &x, &rows, &k->out_h,
+                          &k->out_w, &k->pad[0], &k->pad[1], &k->stride[0], &k->stride[1],
+                          &k->kernel[0], &k->kernel[1], &k->dilate[0], &k->dilate[1], &j->lo,
+                          &j->hi) ||
+        !(k->x = borrow(&j->b, x, "x", xs, 0, 0, 0))) {
+        return 0;
+    }
+    k->batch = xs[0], k->height = xs[1], k->width = xs[2], k->channels = xs[3];
+    for (int i = 0; i < 2; i++) {
+        if (k->stride[i] < 1 || k->kernel[i] < 1 || k->dilate[i] < 1 || k->pad[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "patches: stride (%zd, %zd), kernel (%zd, %zd) and "
+                         "dilate (%zd, %zd) must be >= 1, pad (%zd, %zd) >= 0", k->stride[0],
+                         k->stride[1], k->kernel[0], k->kernel[1], k->dilate[0], k->dilate[1],
+                         k->pad[0], k->pad[1]);
+            return 0;
+        }
+    }
+    if (k->out_h < 0 || k->out_w < 0 || j->lo < 0 || j->lo > j->hi ||
+        j->hi > k->batch * k->out_h) {
+        PyErr_Format(PyExc_ValueError, "patches: output lines [%zd, %zd) of %zd samples of "
+                     "(%zd, %zd): expected 0 <= lo <= hi <= %zd", j->lo, j->hi, k->batch,
+                     k->out_h, k->out_w, k->batch * k->out_h);
+        return 0;
+    }
+    j->run = run_patches;
+    return (k->rows = borrow(&j->b, rows, "rows", NULL, 0, (j->hi - j->lo) * k->out_w *
+                             k->kernel[0] * k->kernel[1] * k->channels, 1)) != NULL;
+}
+
 static PyObject *call(PyObject *args, int (*parse)(PyObject *, Job *)) {
     Job j = {.b = {.count = 0}};
     if (!parse(args, &j)) {
@@ -796,6 +887,10 @@ static PyObject *pointwise(PyObject *self, PyObject *args) {
 
 static PyObject *line(PyObject *self, PyObject *args) {
     return call(args, parse_line);
+}
+
+static PyObject *patches(PyObject *self, PyObject *args) {
+    return call(args, parse_patches);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1007,6 +1102,13 @@ static PyMethodDef methods[] = {
      "true), else one after the other. Calls that share a claim share its work as on\n"
      "separate threads. kernel: one of this module's kernels. cores: None or a core number\n"
      "for each call; team thread i > 0 pins itself to cores[i] (Linux)."},
+    {"patches", patches, METH_VARARGS,
+     "patches(x, rows, (out_h, out_w), (pad_top, pad_left), (stride_h, stride_w),\n"
+     "        (kernel_h, kernel_w), (dilate_h, dilate_w), (lo, hi))\n\n"
+     "im2col of channel-last float32 x (N, H, W, C): for each output pixel of the output\n"
+     "lines [lo, hi) (line = sample * out_h + output row), one row of rows: the kernel's taps\n"
+     "in (y, x) order, C values each, zeros where a tap falls in the padding. rows: at least\n"
+     "(hi - lo) * out_w * kernel_h * kernel_w * C float32 values, C-contiguous."},
     {"tile_floats", tile_floats, METH_VARARGS,
      "tile_floats(count, row): the floats of convolve()'s or weight_gradient()'s v (row: the\n"
      "channels) or m (row: the filters of one thread's range in whole panels) for chunks of\n"

@@ -266,11 +266,84 @@ def test_gemm_packs_channel_last_float32_patches():
     base = dict(kernel=(3, 3), pad=(1, 1), channels=32)
     expected = _winograd is not None
     assert conv_gemm.packs(problem(**base)) == expected
-    for change in [dict(kernel=(1, 1), pad=(0, 0)), dict(channels=8), dict(groups=2),
+    one_d = dict(kernel=(3,), stride=(1,), dilate=(1,), pad=(1,), size_in=(5,))
+    for change in [dict(kernel=(1, 1), pad=(0, 0)), dict(one_d, channels=8), dict(groups=2),
                    dict(channel_last=False), dict(dtype='float64'), dict(gradient='data')]:
         assert not conv_gemm.packs(problem(**dict(base, **change)))
     assert conv_gemm.packs(problem(**dict(base, kernel=(1, 1), pad=(0, 0),
                                           stride=(2, 2)))) == expected
+    # in 2-D the module gathers the patches, so narrow channels (an RGB image) pack too
+    assert conv_gemm.packs(problem(**dict(base, channels=3))) == expected
+    assert conv_gemm.packs(problem(**dict(base, **one_d))) == expected
+
+
+def reference_patches(x, window, lo, hi):
+    """NumPy im2col rows of NHWC `x`: per output pixel of the output lines [lo, hi), the
+    kernel's taps in (y, x) order, C values each."""
+    (ph, pw), (sh, sw), (kh, kw), (dh, dw) = (window.pad_before, window.stride, window.kernel,
+                                              window.dilate)
+    oh, ow = window.size_out
+    padded = np.pad(x, ((0, 0), (ph, ph + kh * dh), (pw, pw + kw * dw), (0, 0)))
+    taps = [padded[:, i * dh:i * dh + sh * oh:sh, j * dw:j * dw + sw * ow:sw]
+            for i in range(kh) for j in range(kw)]
+    rows = np.stack(taps, axis=3).reshape(x.shape[0] * oh, ow, -1)
+    return rows[lo:hi].reshape(-1, rows.shape[-1])
+
+
+@needs_module
+@pytest.mark.parametrize('channels, kernel, stride, pad, dilate, lines', [
+    (3, 7, 2, 3, 1, (0, 16)),            # resnet's first layer, small: every sample's lines
+    (3, 7, 2, 3, 1, (5, 11)),            # lines from inside one sample into the next
+    (5, 3, 1, 1, 2, (2, 9)),             # dilated: a tap at a time
+    (2, 5, 3, 0, 1, (0, 3)),             # no padding, a stride past the kernel's overlap
+    (4, 3, 1, 4, 1, (0, 20))])           # padding wider than the kernel: whole rows of zeros
+def test_compiled_patches_are_numpys_im2col(channels, kernel, stride, pad, dilate, lines):
+    from ember.op.nn._common import make_window
+    rng = np.random.default_rng(channels + kernel)
+    size = (13, 11)
+    out = tuple((n + 2 * pad - dilate * (kernel - 1) - 1) // stride + 1 for n in size)
+    window = make_window((kernel,) * 2, (stride,) * 2, (dilate,) * 2, (pad,) * 2, size, out)
+    x = rng.standard_normal((2,) + size + (channels,)).astype(np.float32)
+    lo, hi = min(lines[0], 2 * out[0]), min(lines[1], 2 * out[0])
+    rows = np.full(((hi - lo) * out[1], kernel * kernel * channels), np.nan, np.float32)
+    conv_winograd.patches(x, rows, window, lo, hi)
+    np.testing.assert_array_equal(rows, reference_patches(x, window, lo, hi))
+
+
+@needs_module
+def test_compiled_patches_check_their_arguments():
+    x, rows = np.zeros((2, 5, 5, 3), np.float32), np.zeros((10, 27), np.float32)
+    args = ((2, 5), (1, 1), (2, 2), (3, 3), (1, 1))
+    with pytest.raises(ValueError, match=r'output lines \[0, 5\) of 2 samples of \(2, 5\): '
+                                         r'expected 0 <= lo <= hi <= 4'):
+        _winograd.patches(x, rows, *args, (0, 5))
+    with pytest.raises(ValueError, match='rows: expected at least 405 float32 values, got 270'):
+        _winograd.patches(x, rows, *args, (0, 3))
+    with pytest.raises(ValueError, match=r'patches: stride \(0, 2\)'):
+        _winograd.patches(x, rows, (2, 5), (1, 1), (0, 2), (3, 3), (1, 1), (0, 1))
+
+
+@needs_module
+@pytest.mark.parametrize('threads', [1, 2])
+def test_gemm_of_an_rgb_image_gathers_its_patches_compiled(monkeypatch, threads):
+    """A 3-channel 7x7 stride-2 layer packs its weights and gathers its patches in the
+    module, a chunk of PACKED_PATCH_BYTES or less a part; the result is NumPy's."""
+    from ember.op.nn import conv_gemm
+    x, w, bias, residual, window = gemm_layer(11, size=(23, 19), channels=3, kernel=7)
+    expected = np.empty(residual.shape, np.float32)
+    conv_gemm.gemm(x, w, bias, expected, window, 1, True, None, 'relu')
+    gathered = []
+    monkeypatch.setattr(conv_winograd, 'patches',
+                        lambda *args: gathered.append(args[-1] - args[-2])
+                        or _winograd.patches(args[0], args[1], args[2].size_out,
+                                             args[2].pad_before, args[2].stride,
+                                             args[2].kernel, args[2].dilate, args[3:]))
+    monkeypatch.setattr(conv_gemm, 'PACKED_PATCH_BYTES', 3 * 147 * 4 * window.size_out[1])
+    out = np.full(expected.shape, np.nan, np.float32)
+    conv_gemm.gemm(x, w, bias, out, window, 1, True, None, 'relu', threads=threads,
+                   packed=conv_winograd.packed_weights(w, None, None))
+    assert_close(out, expected)
+    assert max(gathered) <= 3 and sum(gathered) == 2 * window.size_out[0]
 
 
 @needs_module

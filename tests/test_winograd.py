@@ -265,7 +265,7 @@ def transforms(monkeypatch):
         _winograd.transform_weights(w, u, panels)
     # openmp off: the spy's transform_weights runs as the kernel threads' parts
     spy = types.SimpleNamespace(convolve=_winograd.convolve, pointwise=_winograd.pointwise,
-                                tile_floats=_winograd.tile_floats,
+                                patches=_winograd.patches, tile_floats=_winograd.tile_floats,
                                 transform_weights=transform_weights, openmp=0)
     monkeypatch.setattr(conv_winograd, '_winograd', spy)
     yield calls

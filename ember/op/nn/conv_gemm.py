@@ -10,12 +10,14 @@ activation) while they are in cache.
 Layouts: channel-last data gives patch rows (rows, K * C) and one GEMM by the (K * C, F)
 weights straight into the output's rows. Channel-first data gives patch columns (C * K,
 columns) and one GEMM per sample, (F, C * K) by the columns, into the sample's (F, columns).
-Channel-last data with very few channels (an RGB image) is copied channel-first (runs along the
-image's rows, not runs of 3 channels) and multiplied transposed. Channel-last float32 patch
-rows of one group are multiplied on the compiled products instead of NumPy's GEMM where the
-module is built (:func:`packs`), by weights packed once per weight token, the residual, bias
-and relu added as the products are stored (512 channels at 7x7, batch 32: 210 to 355 GFLOP/s
-where NumPy's OpenBLAS runs its AVX2 kernels).
+Channel-last float32 patch rows of one group are multiplied on the compiled products instead
+of NumPy's GEMM where the module is built (:func:`packs`), by weights packed once per weight
+token, the residual, bias and relu added as the products are stored (512 channels at 7x7,
+batch 32: 210 to 355 GFLOP/s where NumPy's OpenBLAS runs its AVX2 kernels). In 2-D the module
+also gathers the patch rows (``ember._winograd.patches``), ``PACKED_PATCH_BYTES`` of them a
+part at a time so that they are still in cache for the products. Otherwise (no module, or
+not 2-D) channel-last data with very few channels (an RGB image) is copied channel-first (runs
+along the image's rows, not runs of 3 channels) and multiplied transposed.
 
 Sums of shifted GEMMs (one GEMM per tap over the flattened padded input, no patch matrix) were
 measured too (benchmarks/conv_algos.py) and never won on ResNet-50's layers: NumPy's matmul
@@ -64,13 +66,14 @@ def gemm_scratch(problem, batch, aliased=True):
 def packs(problem) -> bool:
     """Whether `gemm` multiplies `problem`'s patch rows by weights packed for the compiled
     products (:func:`ember.op.nn.conv_winograd.packed_weights`) rather than with NumPy's
-    GEMM: channel-last float32 data of one group and enough channels to lower channel-last,
-    with patches (not 1x1 stride 1), where the compiled module is built. Such a call then
-    takes the weight as it comes (any strides, scale apart) and the packed copy replaces the
-    plain one."""
+    GEMM: channel-last float32 data of one group with patches (not 1x1 stride 1), where the
+    compiled module is built; with fewer than ``NARROW_CHANNELS`` channels only in 2-D, where
+    the module also gathers the patches (``patches``). Such a call then takes the weight as
+    it comes (any strides, scale apart) and the packed copy replaces the plain one."""
     return (conv_winograd.compiled_products() and problem.channel_last
             and problem.dtype == 'float32' and problem.groups == 1 and not problem.gradient
-            and problem.channels >= NARROW_CHANNELS and not problem.window.is_pointwise)
+            and (problem.channels >= NARROW_CHANNELS or len(problem.kernel) == 2)
+            and not problem.window.is_pointwise)
 
 
 def gemm(x, w, bias, out, window, groups, channel_last, residual=None, act_type=None,
@@ -118,9 +121,12 @@ class _Call:
                         else [])
 
     def step(self, parts, items, budget):
-        """Items per chunk: what a part's share of `budget` holds."""
+        """Items per chunk: what a part's share of `budget` holds; with packed weights at
+        most ``PACKED_PATCH_BYTES`` of patch rows a part."""
         low = self.lowering
         row_bytes = (low.patch_width + (low.filters if self.aside else 0)) * low.x.dtype.itemsize
+        if low.packed is not None:
+            budget = min(budget or PACKED_PATCH_BYTES * parts, PACKED_PATCH_BYTES * parts)
         if budget is None:
             return items
         return max(1, budget // parts // max(1, row_bytes * low.per_item))
@@ -132,6 +138,12 @@ def _split_filters(lowering, items, parts):
     rows = items * lowering.per_item
     return lowering.groups == 1 and rows < _FEW_ROWS * parts and lowering.filters >= 64 * parts
 
+
+# Patch rows a part gathers before the compiled products multiply them: about a core's L2 (1 MB
+# here), so that they are still in cache then. resnet50_v1's first layer (3 channels, 7x7,
+# stride 2) at batch 8, two threads: 10.0 ms a call with the workspace's 1 GB of chunks, 7.2-7.6
+# with 0.5-4 MB a part.
+PACKED_PATCH_BYTES = 1 << 20
 
 # Output rows per part under which a GEMM splits by filters instead (benchmarks/conv_algos.py).
 _FEW_ROWS = 128
@@ -218,6 +230,14 @@ class _ChannelLast(_Lowering):
         return (rows, self.filters)
 
     def patch(self, first, start, stop, patches):
+        if self.packed is not None and self.nd == 2 and self.x.flags.c_contiguous:
+            # the compiled gather: runs of a kernel row's pixels, not NumPy's copy per tap
+            # (resnet50_v1's first layer, 3 channels, at batch 8 in the network with the
+            # NumPy provider: 21-26 ms a call lowered channel-first, 7.2 ms so)
+            window, row = self.window, (start - first) * self.per_item
+            conv_winograd.patches(self.x, patches[0, row:row + (stop - start) * self.per_item],
+                                  window, start, stop)
+            return
         cg, window = self.channels // self.groups, self.window
         shape = window.size_out[1:] + window.kernel + (cg,)
         axes, taps = tuple(range(self.nd)), tuple(range(self.nd, 2 * self.nd))

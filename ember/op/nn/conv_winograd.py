@@ -561,6 +561,14 @@ def multiply_packed(x, u, out, bias, residual, act_type):
         finish(out, out, act_type=act_type)
 
 
+def patches(x, rows, window, lo, hi):
+    """rows = the im2col rows of NHWC float32 `x` (C-contiguous) under the 2-D `window`, one
+    per output pixel of the output lines [lo, hi) (line = sample * out_h + output row), each
+    the kernel's taps in (y, x) order, C values a tap (``ember._winograd.patches``)."""
+    _winograd.patches(x, rows, window.size_out, window.pad_before, window.stride,
+                      window.kernel, window.dilate, (lo, hi))
+
+
 def compiled_products() -> bool:
     """Whether the compiled module (and so :func:`pointwise`, :func:`multiply_packed`) is
     built."""
