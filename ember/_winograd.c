@@ -766,7 +766,6 @@ static int parse_line(PyObject *args, Job *j) {
            (k->zeros = job_zeros(j, k->channels)) != NULL;
 }
 
-/* One call of the kernel that `parse` reads: its arrays borrowed, run without the GIL. */
 /* The rows of patches(): a kernel row's taps that lie inside the input are one run of
  * memory when undilated (7 pixels of 3 channels, 84 bytes, for resnet's first layer); those
  * outside are zeros. */
@@ -848,6 +847,7 @@ static int parse_patches(PyObject *args, Job *j) {
                              k->kernel[0] * k->kernel[1] * k->channels, 1)) != NULL;
 }
 
+/* One call of the kernel that `parse` reads: its arrays borrowed, run without the GIL. */
 static PyObject *call(PyObject *args, int (*parse)(PyObject *, Job *)) {
     Job j = {.b = {.count = 0}};
     if (!parse(args, &j)) {
