@@ -155,6 +155,43 @@ def test_nchw_pooling_runs_a_few_samples_at_a_time(pool_type, monkeypatch, primi
     assert_same_both_ways('_backward_Pooling', [dy, x, y], runs=primitive_runs, **kwargs)
 
 
+class RecordingTemp:
+    """A 'temp' resource that hands out NaN-filled bytes and records the sizes asked for."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def get(self, shape, dtype='float32'):
+        self.sizes.append(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        return np.full(shape, 0xFF, np.uint8).view(dtype)
+
+
+@pytest.mark.parametrize('layout, contiguous', [('NHWC', True), ('NCHW', True),
+                                                ('NCHW', False)])
+def test_max_pooling_gradient_recomputes_on_the_scratch(layout, contiguous, primitive_runs):
+    # the recomputed output and oneDNN's workspace come from the kernel's 'temp' resource (a
+    # fresh 13 MB array faulted its pages in on every call of resnet50_v1's first pooling);
+    # an output gradient that is not C-contiguous (NCHW views of channel-last memory) gets a
+    # fresh output laid out like it
+    shape = (2, 9, 9, 6) if layout == 'NHWC' else (2, 6, 9, 9)
+    kwargs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type='max', layout=layout)
+    x = np.maximum(rand(*shape), 0)
+    (y,), _ = call_kernel('Pooling', [x], **kwargs)
+    dy = rand(*y.shape, seed=3) if contiguous \
+        else np.ascontiguousarray(rand(*y.shape, seed=3).transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+    op = registry.get('_backward_Pooling')
+    attrs = op.parse_attrs(kwargs)
+    (want,), _ = run_kernel('_backward_Pooling', [dy, x, y], False, **kwargs)
+    got, temp = np.full(x.shape, np.nan, np.float32), RecordingTemp()
+    before = len(primitive_runs)
+    op.kernel(attrs, [dy, x, y], [got], KernelContext(None, xp=np, temp=temp))
+    assert len(primitive_runs) == before + 2    # the forward pass again, then the backward
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert len(temp.sizes) == 1
+    assert (temp.sizes[0] > dy.nbytes) == contiguous, (temp.sizes, dy.nbytes)
+
+
 @pytest.mark.parametrize('pool_type', ['max', 'avg'])
 def test_channel_last_global_pooling_runs_the_channel_last_kernels(pool_type, primitive_runs):
     # the output (N, 1, 1, C) is as much plain as channel-last: described as plain, it sent

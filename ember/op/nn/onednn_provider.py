@@ -33,7 +33,8 @@ from ember.backend.onednn import (
     ARG_DIFF_WEIGHTS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE,
     ARG_DST_ITER, ARG_DST_ITER_C, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
     ARG_WORKSPACE, MemoryDesc, PostOp, has_plain_strides)
-from ember.op.nn._common import channel_first, is_channel_last, reshape_view, spatial_defaults
+from ember.op.nn._common import (channel_first, is_channel_last, reshape_view, scratch,
+                                 spatial_defaults)
 
 __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'convolution_backward_weights', 'fully_connected_forward', 'fully_connected_backward',
@@ -439,26 +440,44 @@ def _sample_chunks(*arrays_and_apart):
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
-def pooling_backward(attrs, dy, data, dx) -> bool:
+def pooling_backward(attrs, dy, data, dx, ctx=None) -> bool:
     """dx = the gradient of max or average Pooling (its `attrs`) from the output gradient
     `dy`. Max pooling runs the forward pass again to find where each maximum came from (the
     operator keeps no oneDNN workspace); ties go to the first maximum, as in the NumPy kernel.
-    """
+    The recomputed output and oneDNN's workspace come from `ctx`'s 'temp' resource when it
+    has one: fresh arrays of that size (13 and 3 MB for resnet50_v1's first pooling at batch
+    16) fault their pages in on every call, which took 1-20 ms in a training step."""
     geometry = _pool_geometry(attrs, dx, dy, safe=False)
     if geometry is None or not _ready(dy, data, dx):
         return False
     dxc, dyc, window, algorithm = geometry
-    x = channel_first(np, data, attrs['layout'])
-    # max pooling's recomputed output: laid out like dy, so its workspace is dy's layout too
-    y = channel_first(np, np.empty_like(dy), attrs['layout']) if algorithm == 'max' else None
+    layout = attrs['layout']
+    x = channel_first(np, data, layout)
+    # max pooling's recomputed output is laid out like dy (so its workspace is dy's layout
+    # too): on the scratch where dy is C-contiguous, else a fresh array of dy's order
+    fresh = None if algorithm != 'max' or dy.flags.c_contiguous else np.empty_like(dy)
+    like = channel_first(np, dy if fresh is None else fresh, layout)
     apart = _channels_apart(dxc)
-    steps = [_pool_backward_step(x[lo:hi], None if y is None else y[lo:hi], dxc[lo:hi],
-                                 dyc[lo:hi], window, algorithm, apart)
-             for lo, hi in _sample_chunks(x, dxc, dyc, dyc, apart)]
-    return _run_all(steps)
+    chunks = _sample_chunks(x, dxc, dyc, dyc, apart)
+    steps = [_pool_backward_step(x[lo:hi], like[lo:hi], dxc[lo:hi], dyc[lo:hi], window,
+                                 algorithm, apart) for lo, hi in chunks]
+    if any(step is None for step in steps):
+        return False
+    y = workspace = None
+    if algorithm == 'max':
+        most = max(nbytes for _, nbytes in steps)
+        y, workspace = scratch(ctx, np, (dy.shape, dy.dtype) if fresh is None else None,
+                               ((most,), np.uint8))
+        y = channel_first(np, fresh if y is None else y, layout)
+    for (run, _), (lo, hi) in zip(steps, chunks):
+        run(None if y is None else y[lo:hi], workspace)
+    return True
 
 
-def _pool_backward_step(x, y, dx, dy, window, algorithm, apart):
+def _pool_backward_step(x, y_like, dx, dy, window, algorithm, apart):
+    """(run, bytes) for one chunk of samples, or None where oneDNN declines: run(y, workspace)
+    computes the chunk's dx; max pooling recomputes its output into `y` (laid out like
+    `y_like`) and where each maximum came from into `workspace` (at least `bytes` long)."""
     args = (algorithm, window.kernel, window.stride, window.pad_before, window.pad_after, apart)
     backward = onednn.cached(('pool_bwd', _layout(dx), _layout(dy), algorithm, window, apart),
                              lambda: onednn.pooling_backward(*_alike(dx, dy), *args))
@@ -466,20 +485,21 @@ def _pool_backward_step(x, y, dx, dy, window, algorithm, apart):
         return None
     arrays = {ARG_DIFF_DST: dy, ARG_DIFF_SRC: dx}
     if algorithm != 'max':
-        return lambda: backward.run(arrays)
-    forward = onednn.cached(('pool_train', _layout(x), _layout(y), window) + args[:1] + args[5:],
-                            lambda: onednn.pooling_training(*_alike(x, y), *args))
+        return (lambda y, workspace: backward.run(arrays)), 0
+    forward = onednn.cached(
+        ('pool_train', _layout(x), _layout(y_like), window) + args[:1] + args[5:],
+        lambda: onednn.pooling_training(*_alike(x, y_like), *args))
     if forward is None:
         return None
     layout = forward.inner_md(ARG_WORKSPACE)
     if layout != backward.inner_md(ARG_WORKSPACE):
         return None
 
-    def step():
-        workspace = np.empty(layout.nbytes, np.uint8)
+    def run(y, workspace):
+        workspace = workspace[:layout.nbytes]
         forward.run({ARG_SRC: x, ARG_DST: y, ARG_WORKSPACE: workspace})
         backward.run({**arrays, ARG_WORKSPACE: workspace})
-    return step
+    return run, layout.nbytes
 
 
 def _pool_geometry(attrs, data, out, safe):

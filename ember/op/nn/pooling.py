@@ -174,7 +174,7 @@ def _accumulator(kind, dtype, safe):
 
 def _backward_kernel(attrs, ins, outs, ctx):
     """Inputs (out_grad, data, out); max pooling routes each gradient to the first maximum."""
-    if onednn_provider.pooling_backward(attrs, ins[0], ins[1], outs[0]):
+    if onednn_provider.pooling_backward(attrs, ins[0], ins[1], outs[0], ctx):
         return
     xp, layout = ctx.xp, attrs['layout']
     dy, x, y = (channel_first(xp, a, layout) for a in ins)
