@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import ember as mx
-from ember import autograd
+from ember import autograd, config
+from ember.op.nn import conv_algorithms
 from reference_numpy import reference_of
 
 CASES = [('resnet50_v1', 32, 8), ('inceptionv3', 299, 8)]
@@ -94,8 +95,29 @@ def test_float64_matches_reference_elementwise(case):
                                    err_msg=f"{case['name']} {what}")
 
 
-def test_float32_matches_reference(case):
+@pytest.fixture(params=['rule', 'gemm', 'winograd4'])
+def algorithm(request, monkeypatch):
+    """The convolutions' algorithms: ``MXNET_CUDNN_AUTOTUNE_DEFAULT``'s rule (oneDNN where it
+    runs), or measurement finding one algorithm the fastest wherever it applies. Measured on
+    the clock, the choice varied from run to run and with it the float32 error of
+    Inception-v3's input gradient: 1.1e-3 to past 5e-3 in the full suite. Pinned, it is
+    1.1e-3 by the rule, 1.0e-4 in im2col GEMMs and 2.5e-3 with Winograd F(4x4, 3x3) in its
+    16 3x3 layers, forward and backward."""
+    name = request.param
+    if name != 'rule':
+        def measure(problem, algorithms, trial):
+            return {a.name: 0.0 if a.name == name else 1.0 for a in algorithms if trial(a)}
+        monkeypatch.setattr(conv_algorithms, 'measure', measure)
+    conv_algorithms.clear_choices()
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=0 if name == 'rule' else 2):
+        yield name
+    conv_algorithms.clear_choices()
+
+
+def test_float32_matches_reference(case, algorithm):
     actual, expected = _ember_run(case, 'float32'), case['expected']
+    if algorithm != 'rule':
+        assert algorithm in conv_algorithms.choices().values(), f'{algorithm} never ran'
     np.testing.assert_allclose(actual['output'], expected['output'], rtol=1e-4,
                                atol=1e-4 * _scale(expected['output'], 'output'),
                                err_msg=f"{case['name']} output")
