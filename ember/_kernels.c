@@ -1,6 +1,8 @@
 /* ember._kernels: BatchNorm's CPU kernels, the two element-wise chains of ResNet training
  * graphs that ember/op/fused.py runs in one pass (see "Residual add and relu" below), and the
- * SGD-with-momentum update (ember/op/optimizer_ops.py).
+ * SGD-with-momentum update (ember/op/optimizer_ops.py), and spread: a strided 1x1
+ * convolution's data gradient written out from the stride-1 one over its output pixels, with
+ * the zeros between (ember/op/nn/conv_algorithms.py).
  *
  * Data is float32, C-contiguous and seen as (outer, channels, inner): a channel is `outer` rows
  * of `inner` values, `channels * inner` values apart. Channel-first data (inner >= 16) is worked
@@ -11,7 +13,7 @@
  * Large channel-last data is split by rows instead, with bn_chunk_sums and bn_data_grad (see
  * "Channel-last data" below).
  *
- * bn_chunk_sums, bn_data_grad, bn_normalize, the residual chains and the SGD update also split
+ * bn_chunk_sums, bn_data_grad, bn_normalize, the residual chains, the SGD update and spread split
  * their own work on the calling thread's OpenMP team when asked (keywords threads and cores;
  * see _team.h): where the module is built with OpenMP, those are the threads oneDNN's
  * convolution before them ran on, still awake, where engine.parallel_for would wake its
@@ -716,6 +718,38 @@ static void add_relu_grad_range(const float *a, const float *b, const float *y, 
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* A strided 1x1 convolution's data gradient from the stride-1 one over its output pixels:
+ * channel-last dst (n, h, w, c) holds src (n, ho, wo, c) at every sh-th row and sw-th column
+ * and zeros everywhere else, each value written once. */
+
+typedef struct {
+    const float *src;
+    float *dst;
+    Py_ssize_t h, w, c, ho, wo, sh, sw;
+} Spread;
+
+/* dst's rows [lo, hi) of w pixels, row r being (sample r / h, row r % h). */
+static void spread_rows(const Spread *k, Py_ssize_t lo, Py_ssize_t hi) {
+    size_t pixel = (size_t)k->c * sizeof(float);
+    for (Py_ssize_t r = lo; r < hi; r++) {
+        Py_ssize_t n = r / k->h, y = r % k->h;
+        float *out = k->dst + r * k->w * k->c;
+        if (y % k->sh != 0) {
+            memset(out, 0, (size_t)k->w * pixel);
+            continue;
+        }
+        const float *in = k->src + (n * k->ho + y / k->sh) * k->wo * k->c;
+        for (Py_ssize_t x = 0; x < k->w; x++, out += k->c) {
+            if (x % k->sw == 0) {
+                memcpy(out, in + x / k->sw * k->c, pixel);
+            } else {
+                memset(out, 0, pixel);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* SGD with momentum: optimizer_ops._sgd_mom_step in one pass over the four arrays, where its
  * NumPy calls take six over cache-sized blocks. Each product and difference rounds to float32
  * in the same order as there (no FMA: -ffp-contract=off), so the bits are NumPy's:
@@ -1237,6 +1271,70 @@ static PyObject *sgd_mom_update(PyObject *self, PyObject *args, PyObject *kwargs
     Py_RETURN_NONE;
 }
 
+/* spread(src, dst, stride_h, stride_w, *, threads, cores): see spread_rows; the team splits
+ * dst's rows. */
+static PyObject *spread(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[2], *cores = Py_None;
+    Py_ssize_t sh, sw, threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnn|$nO:spread", keywords, &objs[0],
+                                     &objs[1], &sh, &sw, &threads, &cores)) {
+        return NULL;
+    }
+    if (sh < 1 || sw < 1) {
+        PyErr_Format(PyExc_ValueError, "spread: strides must be at least 1, got (%zd, %zd)",
+                     sh, sw);
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    Py_buffer *src = borrow_float32(&b, objs[0], "src", 0);
+    Py_buffer *dst = src == NULL ? NULL : borrow_float32(&b, objs[1], "dst", 1);
+    if (dst == NULL) {
+        release_all(&b);
+        return NULL;
+    }
+    if (src->ndim != 4 || dst->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "spread: src and dst must be 4-D (n, h, w, c), got %d-D "
+                     "and %d-D", src->ndim, dst->ndim);
+        release_all(&b);
+        return NULL;
+    }
+    const Py_ssize_t *is = src->shape, *os = dst->shape;
+    if (is[0] != os[0] || is[3] != os[3] || is[1] != (os[1] + sh - 1) / sh ||
+        is[2] != (os[2] + sw - 1) / sw) {
+        PyErr_Format(PyExc_ValueError, "spread: src (%zd, %zd, %zd, %zd) is not dst (%zd, %zd, "
+                     "%zd, %zd) at strides (%zd, %zd): expected (%zd, %zd, %zd, %zd)",
+                     is[0], is[1], is[2], is[3], os[0], os[1], os[2], os[3], sh, sw, os[0],
+                     (os[1] + sh - 1) / sh, (os[2] + sw - 1) / sw, os[3]);
+        release_all(&b);
+        return NULL;
+    }
+    int *core_list = team_cores(cores, parts, "threads", &asked);
+    if (core_list == NULL && asked) {
+        release_all(&b);
+        return NULL;
+    }
+    Spread k = {src->buf, dst->buf, os[1], os[2], os[3], is[1], is[2], sh, sw};
+    Py_ssize_t rows = os[0] * os[1];
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(0, rows, t, TEAM_SIZE(), &from, &to);
+        spread_rows(&k, from, to);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
 /* The keywords of the functions that split their work on the OpenMP team. */
 #define TEAM_DOC                                                                               \
     " threads, cores (keyword-only): the work split into `threads` parts, as "                \
@@ -1282,6 +1380,12 @@ static PyMethodDef methods[] = {
      "add_relu_grad(a, b, y, out, lo, hi, *, threads=1, cores=None): out = (a + b) * (y > "
      "0), relu's gradient of a sum through its output y, on the elements [lo, hi) of float32 "
      "arrays of one size, bit for bit as NumPy; out may be a, b or y." TEAM_DOC},
+    {"spread", (PyCFunction)(void (*)(void))spread, METH_VARARGS | METH_KEYWORDS,
+     "spread(src, dst, stride_h, stride_w, *, threads=1, cores=None): C-contiguous float32 "
+     "channel-last dst (n, h, w, c) = src (n, ceil(h / stride_h), ceil(w / stride_w), c) at "
+     "every stride_h-th row and stride_w-th column, zeros elsewhere: a strided 1x1 "
+     "convolution's data gradient from the stride-1 one over its output pixels. The team "
+     "splits dst's rows." TEAM_DOC},
     {"sgd_mom_update", (PyCFunction)(void (*)(void))sgd_mom_update,
      METH_VARARGS | METH_KEYWORDS,
      "sgd_mom_update(weight, grad, mom, out, lo, hi, rescale, clip, lr, lr_wd, momentum, *, "
@@ -1295,7 +1399,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember._kernels",
     "BatchNorm's compiled CPU kernels (see ember/op/nn/normalization.py), and the residual "
-    "add and relu chains of _FusedElemwise with their gradient (see ember/op/fused.py).", -1,
+    "add and relu chains of _FusedElemwise with their gradient (see ember/op/fused.py), and the "
+    "spread of a strided 1x1 convolution's data gradient (see ember/op/nn/conv_algorithms.py).",
+    -1,
     methods,
 };
 

@@ -467,6 +467,113 @@ def test_gradients_by_winograd_match_the_rule(force_conv, case, layout):
 
 
 # ----------------------------------------------------------------------------------------------
+# The data gradient of strided 1x1 layers: oneDNN's stride-1 one over the output pixels, then
+# spread out with zeros between (onednn_spread)
+
+spread_kernel = conv_algorithms._kernels
+needs_spread = pytest.mark.skipif(spread_kernel is None or not onednn_provider.enabled(),
+                                  reason='needs ember._kernels and oneDNN')
+
+
+@pytest.mark.skipif(spread_kernel is None, reason='ember._kernels is not built')
+@pytest.mark.parametrize('shape, strides', [((2, 9, 9, 5), (2, 2)), ((1, 10, 7, 3), (3, 2)),
+                                            ((3, 4, 6, 17), (1, 4)), ((1, 1, 1, 2), (2, 2))])
+@pytest.mark.parametrize('threads', [1, 2])
+def test_spread_writes_every_value_of_its_output(shape, strides, threads):
+    src_shape = (shape[0], -(-shape[1] // strides[0]), -(-shape[2] // strides[1]), shape[3])
+    src = np.random.default_rng(0).standard_normal(src_shape).astype(np.float32)
+    dst = np.full(shape, np.nan, np.float32)
+    spread_kernel.spread(src, dst, *strides, threads=threads)
+    expected = np.zeros(shape, np.float32)
+    expected[:, ::strides[0], ::strides[1]] = src
+    assert dst.tobytes() == expected.tobytes()
+
+
+@pytest.mark.skipif(spread_kernel is None, reason='ember._kernels is not built')
+def test_spread_names_what_is_wrong_with_its_arguments():
+    src, dst = np.zeros((2, 5, 5, 3), np.float32), np.zeros((2, 9, 9, 3), np.float32)
+    with pytest.raises(ValueError, match=r'strides must be at least 1, got \(0, 2\)'):
+        spread_kernel.spread(src, dst, 0, 2)
+    with pytest.raises(ValueError, match=r'expected \(2, 3, 3, 3\)'):
+        spread_kernel.spread(src, dst, 3, 3)
+    with pytest.raises(ValueError, match='must be 4-D'):
+        spread_kernel.spread(src[0], dst, 2, 2)
+    with pytest.raises(TypeError, match='src: expected float32'):
+        spread_kernel.spread(src.astype(np.float64), dst, 2, 2)
+    with pytest.raises(ValueError, match='not C-contiguous'):
+        spread_kernel.spread(src, dst[:, ::2], 2, 2)
+
+
+def strided_pointwise(stride, size=(9, 7), channels=24, filters=40, seed=0):
+    """attrs, x, w (OHWI) and a random output gradient of a channel-last 1x1 layer."""
+    rng = np.random.default_rng(seed)
+    attrs = CONV.parse_attrs(dict(kernel=(1, 1), stride=stride, num_filter=filters,
+                                  layout='NHWC', no_bias=True))
+    x = rng.standard_normal((2,) + size + (channels,)).astype(np.float32)
+    w = rng.standard_normal((filters, 1, 1, channels)).astype(np.float32)
+    out = tuple(-(-n // s) for n, s in zip(size, stride))
+    dy = rng.standard_normal((2,) + out + (filters,)).astype(np.float32)
+    return attrs, x, w, dy
+
+
+@needs_spread
+@pytest.mark.parametrize('stride', [(2, 2), (3, 2), (1, 2)])
+def test_strided_pointwise_data_gradient_spreads_the_unstrided_one(stride):
+    attrs, x, w, dy = strided_pointwise(stride)
+    problem = problem_of(attrs, x, 'data')
+    algorithm = conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
+    assert algorithm in conv_algorithms.candidates(problem, onednn=True)
+    assert algorithm not in conv_algorithms.candidates(problem, onednn=False)
+    dx = np.full(x.shape, np.nan, np.float32)
+    call = conv_algorithms.ConvCall(attrs, dy, w, None, dx)
+    assert algorithm.run(problem, call, None, scratch, 2)
+    expected = np.zeros(x.shape)
+    expected[:, ::stride[0], ::stride[1]] = dy.astype(np.float64) @ w[:, 0, 0].astype(np.float64)
+    np.testing.assert_allclose(dx, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@needs_spread
+def test_spread_is_only_for_strided_channel_last_1x1_data_gradients():
+    supports = conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread'].supports
+    attrs, x, _, _ = strided_pointwise((2, 2))
+    assert supports(problem_of(attrs, x, 'data'))
+    assert not supports(problem_of(attrs, x, 'weight'))
+    assert not supports(problem_of(dict(attrs, stride=(1, 1)), x, 'data'))
+    assert not supports(problem_of(dict(attrs, pad=(1, 1)), x, 'data'))
+    assert not supports(problem_of(dict(attrs, kernel=(3, 3)), x, 'data'))
+    nchw = dict(attrs, layout='NCHW')
+    assert not supports(problem_of(nchw, np.ascontiguousarray(x.transpose(0, 3, 1, 2)), 'data'))
+
+
+@needs_spread
+def test_a_strided_pointwise_layer_trains_through_the_spread(monkeypatch):
+    attrs, x, w, dy = strided_pointwise((2, 2), size=(8, 8))
+    kwargs = {k: attrs[k] for k in ('kernel', 'stride', 'num_filter', 'layout', 'no_bias')}
+
+    def data_gradient():
+        data = mx.nd.array(x)
+        data.attach_grad()
+        with mx.autograd.record():
+            y = mx.nd.Convolution(data, mx.nd.array(w), **kwargs)
+        y.backward(mx.nd.array(dy))
+        return data.grad.asnumpy()
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        expected = data_gradient()
+    calls, real = [], conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
+
+    def spy(*args):
+        calls.append(args[0])
+        return real.run(*args)
+    spread = dataclasses.replace(real, run=spy)
+    rule = conv_algorithms.rule
+    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+        spread if problem.gradient == 'data' else rule(problem, True)))
+    got = data_gradient()
+    assert len(calls) == 1 and calls[0].gradient == 'data'
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+# ----------------------------------------------------------------------------------------------
 # MXNET_CPU_NNPACK_NTHREADS
 
 def test_nnpack_threads_reach_the_winograd_kernel(monkeypatch):

@@ -54,7 +54,11 @@ of the output gradient with the weights flipped; :func:`~ember.op.nn.conv_winogr
 weight_gradient`, the sums over tiles in the Winograd domain), and for the weight gradient of
 1x1 stride-1 channel-last float32 layers ``pointwise``, the same compiled sums over the rows of
 dy and x with the bias gradient summed on the way
-(:func:`~ember.op.nn.conv_winograd.pointwise_weight_gradient`). The rule takes oneDNN, else
+(:func:`~ember.op.nn.conv_winograd.pointwise_weight_gradient`); for the data gradient of
+strided 1x1 channel-last float32 layers ``onednn_spread``, oneDNN's stride-1 data gradient
+over the output pixels (a GEMM with no zeros in it) spread out with the zeros between by the
+compiled ``ember._kernels.spread`` (resnet50_v1's six such layers at batch 16: 0.7-2 ms
+faster each than oneDNN's strided primitive). The rule takes oneDNN, else
 NumPy (and NumPy for weight gradients under determinism: oneDNN's sums depend on its thread
 count); measurement finds Winograd where it pays (ResNet's 3x3 layers up to 256 channels at
 batch 16: 2-3x oneDNN for the data gradient, 1.8-2.4x for the weight gradient).
@@ -83,9 +87,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ember.backend import native
 from ember.base import prod
+from ember.engine.threads import team_arguments
 from ember.op.nn import conv_gemm, conv_winograd
 from ember.op.nn._common import make_window
+
+# the compiled spread of onednn_spread (None without a C compiler)
+_kernels = native.compiled_module('_kernels')
 
 __all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'ALGORITHMS', 'DATA_GRADIENT_ALGORITHMS',
            'WEIGHT_GRADIENT_ALGORITHMS',
@@ -178,6 +187,8 @@ class Algorithm:
     # bytes it keeps between calls of an inference layer (transformed weights), beyond the
     # copy of the weights every algorithm may keep
     kept: Callable = lambda problem: 0
+    # runs only where oneDNN is on (MXNET_MKLDNN_ENABLED and the library present)
+    uses_onednn: bool = False
 
 
 def _run_gemm(problem, call, budget, alloc, threads):
@@ -229,7 +240,8 @@ def _onednn_supports(problem):
 
 
 ALGORITHMS = {a.name: a for a in (
-    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn),
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn,
+              uses_onednn=True),
     Algorithm('gemm', lambda problem: True, conv_gemm.gemm_scratch, _run_gemm),
     _winograd(2),
     _winograd(4),
@@ -284,11 +296,42 @@ def _run_winograd_weight(problem, call, budget, alloc, threads):
     return True
 
 
+def _supports_spread(problem):
+    """A strided 1x1 convolution's data gradient (unpadded, undilated, one group, 2-D) of
+    channel-last float32 data, where the compiled spread is built."""
+    return (_kernels is not None and problem.gradient == 'data' and problem.channel_last
+            and _onednn_supports(problem) and problem.groups == 1 and len(problem.kernel) == 2
+            and all(k == 1 for k in problem.kernel) and all(d == 1 for d in problem.dilate)
+            and not any(problem.pad) and any(s != 1 for s in problem.stride))
+
+
+def _spread_scratch(problem, batch):
+    """The stride-1 gradient over the output pixels."""
+    return batch * prod(problem.size_out) * problem.channels * problem.dtype_size
+
+
+def _run_spread_data(problem, call, budget, alloc, threads):
+    # oneDNN's strided data gradient computes and writes the zeros between the output pixels
+    # as part of its GEMM: resnet50_v1's 256 -> 128 layer at 56x56, batch 16, took 3.9 ms,
+    # the stride-1 one over the 28x28 output pixels 1.7 and the spread 1.1
+    from ember.op.nn import onednn_provider
+    dy, dx = call.x, call.out
+    (compact,) = alloc([(dy.shape[:-1] + dx.shape[-1:], dx.dtype)])
+    unstrided = dict(call.attrs, stride=(1,) * len(problem.stride))
+    if not onednn_provider.convolution_backward_data(unstrided, dy, call.weight, compact):
+        return False
+    _kernels.spread(compact, dx, *problem.stride, **team_arguments(split=threads > 1))
+    return True
+
+
 DATA_GRADIENT_ALGORITHMS = {a.name: a for a in (
-    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_data),
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_data,
+              uses_onednn=True),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_data),
     Algorithm('winograd4', conv_winograd.supports_data_gradient,
               conv_winograd.gradient_scratch_bytes, _run_winograd_data),
+    Algorithm('onednn_spread', _supports_spread, _spread_scratch, _run_spread_data,
+              uses_onednn=True),
 )}
 
 
@@ -299,7 +342,8 @@ def _run_pointwise_weight(problem, call, budget, alloc, threads):
 
 
 WEIGHT_GRADIENT_ALGORITHMS = {a.name: a for a in (
-    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_weight),
+    Algorithm('onednn', _onednn_supports, lambda problem, batch: 0, _run_onednn_weight,
+              uses_onednn=True),
     Algorithm('gemm', lambda problem: True, lambda problem, batch: 0, _run_numpy_weight),
     Algorithm('winograd4', conv_winograd.supports_weight_gradient,
               conv_winograd.weight_gradient_scratch_bytes, _run_winograd_weight),
@@ -318,7 +362,7 @@ def _table(problem) -> dict:
 def candidates(problem, onednn):
     """The algorithms that can run `problem` (oneDNN only when `onednn` is on)."""
     return [a for a in _table(problem).values()
-            if (onednn or a.name != 'onednn') and a.supports(problem)]
+            if (onednn or not a.uses_onednn) and a.supports(problem)]
 
 
 def rule(problem, onednn):
