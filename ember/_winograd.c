@@ -1578,6 +1578,19 @@ INLINE void ISA(weight_1d)(const vec *g, Py_ssize_t step, vec *t, Py_ssize_t out
     t[5 * out_step] = g2;
 }
 
+/* The 36 vectors of U for the 9 taps g of LANES filters (vectors across the filters). */
+INLINE void ISA(weight_tile)(const vec *g, vec *u) {
+    vec rows[TILE * 3];
+    UNROLL
+    for (int j = 0; j < 3; j++) {                   /* G g: down each column of taps */
+        ISA(weight_1d)(g + j, 3, rows + j, 3);
+    }
+    UNROLL
+    for (int i = 0; i < TILE; i++) {                /* (G g) G^T: along each row */
+        ISA(weight_1d)(rows + i * 3, 1, u + i * TILE, 1);
+    }
+}
+
 /* The 36 vectors of one channel c for the filters [f, f + n) of OHWI weights, n <= LANES. */
 INLINE void ISA(weight_block)(const float *w, const Py_ssize_t *steps, Py_ssize_t filters,
                               Py_ssize_t f, Py_ssize_t c, vec *u) {
@@ -1589,18 +1602,62 @@ INLINE void ISA(weight_block)(const float *w, const Py_ssize_t *steps, Py_ssize_
             taps[tap][k] = at[tap / 3 * steps[1] + tap % 3 * steps[2]];
         }
     }
-    vec g[9], rows[TILE * 3];
+    vec g[9];
     UNROLL
     for (int tap = 0; tap < 9; tap++) {
         g[tap] = ISA(load)(taps[tap], LANES);
     }
-    UNROLL
-    for (int j = 0; j < 3; j++) {                   /* G g: down each column of taps */
-        ISA(weight_1d)(g + j, 3, rows + j, 3);
+    ISA(weight_tile)(g, u);
+}
+
+#if defined(__clang__)
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (mask){__VA_ARGS__})
+#endif
+
+/* The 8 x 8 transpose of r: r[i] lane j becomes r[j] lane i (LANES 8). */
+INLINE void ISA(transpose8)(vec *r) {
+    vec t[8], q[8];
+    for (int i = 0; i < 8; i += 2) {                /* pairs of rows, within each half */
+        t[i] = SHUFFLE(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = SHUFFLE(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
     }
+    for (int i = 0; i < 8; i += 4) {                /* fours of rows, within each half */
+        q[i] = SHUFFLE(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        q[i + 1] = SHUFFLE(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        q[i + 2] = SHUFFLE(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        q[i + 3] = SHUFFLE(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    for (int j = 0; j < 4; j++) {                   /* the halves */
+        r[j] = SHUFFLE(q[j], q[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        r[j + 4] = SHUFFLE(q[j], q[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+
+/* weight_block of the LANES channels from c at once, for LANES whole filters from f, where
+ * the channels lie next to each other (steps[3] == 1: OHWI weights as inference has them).
+ * Gathering across the filters read each tap's cache line for 8 channels at a time, lines that
+ * lie a multiple of 1 KB apart and so fall in few L1 sets (9.8 ns a filter and channel for
+ * 256 channels against 5.6 for OIHW weights); here each filter's tap is one vector of
+ * channels, turned into vectors across the filters by transposes. */
+INLINE void ISA(weight_blocks)(const float *w, const Py_ssize_t *steps, Py_ssize_t f,
+                               Py_ssize_t c, vec u[][POSITIONS]) {
+    vec g[LANES][9];
     UNROLL
-    for (int i = 0; i < TILE; i++) {                /* (G g) G^T: along each row */
-        ISA(weight_1d)(rows + i * 3, 1, u + i * TILE, 1);
+    for (int tap = 0; tap < 9; tap++) {
+        vec r[LANES];
+        for (int k = 0; k < LANES; k++) {
+            r[k] = ISA(load)(w + (f + k) * steps[0] + tap / 3 * steps[1] + tap % 3 * steps[2]
+                             + c, LANES);
+        }
+        ISA(transpose8)(r);
+        for (int k = 0; k < LANES; k++) {
+            g[k][tap] = r[k];
+        }
+    }
+    for (int k = 0; k < LANES; k++) {
+        ISA(weight_tile)(g[k], u[k]);
     }
 }
 
@@ -1616,11 +1673,22 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
         for (Py_ssize_t c0 = 0; c0 < channels; c0 += BLOCK) {
             Py_ssize_t n = channels - c0 < BLOCK ? channels - c0 : BLOCK;
             vec block[POSITIONS][BLOCK][PANEL / LANES];
-            for (Py_ssize_t c = 0; c < n; c++) {
-                for (int half = 0; half < PANEL / LANES; half++) {
+            for (int half = 0; half < PANEL / LANES; half++) {
+                Py_ssize_t f = panel * PANEL + half * LANES;
+                if (steps[3] == 1 && n == LANES && f + LANES <= filters) {
+                    vec out[LANES][POSITIONS];
+                    ISA(weight_blocks)(w, steps, f, c0, out);
+                    for (Py_ssize_t c = 0; c < n; c++) {
+                        UNROLL
+                        for (int p = 0; p < POSITIONS; p++) {
+                            block[p][c][half] = out[c][p];
+                        }
+                    }
+                    continue;
+                }
+                for (Py_ssize_t c = 0; c < n; c++) {
                     vec out[POSITIONS];
-                    ISA(weight_block)(w, steps, filters, panel * PANEL + half * LANES,
-                                      c0 + c, out);
+                    ISA(weight_block)(w, steps, filters, f, c0 + c, out);
                     UNROLL
                     for (int p = 0; p < POSITIONS; p++) {
                         block[p][c][half] = out[p];

@@ -161,6 +161,28 @@ def test_weights_of_any_strides_transform_as_their_copies():
 
 
 @needs_module
+@pytest.mark.parametrize('filters, channels', [(16, 256), (40, 19), (7, 8), (33, 130)])
+def test_adjacent_channels_transform_as_gathered_ones(build, filters, channels):
+    # OHWI weights with adjacent channels take whole vectors of 8 channels, transposed into
+    # vectors across the filters; the filters and channels past whole vectors of them are
+    # gathered: every build gives the bits of the gather for any layout
+    ohwi = np.random.default_rng(6).standard_normal((filters, 3, 3, channels)).astype(
+        np.float32)
+    gathered = np.ascontiguousarray(ohwi.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    shape = conv_winograd._packed_shape(channels, filters)
+    fast, slow = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    _winograd.transform_weights(ohwi, fast, (0, shape[1]))
+    _winograd.transform_weights(gathered, slow, (0, shape[1]))
+    assert fast.tobytes() == slow.tobytes()
+    g = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+    want = np.einsum('ia,jb,fabc->ijcf', g, g, ohwi.astype(np.float64)).reshape(36, channels,
+                                                                                filters)
+    got = fast.transpose(0, 2, 1, 3).reshape(36, channels, -1)[..., :filters]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_module
 def test_tile_positions_lie_an_odd_number_of_cache_lines_apart():
     # a whole number of 4 KB between the 36 positions put them all in one L1 set
     for count, row in [(16, 128), (24, 128), (12, 256), (6, 256), (5, 40), (1, 3), (0, 16)]:
