@@ -275,7 +275,18 @@ def test_value_2_measures_what_value_1_leaves_out_for_its_workspace(measured):
             nd_conv(BIG, workspace=1)
     limited, unlimited = measured
     assert 'gemm' in limited and 'winograd4' not in limited and 'winograd2' not in limited
-    assert 'winograd4' in unlimited and 'winograd2' in unlimited
+    assert 'winograd4' in unlimited
+    # NumPy's F(2x2) is measured only where oneDNN does not run the layer
+    assert ('winograd2' in unlimited) == (not onednn_provider.enabled())
+
+
+def test_numpy_winograd_is_left_out_where_onednn_runs():
+    problem = problem_of(BIG.attrs(CONV, 'NHWC'), BIG.arrays('NHWC')[0])
+    names = [a.name for a in conv_algorithms.candidates(problem, onednn=True)]
+    assert 'onednn' in names and 'winograd2' not in names
+    assert 'winograd2' in [a.name for a in conv_algorithms.candidates(problem, onednn=False)]
+    wide = dataclasses.replace(problem, dtype='float64')        # oneDNN runs float32 only
+    assert 'winograd2' in [a.name for a in conv_algorithms.candidates(wide, onednn=True)]
 
 
 @pytest.mark.parametrize('gemm_seconds, chosen', [(0.95, 'onednn'), (0.5, 'gemm')])
@@ -420,7 +431,14 @@ def gradient_choices(kind):
             if key[0].gradient == kind}
 
 
-def test_the_gradients_are_measured_among_their_own_algorithms(measured):
+def test_the_gradients_are_measured_among_their_own_algorithms(measured, monkeypatch):
+    measured_gradients = []
+    spy = conv_algorithms.measure
+
+    def gradient_spy(problem, algorithms, trial):
+        measured_gradients.append((problem.gradient, [a.name for a in algorithms]))
+        return spy(problem, algorithms, trial)
+    monkeypatch.setattr(conv_algorithms, 'measure', gradient_spy)
     expected = {}
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         for layout in ('NCHW', 'NHWC'):
@@ -430,7 +448,7 @@ def test_the_gradients_are_measured_among_their_own_algorithms(measured):
         for layout in ('NCHW', 'NHWC'):
             for got, want in zip(gradients(BIG, layout), expected[layout]):
                 assert_close(got, want)
-    backward = [names for names in measured if 'winograd2' not in names]   # not forward
+    backward = [names for gradient, names in measured_gradients if gradient]
     assert len(backward) == 4                       # data and weight, in each layout
     wanted = {'gemm', 'winograd4'} if conv_winograd._winograd is not None else {'gemm'}
     if onednn_provider.enabled():
