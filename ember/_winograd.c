@@ -105,6 +105,21 @@ typedef struct {
     long long *claim;           /* shared: the next item to take, or NULL (the range given) */
     Py_ssize_t claim_panels;    /* 0: items are chunks of tiles; else groups of this many
                                    panels of filters of a chunk */
+    Py_ssize_t u_step;          /* floats from one position of u to the next, each holding
+                                   panels (C, PANEL) ... */
+    Py_ssize_t u_first;         /* ... the first of them the filters' panel u_first */
+    /* the weights transformed group by group as the threads take them (claim_panels):
+     * OHWI 3x3, element [f, y, x, c] at f, y, x, c * w_steps, times scale[f] where given,
+     * into own_u (a thread's claim_panels panels); NULL: u holds all the panels */
+    const float *w, *scale;
+    Py_ssize_t w_steps[4];
+    float *own_u;
+    /* with w: the weights of the item this many on are fetched into L2 during each item's
+     * products (the item the thread likely takes next: the number of threads), where each
+     * filter's weights are one range; fetch/fetch_lines the range of the item running */
+    Py_ssize_t ahead_items;
+    const char *fetch;
+    Py_ssize_t fetch_lines;
     int relu;
 } Conv;
 
@@ -178,6 +193,13 @@ static inline void fetch_ahead(Ahead *a, Py_ssize_t lines) {
  * in 9.0 ms, chunks of 18 or 22 in 6.3 ms. */
 static inline Py_ssize_t position_stride(Py_ssize_t count, Py_ssize_t row) {
     return (((count * row + 15) / 16) | 1) * 16;
+}
+
+/* Floats from one position to the next of a thread's own U of `panels` panels (convolve()
+ * with w): an odd number of cache lines, so that the transform writes each channel's 36
+ * lines straight into U, in different L1 sets. */
+static inline Py_ssize_t own_u_step(Py_ssize_t panels, Py_ssize_t channels) {
+    return position_stride(panels * channels, PANEL);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -306,7 +328,8 @@ static void run_line(const Job *j) {
 
 static void run_weights(const Job *j) {
     const Weights *w = &j->k.weights;
-    DISPATCH(transform_weights, w->w, w->steps, w->channels, w->filters, w->u, j->lo, j->hi);
+    DISPATCH(transform_weights, w->w, w->steps, NULL, w->channels, w->filters, w->u,
+             (w->filters + PANEL - 1) / PANEL * PANEL * w->channels, 0, j->lo, j->hi);
 }
 
 static void end_job(Job *j) {
@@ -428,15 +451,57 @@ static int valid_ranges(const Conv *k, const Py_ssize_t *x, const Py_ssize_t *ou
 /* ------------------------------------------------------------------------------------------ */
 /* Module functions */
 
+/* Whether `name` has OHWI 3x3 shape `ws` and [lo, hi) of its `unit`s lies in [0, limit);
+   sets the exception where not. */
+static int valid_weights(const char *name, const Py_ssize_t ws[4], const char *unit,
+                         Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t limit) {
+    if (ws[1] != 3 || ws[2] != 3 || ws[3] < 1 || ws[0] < 1) {
+        PyErr_Format(PyExc_ValueError, "%s (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
+                     name, ws[0], ws[1], ws[2], ws[3]);
+        return 0;
+    }
+    if (lo < 0 || hi < lo || hi > limit) {
+        PyErr_Format(PyExc_ValueError, "%s [%zd, %zd): expected 0 <= lo <= hi <= %zd", unit, lo,
+                     hi, limit);
+        return 0;
+    }
+    return 1;
+}
+
+/* convolve()'s w and scale (not None), checked against the call's geometry; 0 with an
+ * exception. */
+static int borrow_fused(Conv *k, Buffers *b, PyObject *w, PyObject *scale) {
+    Py_ssize_t ws[4];
+    if (k->claim == NULL || k->claim_panels < 1) {
+        PyErr_SetString(PyExc_ValueError, "w: the weights are transformed as the threads "
+                        "claim groups of filter panels: expected a claim and claim_panels >= 1");
+        return 0;
+    }
+    if (!(k->w = borrow_strided(b, w, "w", ws, k->w_steps)) ||
+        !valid_weights("w", ws, "panels", 0, 0, 0)) {
+        return 0;
+    }
+    if (ws[0] != k->g.filters || ws[3] != k->g.channels) {
+        PyErr_Format(PyExc_ValueError, "w (%zd, 3, 3, %zd): expected %zd filters of %zd "
+                     "channels, as out and x have", ws[0], ws[3], k->g.filters, k->g.channels);
+        return 0;
+    }
+    return scale == Py_None ||
+           (k->scale = borrow(b, scale, "scale", NULL, 0, k->g.filters, 0)) != NULL;
+}
+
 static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs,
-                      Py_ssize_t *os, Py_ssize_t lo, Py_ssize_t hi) {
-    /* objs: x, u, out, bias, residual, v, m */
+                      Py_ssize_t *os, Py_ssize_t lo, Py_ssize_t hi, PyObject *w,
+                      PyObject *scale) {
+    /* objs: x, u, out, bias, residual, v, m; u is U of all the panels, or with k->w set the
+     * thread's own of claim_panels panels (written) */
     if (!(k->x = borrow(b, objs[0], "x", xs, 0, 0, 0)) ||
         !(k->out = borrow(b, objs[2], "out", os, 0, 0, 1))) {
         return 0;
     }
     set_geometry(&k->g, xs, os);
-    if (!valid_ranges(k, xs, os, lo, hi)) {
+    if (!valid_ranges(k, xs, os, lo, hi) ||
+        (w != Py_None && !borrow_fused(k, b, w, scale))) {
         return 0;
     }
     Py_ssize_t panels = (k->g.filters + PANEL - 1) / PANEL;
@@ -444,8 +509,18 @@ static int borrow_all(Conv *k, Buffers *b, PyObject *const *objs, Py_ssize_t *xs
     if (k->claim_panels > 0 && k->claim_panels * PANEL < k->width) {
         k->width = k->claim_panels * PANEL;       /* one group of filters at a time */
     }
-    Py_ssize_t u_size = POSITIONS * panels * PANEL * k->g.channels;
-    return (k->u = borrow(b, objs[1], "u", NULL, 0, u_size, 0)) &&
+    k->u_first = 0;
+    k->u_step = panels * PANEL * k->g.channels;
+    Py_ssize_t u_size = POSITIONS * k->u_step;
+    if (k->w != NULL) {
+        k->u_step = own_u_step(k->claim_panels, k->g.channels);
+        u_size = POSITIONS * k->u_step + PANEL;         /* aligned to a cache line below */
+    }
+    float *u = borrow(b, objs[1], "u", NULL, 0, u_size, k->w != NULL);
+    if (u != NULL && k->w != NULL) {
+        u = k->own_u = (float *)(((uintptr_t)u + 63) & ~(uintptr_t)63);
+    }
+    return (k->u = u) &&
            (objs[3] == Py_None || (k->bias = borrow(b, objs[3], "bias", NULL, 0,
                                                     k->g.filters, 0))) &&
            (objs[4] == Py_None || (k->residual = borrow(b, objs[4], "residual", os, 1, 0,
@@ -478,13 +553,18 @@ static long long *borrow_claim(Buffers *b, PyObject *obj) {
 }
 
 static int parse_convolve(PyObject *args, Job *j) {
-    PyObject *objs[7], *claim = Py_None;
+    PyObject *objs[7], *claim = Py_None, *w = Py_None, *scale = Py_None;
     Py_ssize_t xs[4], os[4];
     Conv *k = &j->k.conv;
-    if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO|On:convolve", &objs[0], &objs[1],
+    if (!PyArg_ParseTuple(args, "OOOOOp(nn)(nn)(nn)nOO|OnOOn:convolve", &objs[0], &objs[1],
                           &objs[2], &objs[3], &objs[4], &k->relu, &k->g.pad_top,
                           &k->g.pad_left, &j->lo, &j->hi, &k->f_lo, &k->f_hi, &k->chunk,
-                          &objs[5], &objs[6], &claim, &k->claim_panels)) {
+                          &objs[5], &objs[6], &claim, &k->claim_panels, &w, &scale,
+                          &k->ahead_items)) {
+        return 0;
+    }
+    if (k->ahead_items < 0) {
+        PyErr_Format(PyExc_ValueError, "ahead_items %zd: expected >= 0", k->ahead_items);
         return 0;
     }
     if (k->claim_panels < 0) {
@@ -492,27 +572,16 @@ static int parse_convolve(PyObject *args, Job *j) {
                      k->claim_panels);
         return 0;
     }
+    if (w == Py_None && scale != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "scale: given without w (u is already scaled)");
+        return 0;
+    }
     j->run = run_convolve;
-    return (claim == Py_None || (k->claim = borrow_claim(&j->b, claim)) != NULL) &&
-           borrow_all(k, &j->b, objs, xs, os, j->lo, j->hi) &&
+    if (claim != Py_None && (k->claim = borrow_claim(&j->b, claim)) == NULL) {
+        return 0;
+    }
+    return borrow_all(k, &j->b, objs, xs, os, j->lo, j->hi, w, scale) &&
            (k->zeros = job_zeros(j, k->g.channels)) != NULL;
-}
-
-/* Whether `name` has OHWI 3x3 shape `ws` and [lo, hi) of its `unit`s lies in [0, limit);
-   sets the exception where not. */
-static int valid_weights(const char *name, const Py_ssize_t ws[4], const char *unit,
-                         Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t limit) {
-    if (ws[1] != 3 || ws[2] != 3 || ws[3] < 1 || ws[0] < 1) {
-        PyErr_Format(PyExc_ValueError, "%s (%zd, %zd, %zd, %zd): expected OHWI 3x3 weights",
-                     name, ws[0], ws[1], ws[2], ws[3]);
-        return 0;
-    }
-    if (lo < 0 || hi < lo || hi > limit) {
-        PyErr_Format(PyExc_ValueError, "%s [%zd, %zd): expected 0 <= lo <= hi <= %zd", unit, lo,
-                     hi, limit);
-        return 0;
-    }
-    return 1;
 }
 
 static int parse_transform_weights(PyObject *args, Job *j) {
@@ -983,6 +1052,19 @@ static PyObject *team(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *own_u_floats(PyObject *self, PyObject *args) {
+    Py_ssize_t panels, channels;
+    if (!PyArg_ParseTuple(args, "nn:own_u_floats", &panels, &channels)) {
+        return NULL;
+    }
+    if (panels < 1 || channels < 1) {
+        PyErr_Format(PyExc_ValueError, "own_u_floats: panels %zd and channels %zd must be >= 1",
+                     panels, channels);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(POSITIONS * own_u_step(panels, channels) + PANEL);
+}
+
 static PyObject *tile_floats(PyObject *self, PyObject *args) {
     Py_ssize_t count, row;
     if (!PyArg_ParseTuple(args, "nn:tile_floats", &count, &row)) {
@@ -1037,7 +1119,8 @@ static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"convolve", convolve, METH_VARARGS,
      "convolve(x, u, out, bias, residual, relu, (pad_top, pad_left), (tile_lo, tile_hi),\n"
-     "         (f_lo, f_hi), chunk, v, m, claim=None, claim_panels=0)\n\n"
+     "         (f_lo, f_hi), chunk, v, m, claim=None, claim_panels=0, w=None, scale=None,\n"
+     "         ahead_items=0)\n\n"
      "out[..., f_lo:f_hi] = relu?(conv(x, w) + bias + residual) over the output tiles\n"
      "[tile_lo, tile_hi), `chunk` tiles at a time. x, out, residual: NHWC float32; u: G w G^T\n"
      "as (36, ceil(F / 16), C, 16); v, m: scratch of tile_floats(chunk, C) and\n"
@@ -1046,7 +1129,11 @@ static PyMethodDef methods[] = {
      "work calls (each with the same arguments but its own v and m); each then takes the\n"
      "next chunk of tiles (claim_panels 0), or the next group of claim_panels filter panels\n"
      "of a chunk, chunk by chunk (then m needs tile_floats(chunk, 16 * claim_panels)), until\n"
-     "none is left."},
+     "none is left. w: OHWI 3x3 weights (any strides), times scale (per filter) where given:\n"
+     "each thread then transforms the weights of the groups of filters it takes into its own\n"
+     "u, of own_u_floats(claim_panels, C) floats, instead of reading U of all of them;\n"
+     "during each item's products it fetches the weights of the item ahead_items on (0:\n"
+     "none), the one it likely takes next where that many threads share the claim."},
     {"transform_weights", transform_weights, METH_VARARGS,
      "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
      "u = G w G^T of OHWI 3x3 float32 weights of any strides (a view of OIHW weights, or\n"
@@ -1109,6 +1196,10 @@ static PyMethodDef methods[] = {
      "lines [lo, hi) (line = sample * out_h + output row), one row of rows: the kernel's taps\n"
      "in (y, x) order, C values each, zeros where a tap falls in the padding. rows: at least\n"
      "(hi - lo) * out_w * kernel_h * kernel_w * C float32 values, C-contiguous."},
+    {"own_u_floats", own_u_floats, METH_VARARGS,
+     "own_u_floats(panels, channels)\n\nThe floats of a thread's own U for convolve() with w "
+     "and claim_panels\npanels: each position an odd number of cache lines, and one line more "
+     "to align it."},
     {"tile_floats", tile_floats, METH_VARARGS,
      "tile_floats(count, row): the floats of convolve()'s or weight_gradient()'s v (row: the\n"
      "channels) or m (row: the filters of one thread's range in whole panels) for chunks of\n"
@@ -1446,19 +1537,25 @@ INLINE void ISA(wide_gradient_sum)(const float *v, Py_ssize_t channels, const fl
 #endif
 
 /* M[p] (count x width) = V[p] (count x channels) @ U[p] (channels x width) for the `positions`
- * positions p, V and M position-major, their positions v_step and m_step floats apart; U as
- * (positions, panels, channels, PANEL), its panels from first_panel. The 2-D and the 1-D
- * convolutions share it, and so its register blocks. */
+ * positions p, V and M position-major, their positions v_step and m_step floats apart; U's
+ * positions u_step floats apart, each (panels, channels, PANEL), its panels from first_panel.
+ * The 2-D and the 1-D convolutions share it, and so its register blocks. */
 INLINE void ISA(products)(const float *vs, Py_ssize_t v_step, const float *u, float *ms,
                           Py_ssize_t m_step, int positions, Py_ssize_t count,
-                          Py_ssize_t channels, Py_ssize_t panels, Py_ssize_t first_panel,
-                          Py_ssize_t width) {
+                          Py_ssize_t channels, Py_ssize_t u_step, Py_ssize_t first_panel,
+                          Py_ssize_t width, const char *fetch, Py_ssize_t fetch_lines) {
     for (int p = 0; p < positions; p++) {
+        /* a share of the `fetch_lines` cache lines from `fetch` into L2, position by position:
+         * memory another call reads next */
+        for (Py_ssize_t line = fetch_lines * p / positions;
+             line < fetch_lines * (p + 1) / positions; line++) {
+            __builtin_prefetch(fetch + 64 * line, 0, 2);
+        }
         const float *v = vs + p * v_step;
         float *m = ms + p * m_step;
 #ifdef WIDE
         for (Py_ssize_t f = 0; f < width; f += 2 * PANEL) {
-            const float *panel = u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            const float *panel = u + p * u_step + (first_panel + f / PANEL) * channels * PANEL;
             int pair = f + PANEL < width ? 2 : 1;
             /* the panels that come next, fetched while these are multiplied: in a network
              * U comes from memory, and the hardware's prefetch alone fell behind (batch 1,
@@ -1468,17 +1565,20 @@ INLINE void ISA(products)(const float *vs, Py_ssize_t v_step, const float *u, fl
             if (f + 2 * PANEL < width) {
                 ahead = panel + 2 * channels * PANEL;
             } else if (p + 1 < positions) {
-                ahead = u + ((p + 1) * panels + first_panel) * channels * PANEL;
+                ahead = u + (p + 1) * u_step + first_panel * channels * PANEL;
             }
-            for (Py_ssize_t t = 0; t < count; t += WIDE_ROWS) {
-                Py_ssize_t rows = count - t < WIDE_ROWS ? count - t : WIDE_ROWS;
+            /* blocks of as many rows as can be (16 tiles: 8 and 8, not 12 and 4, whose 4
+             * chains of one panel wait on each multiply-add's latency) */
+            Py_ssize_t blocks = (count + WIDE_ROWS - 1) / WIDE_ROWS;
+            for (Py_ssize_t t = 0, b = 0, rows; t < count; t += rows, b++) {
+                rows = (count - t + blocks - b - 1) / (blocks - b);
                 WIDE_BLOCK(ISA(wide_product), rows, pair, v + t * channels, channels, channels,
                            panel, channels * PANEL, t ? NULL : ahead, m + t * width + f, width);
             }
         }
 #else
         for (Py_ssize_t f = 0; f < width; f += PANEL) {
-            const float *panel = u + (p * panels + first_panel + f / PANEL) * channels * PANEL;
+            const float *panel = u + p * u_step + (first_panel + f / PANEL) * channels * PANEL;
             Py_ssize_t t = 0;
             for (; t + ROWS <= count; t += ROWS) {
                 ISA(product_block)(v + t * channels, channels, channels, panel,
@@ -1496,7 +1596,7 @@ INLINE void ISA(products)(const float *vs, Py_ssize_t v_step, const float *u, fl
 INLINE void ISA(product_chunk)(const Conv *k, Py_ssize_t count) {
     ISA(products)(k->v, position_stride(count, k->g.channels), k->u, k->m,
                   position_stride(count, k->width), POSITIONS, count, k->g.channels,
-                  (k->g.filters + PANEL - 1) / PANEL, k->f_lo / PANEL, k->width);
+                  k->u_step, k->f_lo / PANEL - k->u_first, k->width, k->fetch, k->fetch_lines);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1564,42 +1664,53 @@ INLINE void ISA(output_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t count)
 /* ------------------------------------------------------------------------------------------ */
 /* Weight transform: U = G g G^T, 16 filters (one panel) at a time */
 
-/* G g for the 3 values g[0], g[step], g[2 * step]. */
-INLINE void ISA(weight_1d)(const vec *g, Py_ssize_t step, vec *t, Py_ssize_t out_step) {
-    vec g0 = g[0], g1 = g[step], g2 = g[2 * step];
-    vec outer = g0 + g2, quarter = ISA(splat)(0.25f), sixth = ISA(splat)(1.0f / 6.0f);
-    vec near = ISA(fma)(ISA(splat)(1.0f / 24.0f), g0, sixth * g2);
-    vec mid = ISA(splat)(1.0f / 12.0f) * g1;
-    t[0] = quarter * g0;
-    t[out_step] = -sixth * (outer + g1);
-    t[2 * out_step] = -sixth * (outer - g1);
-    t[3 * out_step] = near + mid;
-    t[4 * out_step] = near - mid;
-    t[5 * out_step] = g2;
-}
-
-/* The 36 vectors of U for the 9 taps g of LANES filters (vectors across the filters). */
-INLINE void ISA(weight_tile)(const vec *g, vec *u) {
-    vec rows[TILE * 3];
-    UNROLL
-    for (int j = 0; j < 3; j++) {                   /* G g: down each column of taps */
-        ISA(weight_1d)(g + j, 3, rows + j, 3);
+/* G g for the 3 values g[0], g[step], g[2 * step], and the 36 values of U for the 9 taps g
+ * (G g down each column of taps, then (G g) G^T along each row), on vectors of type T: the
+ * 8-lane vec of every build, and the AVX-512 build's 16-lane wide. The same operations in the
+ * same order: both round alike. */
+#define WEIGHT_TRANSFORMS(T, SPLAT, FMA, ONE_D, TILE_OF)                                      \
+    INLINE void ONE_D(const T *g, Py_ssize_t step, T *t, Py_ssize_t out_step) {               \
+        T g0 = g[0], g1 = g[step], g2 = g[2 * step];                                           \
+        T outer = g0 + g2, quarter = SPLAT(0.25f), sixth = SPLAT(1.0f / 6.0f);                 \
+        T near = FMA(SPLAT(1.0f / 24.0f), g0, sixth * g2);                                     \
+        T mid = SPLAT(1.0f / 12.0f) * g1;                                                      \
+        t[0] = quarter * g0;                                                                   \
+        t[out_step] = -sixth * (outer + g1);                                                   \
+        t[2 * out_step] = -sixth * (outer - g1);                                               \
+        t[3 * out_step] = near + mid;                                                          \
+        t[4 * out_step] = near - mid;                                                          \
+        t[5 * out_step] = g2;                                                                  \
+    }                                                                                          \
+    INLINE void TILE_OF(const T *g, T *u) {                                                    \
+        T rows[TILE * 3];                                                                      \
+        UNROLL                                                                                 \
+        for (int j = 0; j < 3; j++) {                                                          \
+            ONE_D(g + j, 3, rows + j, 3);                                                      \
+        }                                                                                      \
+        UNROLL                                                                                 \
+        for (int i = 0; i < TILE; i++) {                                                       \
+            ONE_D(rows + i * 3, 1, u + i * TILE, 1);                                           \
+        }                                                                                      \
     }
-    UNROLL
-    for (int i = 0; i < TILE; i++) {                /* (G g) G^T: along each row */
-        ISA(weight_1d)(rows + i * 3, 1, u + i * TILE, 1);
-    }
-}
 
-/* The 36 vectors of one channel c for the filters [f, f + n) of OHWI weights, n <= LANES. */
-INLINE void ISA(weight_block)(const float *w, const Py_ssize_t *steps, Py_ssize_t filters,
-                              Py_ssize_t f, Py_ssize_t c, vec *u) {
+WEIGHT_TRANSFORMS(vec, ISA(splat), ISA(fma), ISA(weight_1d), ISA(weight_tile))
+#ifdef WIDE
+WEIGHT_TRANSFORMS(wide, ISA(wide_splat), ISA(wide_fma), ISA(wide_weight_1d),
+                  ISA(wide_weight_tile))
+#endif
+
+/* The 36 vectors of one channel c for the filters [f, f + n) of OHWI weights, n <= LANES,
+ * each filter's taps times its scale where `scale` is given (one rounding, as NumPy's
+ * w * scale). */
+INLINE void ISA(weight_block)(const float *w, const Py_ssize_t *steps, const float *scale,
+                              Py_ssize_t filters, Py_ssize_t f, Py_ssize_t c, vec *u) {
     float taps[9][LANES] = {{0}};
     for (Py_ssize_t k = 0; k < LANES && f + k < filters; k++) {
         const float *at = w + (f + k) * steps[0] + c * steps[3];
         UNROLL
         for (int tap = 0; tap < 9; tap++) {         /* gather: one filter's taps */
-            taps[tap][k] = at[tap / 3 * steps[1] + tap % 3 * steps[2]];
+            float value = at[tap / 3 * steps[1] + tap % 3 * steps[2]];
+            taps[tap][k] = scale ? value * scale[f + k] : value;
         }
     }
     vec g[9];
@@ -1641,9 +1752,10 @@ INLINE void ISA(transpose8)(vec *r) {
  * lie a multiple of 1 KB apart and so fall in few L1 sets (9.8 ns a filter and channel for
  * 256 channels against 5.6 for OIHW weights); here each filter's tap is one vector of
  * channels, turned into vectors across the filters by transposes. */
-INLINE void ISA(weight_blocks)(const float *w, const Py_ssize_t *steps, Py_ssize_t f,
-                               Py_ssize_t c, vec u[][POSITIONS]) {
+INLINE void ISA(weight_blocks)(const float *w, const Py_ssize_t *steps, const float *scale,
+                               Py_ssize_t f, Py_ssize_t c, vec u[][POSITIONS]) {
     vec g[LANES][9];
+    vec factor = scale ? ISA(load)(scale + f, LANES) : ISA(splat)(1.0f);
     UNROLL
     for (int tap = 0; tap < 9; tap++) {
         vec r[LANES];
@@ -1653,7 +1765,7 @@ INLINE void ISA(weight_blocks)(const float *w, const Py_ssize_t *steps, Py_ssize
         }
         ISA(transpose8)(r);
         for (int k = 0; k < LANES; k++) {
-            g[k][tap] = r[k];
+            g[k][tap] = scale ? r[k] * factor : r[k];
         }
     }
     for (int k = 0; k < LANES; k++) {
@@ -1661,14 +1773,155 @@ INLINE void ISA(weight_blocks)(const float *w, const Py_ssize_t *steps, Py_ssize
     }
 }
 
-/* U as (36, panels, C, PANEL) of the panels [lo, hi); zeros past the last filter. A block
- * of channels at a time goes through the stack, so that each position's rows are written as
- * whole cache lines: the positions lie a power of two apart, in the same L1 set. */
-static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
+/* U of the panels [lo, hi) (of w times `scale` per filter, where given) into u laid out as
+ * (36, panels, C, PANEL) whose first panel is panel `first`; zeros past the last filter. A
+ * block of channels at a time goes through the stack, so that each position's rows are
+ * written as whole cache lines: the positions lie a power of two apart, in the same L1 set. */
+#ifdef WIDE
+/* Two vectors of 8 as one of 16: a's lanes, then b's. */
+INLINE wide ISA(join)(vec a, vec b) {
+    __m512d low = _mm512_castpd256_pd512(_mm256_castps_pd((__m256)a));
+    return (wide)_mm512_castpd_ps(_mm512_insertf64x4(low, _mm256_castps_pd((__m256)b), 1));
+}
+
+/* The taps of the LANES channels from c (g[k]: channel c + k) for the whole panel of filters
+ * from f, where the channels lie next to each other: weight_blocks()'s loads on vectors of 16
+ * filters. */
+INLINE void ISA(wide_weight_taps)(const float *w, const Py_ssize_t *steps, const float *scale,
+                                  Py_ssize_t f, Py_ssize_t c, wide g[][9]) {
+    wide factor = scale ? *(const unaligned_wide *)(scale + f) : ISA(wide_splat)(1.0f);
+    UNROLL
+    for (int tap = 0; tap < 9; tap++) {
+        vec r[2][LANES];
+        for (int half = 0; half < 2; half++) {
+            for (int k = 0; k < LANES; k++) {
+                r[half][k] = ISA(load)(w + (f + half * LANES + k) * steps[0]
+                                       + tap / 3 * steps[1] + tap % 3 * steps[2] + c, LANES);
+            }
+            ISA(transpose8)(r[half]);
+        }
+        for (int k = 0; k < LANES; k++) {
+            wide both = ISA(join)(r[0][k], r[1][k]);
+            g[k][tap] = scale ? both * factor : both;
+        }
+    }
+}
+
+/* wide_weight_taps() where each filter's taps lie next to each other, channel by channel
+ * (OIHW weights seen as OHWI, as the graph passes them): the 8 channels' 72 taps of each
+ * filter are 9 vectors, transposed 8 filters at a time. Gathered, the taps of 16 filters,
+ * 36 bytes x C apart, fell in few L1 sets: 19 ns a filter and channel at 256 channels. */
+INLINE void ISA(wide_weight_runs)(const float *w, const Py_ssize_t *steps, const float *scale,
+                                  Py_ssize_t f, Py_ssize_t c, wide g[][9]) {
+    wide factor = scale ? *(const unaligned_wide *)(scale + f) : ISA(wide_splat)(1.0f);
+    UNROLL
+    for (int j = 0; j < 9; j++) {
+        vec r[2][LANES];
+        for (int half = 0; half < 2; half++) {
+            for (int k = 0; k < LANES; k++) {
+                r[half][k] = ISA(load)(w + (f + half * LANES + k) * steps[0] + c * 9 + j * LANES,
+                                       LANES);
+            }
+            ISA(transpose8)(r[half]);
+        }
+        for (int i = 0; i < LANES; i++) {
+            wide both = ISA(join)(r[0][i], r[1][i]);
+            g[(j * LANES + i) / 9][(j * LANES + i) % 9] = scale ? both * factor : both;
+        }
+    }
+}
+
+/* The taps of channel c for the panel of filters from f, gathered (zeros past the last
+ * filter). */
+INLINE void ISA(wide_weight_gather)(const float *w, const Py_ssize_t *steps, const float *scale,
+                                    Py_ssize_t filters, Py_ssize_t f, Py_ssize_t c, wide *g) {
+    float taps[9][PANEL] = {{0}};
+    for (Py_ssize_t k = 0; k < PANEL && f + k < filters; k++) {
+        const float *at = w + (f + k) * steps[0] + c * steps[3];
+        UNROLL
+        for (int tap = 0; tap < 9; tap++) {
+            float value = at[tap / 3 * steps[1] + tap % 3 * steps[2]];
+            taps[tap][k] = scale ? value * scale[f + k] : value;
+        }
+    }
+    UNROLL
+    for (int tap = 0; tap < 9; tap++) {
+        g[tap] = *(const unaligned_wide *)taps[tap];
+    }
+}
+#endif
+
+static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps, const float *scale,
                                    Py_ssize_t channels, Py_ssize_t filters, float *u,
-                                   Py_ssize_t lo, Py_ssize_t hi) {
-    Py_ssize_t panels = (filters + PANEL - 1) / PANEL;
+                                   Py_ssize_t u_step, Py_ssize_t first, Py_ssize_t lo,
+                                   Py_ssize_t hi) {
     enum { BLOCK = 8 };
+#ifdef WIDE
+    /* a whole panel (16 filters) per vector: half the transforms' operations. Where U's
+     * positions lie in different L1 sets (a thread's own U, own_u_step()) each channel's
+     * 36 vectors go straight there; else a block of channels through the stack. */
+    int straight = u_step % 1024 != 0;
+    for (Py_ssize_t panel = lo; panel < hi; panel++) {
+        Py_ssize_t f = panel * PANEL;
+        for (Py_ssize_t c0 = 0; c0 < channels; c0 += BLOCK) {
+            Py_ssize_t n = channels - c0 < BLOCK ? channels - c0 : BLOCK;
+            wide g[BLOCK][9], block[BLOCK][POSITIONS];
+            if ((steps[3] == 1 && c0 % (2 * BLOCK) == 0) || steps[3] == 9) {
+                /* the weights come from memory: the lines 64 channels on (of this panel, or
+                 * the next), of 16 streams (the filters) or 144 (also the taps, C x 4 bytes
+                 * apart), too many for the hardware's prefetch, which held up the loads */
+                Py_ssize_t ahead = c0 + 8 * BLOCK, next = f;
+                if (ahead >= channels) {
+                    ahead -= channels, next += PANEL;
+                }
+                for (Py_ssize_t k = next; k < next + PANEL && k < filters && k < hi * PANEL;
+                     k++) {
+                    const float *at = w + k * steps[0] + ahead * steps[3];
+                    if (steps[3] == 1) {
+                        UNROLL
+                        for (int tap = 0; tap < 9; tap++) {
+                            __builtin_prefetch(at + tap / 3 * steps[1] + tap % 3 * steps[2], 0,
+                                               3);
+                        }
+                    } else {                        /* 8 channels' 288 bytes */
+                        for (int line = 0; line < 5; line++) {
+                            __builtin_prefetch(at + line * 16, 0, 3);
+                        }
+                    }
+                }
+            }
+            int whole = n == LANES && f + PANEL <= filters;
+            if (whole && steps[3] == 1) {
+                ISA(wide_weight_taps)(w, steps, scale, f, c0, g);
+            } else if (whole && steps[3] == 9 && steps[1] == 3 && steps[2] == 1) {
+                ISA(wide_weight_runs)(w, steps, scale, f, c0, g);
+            } else {
+                for (Py_ssize_t c = 0; c < n; c++) {
+                    ISA(wide_weight_gather)(w, steps, scale, filters, f, c0 + c, g[c]);
+                }
+            }
+            float *at = u + ((panel - first) * channels + c0) * PANEL;
+            for (Py_ssize_t c = 0; c < n; c++) {
+                if (straight) {
+                    wide out[POSITIONS];
+                    ISA(wide_weight_tile)(g[c], out);
+                    UNROLL
+                    for (int p = 0; p < POSITIONS; p++) {
+                        *(unaligned_wide *)(at + p * u_step + c * PANEL) = out[p];
+                    }
+                } else {
+                    ISA(wide_weight_tile)(g[c], block[c]);
+                }
+            }
+            for (int p = 0; p < POSITIONS && !straight; p++) {
+                for (Py_ssize_t c = 0; c < n; c++) {
+                    *(unaligned_wide *)(at + p * u_step + c * PANEL) = block[c][p];
+                }
+            }
+        }
+    }
+    return;
+#endif
     for (Py_ssize_t panel = lo; panel < hi; panel++) {
         for (Py_ssize_t c0 = 0; c0 < channels; c0 += BLOCK) {
             Py_ssize_t n = channels - c0 < BLOCK ? channels - c0 : BLOCK;
@@ -1677,7 +1930,7 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
                 Py_ssize_t f = panel * PANEL + half * LANES;
                 if (steps[3] == 1 && n == LANES && f + LANES <= filters) {
                     vec out[LANES][POSITIONS];
-                    ISA(weight_blocks)(w, steps, f, c0, out);
+                    ISA(weight_blocks)(w, steps, scale, f, c0, out);
                     for (Py_ssize_t c = 0; c < n; c++) {
                         UNROLL
                         for (int p = 0; p < POSITIONS; p++) {
@@ -1688,7 +1941,7 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
                 }
                 for (Py_ssize_t c = 0; c < n; c++) {
                     vec out[POSITIONS];
-                    ISA(weight_block)(w, steps, filters, f, c0 + c, out);
+                    ISA(weight_block)(w, steps, scale, filters, f, c0 + c, out);
                     UNROLL
                     for (int p = 0; p < POSITIONS; p++) {
                         block[p][c][half] = out[p];
@@ -1696,7 +1949,7 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps,
                 }
             }
             for (int p = 0; p < POSITIONS; p++) {
-                float *at = u + ((p * panels + panel) * channels + c0) * PANEL;
+                float *at = u + p * u_step + ((panel - first) * channels + c0) * PANEL;
                 memcpy(at, block[p], (size_t)n * PANEL * sizeof(float));
             }
         }
@@ -2131,6 +2384,13 @@ INLINE void ISA(convolve_chunk)(const Conv *k, Py_ssize_t first, Py_ssize_t coun
     ISA(output_chunk)(k, first, count);
 }
 
+/* Whether each filter's 9 C weights are one range, w_steps[0] floats long (OHWI or OIHW). */
+INLINE int ISA(filters_apart)(const Conv *k) {
+    const Py_ssize_t *s = k->w_steps, c = k->g.channels;
+    return s[0] == 9 * c && ((s[1] == 3 * c && s[2] == c && s[3] == 1) ||
+                             (s[1] == 3 && s[2] == 1 && s[3] == 9));
+}
+
 static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi) {
     if (k->claim == NULL) {
         for (Py_ssize_t first = tile_lo; first < tile_hi; first += k->chunk) {
@@ -2151,12 +2411,19 @@ static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi)
         }
     }
     /* items: (chunk of tiles, group of claim_panels filter panels), chunk by chunk; a thread
-     * transforms a chunk's inputs once for the items of it that it takes in a row */
+     * transforms a chunk's inputs once for the items of it that it takes in a row, and (with
+     * w) a group's weights once for the items of it it takes in a row: into its own U, which
+     * stays in its cache for the products, where U of all the panels written by one call and
+     * read by the next went through memory (a layer at batch 1, whose few tiles read U once) */
     Conv group = *k;
     Py_ssize_t step = k->claim_panels * PANEL;
     Py_ssize_t groups = (k->f_hi - k->f_lo + step - 1) / step;
     Py_ssize_t items = (tile_hi - tile_lo + k->chunk - 1) / k->chunk * groups;
     Py_ssize_t held = -1;                           /* the chunk whose inputs v holds */
+    Py_ssize_t held_weights = -1;                   /* the group whose U own_u holds */
+    if (k->w != NULL) {
+        group.u = k->own_u;
+    }
     for (;;) {
         Py_ssize_t item = (Py_ssize_t)__atomic_fetch_add(k->claim, 1LL, __ATOMIC_RELAXED);
         if (item >= items) {
@@ -2168,9 +2435,24 @@ static void ISA(convolve)(const Conv *k, Py_ssize_t tile_lo, Py_ssize_t tile_hi)
         group.f_lo = lo;
         group.f_hi = k->f_hi - lo < step ? k->f_hi : lo + step;
         group.width = (group.f_hi - lo + PANEL - 1) / PANEL * PANEL;
+        if (k->w != NULL && item % groups != held_weights) {
+            held_weights = item % groups;
+            group.u_first = lo / PANEL;
+            ISA(transform_weights)(k->w, k->w_steps, k->scale, k->g.channels, k->g.filters,
+                                   k->own_u, k->u_step, lo / PANEL, lo / PANEL,
+                                   (group.f_hi + PANEL - 1) / PANEL);
+        }
         if (chunk != held) {
             ISA(input_chunk)(&group, first, count);
             held = chunk;
+        }
+        group.fetch_lines = 0;
+        if (k->w != NULL && k->ahead_items > 0 && item + k->ahead_items < items &&
+            ISA(filters_apart)(k)) {
+            Py_ssize_t next = k->f_lo + (item + k->ahead_items) % groups * step;
+            Py_ssize_t end = k->f_hi - next < step ? k->f_hi : next + step;
+            group.fetch = (const char *)(k->w + next * k->w_steps[0]);
+            group.fetch_lines = (end - next) * k->w_steps[0] * (Py_ssize_t)sizeof(float) / 64;
         }
         ISA(product_chunk)(&group, count);
         ISA(output_chunk)(&group, first, count);
@@ -2321,7 +2603,8 @@ static void ISA(line)(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
         Py_ssize_t count = hi - first < k->chunk ? hi - first : k->chunk;
         ISA(line_input_chunk)(k, first, count);
         ISA(products)(k->v, count * k->channels, k->u, k->m, count * k->width,
-                      (int)k->points, count, k->channels, panels, 0, k->width);
+                      (int)k->points, count, k->channels, panels * k->channels * PANEL, 0,
+                      k->width, NULL, 0);
         ISA(line_output_chunk)(k, first, count);
     }
 }

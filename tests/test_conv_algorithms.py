@@ -87,7 +87,7 @@ CASES = {
     '3x3 many filters': Case(2, 16, 200, 6, 3, pad=1),    # few rows: parts share filters
     '1x1 many filters stride 2': Case(1, 32, 192, 9, 1, stride=2),
 }
-NAMES = ('gemm', 'winograd2', 'winograd4', 'onednn')
+NAMES = ('gemm', 'winograd2', 'winograd4', 'winograd4_fused', 'onednn')
 
 
 def scratch(specs):
@@ -856,10 +856,12 @@ def test_a_node_runs_its_winograd_convolution_again_without_choosing(winograd_no
     for _ in range(3):
         run()
     assert len(choices) == 1 and len(worked_out) == 1
-    # a scaled weight without a version is transformed by each call: nothing to run again
+    # a scaled weight without a version is transformed by each call: nothing to run again,
+    # unless the call's threads transform the weights of their filters themselves (fused),
+    # reading the weight as it is on each call
     run(weight_version=None)
     run(weight_version=None)
-    assert len(choices) == 3
+    assert len(choices) == (2 if conv_winograd.fuses(choices[-1]) else 3)
 
 
 def test_a_replayed_winograd_convolution_is_worked_out_again_for_new_weights(
@@ -868,6 +870,65 @@ def test_a_replayed_winograd_convolution_is_worked_out_again_for_new_weights(
     first, second = _outputs_around_a_doubled_weight(run)
     assert not np.allclose(first, second)
     assert len(choices) == 2
+
+
+def test_a_fused_winograd_node_keeps_nothing_and_runs_again_on_the_weight_it_reads(
+        node_call, monkeypatch):
+    """winograd4_fused transforms the weights in every call: its layer keeps nothing, and is
+    worked out once, then run again reading the (scaled) weight as it is, even changed in
+    place under the same version."""
+    if conv_winograd._winograd is None:
+        pytest.skip('ember._winograd is not built')
+    run, choices = node_call
+    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4_fused']))
+    fused = []                                  # per convolve() run: given the weights
+    real = conv_winograd.run_compiled
+    monkeypatch.setattr(conv_winograd, 'run_compiled', lambda kernel, elements, calls: (
+        fused.append(all(len(args) > 14 for args in calls)), real(kernel, elements, calls)))
+    kept = conv_winograd.kept_bytes(), onednn_kept_bytes()
+    weight = CASES['3x3 wide'].arrays('NHWC')[1]
+    run(weight=weight)
+    run()
+    weight *= 2                                 # the same version: run() checks the output
+    run()
+    assert len(choices) == 1 and len(fused) == 3 and all(fused)
+    assert (conv_winograd.kept_bytes(), onednn_kept_bytes()) == kept
+
+
+def onednn_kept_bytes():
+    from ember.backend import onednn
+    return onednn.kept_bytes()
+
+
+def test_batch_1_layers_fuse_and_many_tiles_do_not():
+    base = conv_algorithms.ConvProblem(
+        channel_last=True, batch=1, channels=256, filters=256, groups=1, kernel=(3, 3),
+        stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(14, 14), dtype='float32')
+    if conv_winograd._winograd is None:
+        assert not conv_winograd.fuses(base)
+        return
+    assert conv_winograd.fuses(base)
+    assert conv_winograd.fuses(dataclasses.replace(base, channel_last=False))
+    for change in [dict(batch=8), dict(gradient='data'), dict(dtype='float64'),
+                   dict(kernel=(1, 1), pad=(0, 0))]:
+        assert not conv_winograd.fuses(dataclasses.replace(base, **change)), change
+    fused = conv_algorithms.ALGORITHMS['winograd4_fused']
+    assert fused.kept(base) == 0 < conv_algorithms.ALGORITHMS['winograd4'].kept(base)
+    # each thread's own transformed weights (2 of the 16 panels of 256 channels), not all
+    assert fused.scratch(base, 1) < conv_algorithms.ALGORITHMS['winograd4'].scratch(base, 1) / 2
+
+
+def test_measurement_at_batch_1_weighs_the_fused_winograd_where_kept_weights_are_too_big(
+        measured):
+    """A 256-channel layer at 14x14 would keep 9.4 MB of transformed weights, too much for
+    its output at batch 1 (KEPT_PER_OUTPUT); the fused one keeps none and is measured."""
+    if conv_winograd._winograd is None:
+        pytest.skip('ember._winograd is not built')
+    case = Case(1, 256, 256, 14, 3, pad=1)
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
+        nd_conv(case, 'NHWC')
+    assert 'winograd4_fused' in measured[0] and 'winograd4' not in measured[0]
 
 
 @pytest.mark.parametrize('change', ['threads', 'new output'])

@@ -166,14 +166,20 @@ def test_adjacent_channels_transform_as_gathered_ones(build, filters, channels):
     # OHWI weights with adjacent channels take whole vectors of 8 channels, transposed into
     # vectors across the filters; the filters and channels past whole vectors of them are
     # gathered: every build gives the bits of the gather for any layout
+    # (the AVX-512 build also loads the 72 taps of 8 channels of each filter of OIHW weights
+    # seen as OHWI as vectors)
     ohwi = np.random.default_rng(6).standard_normal((filters, 3, 3, channels)).astype(
         np.float32)
-    gathered = np.ascontiguousarray(ohwi.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    runs = np.ascontiguousarray(ohwi.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    wider = np.zeros((filters, channels, 3, 4), np.float32)    # a row of 4: no fast path
+    wider[..., :3] = runs.transpose(0, 3, 1, 2)
+    gathered = wider[..., :3].transpose(0, 2, 3, 1)
     shape = conv_winograd._packed_shape(channels, filters)
     fast, slow = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
-    _winograd.transform_weights(ohwi, fast, (0, shape[1]))
     _winograd.transform_weights(gathered, slow, (0, shape[1]))
-    assert fast.tobytes() == slow.tobytes()
+    for layout in (ohwi, runs):
+        _winograd.transform_weights(layout, fast, (0, shape[1]))
+        assert fast.tobytes() == slow.tobytes()
     g = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
     want = np.einsum('ia,jb,fabc->ijcf', g, g, ohwi.astype(np.float64)).reshape(36, channels,
@@ -240,6 +246,88 @@ def test_threads_sharing_a_counter_compute_every_tile_once(panels):
         assert claim[0] == (items + 2 if panels else 3 * (items + 2))
 
 
+def _fused_case(seed, batch, size, channels, filters, layout):
+    """A Case whose weights are laid out as `layout` says (OHWI, OIHW seen as OHWI, or a view
+    the transform gathers), and a per-filter scale."""
+    c = Case(batch, size, channels, filters, 1, seed=seed)
+    if layout == 'OIHW':
+        c.w = np.ascontiguousarray(c.w.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    elif layout == 'strided':
+        c.w = np.concatenate([c.w, c.w])[::2]
+    c.scale = np.random.default_rng(seed).uniform(0.5, 1.5, filters).astype(np.float32)
+    return c
+
+
+@needs_module
+@pytest.mark.parametrize('layout', ['OHWI', 'OIHW', 'strided'])
+@pytest.mark.parametrize('shape', [(1, (14, 14), 64, 48), (2, (9, 11), 5, 21),
+                                   (1, (7, 7), 24, 37)], ids=['whole', 'odd', 'tails'])
+def test_fused_weights_give_the_bits_of_transformed_ones(build, shape, layout):
+    """convolve() given the weights (and their scale) transforms each group's into the
+    thread's own U as it takes it: the outputs are those of U transformed first from the
+    scaled weights, whatever the group, chunk, number of callers and the fetch ahead."""
+    c = _fused_case(7, *shape, layout)
+    channels, filters = c.w.shape[-1], c.w.shape[0]
+    panels = -(-filters // 16)
+    u = conv_winograd._packed_weights(c.w * c.scale[:, None, None, None], None, 1)
+    tiles = c.x.shape[0] * int(np.prod(conv_winograd._tiles(c.window, 4)))
+    for group, chunk, callers, ahead in [(1, tiles, 2, 2), (2, tiles, 1, 0),
+                                         (panels, 5, 2, 1), (1, 3, 3, 0)]:
+        outs = []
+        for fused in (False, True):
+            out = np.full(c.expected.shape, np.nan, np.float32)
+            claim = np.zeros(1, np.int64)
+            for _ in range(callers):           # one after another: the first takes all
+                own = np.full(_winograd.own_u_floats(group, channels), np.nan, np.float32)
+                args = [c.x, own if fused else u, out, c.bias, None, True,
+                        c.window.pad_before, (0, tiles), (0, filters), chunk,
+                        np.empty(_winograd.tile_floats(chunk, channels), np.float32),
+                        np.empty(_winograd.tile_floats(chunk, 16 * group), np.float32), claim,
+                        group] + ([c.w, c.scale, ahead] if fused else [])
+                _winograd.convolve(*args)
+            outs.append(out)
+        assert outs[0].tobytes() == outs[1].tobytes(), (group, chunk)
+    expected = direct(c.x, c.w * c.scale[:, None, None, None], 1) + c.bias
+    assert_close(outs[1], np.maximum(expected, 0))
+
+
+@needs_module
+def test_a_thread_s_own_weights_lie_an_odd_number_of_lines_apart():
+    # so that the transform writes each channel's 36 values straight into them
+    for panels, channels in [(1, 256), (2, 256), (1, 5), (3, 17)]:
+        floats = _winograd.own_u_floats(panels, channels)
+        step = (floats - 16) // 36                  # one line more, to align them
+        assert floats == 36 * step + 16 and step >= panels * channels * 16
+        assert step % 16 == 0 and (step // 16) % 2 == 1
+    with pytest.raises(ValueError, match='panels 0 and channels 8 must be >= 1'):
+        _winograd.own_u_floats(0, 8)
+
+
+@needs_module
+def test_fused_convolve_errors_name_the_argument():
+    c = _fused_case(8, 1, (14, 14), 24, 32, 'OHWI')
+    own = np.empty(_winograd.own_u_floats(1, 24), np.float32)
+    args = [c.x, own, np.empty(c.expected.shape, np.float32), None, None, False, (1, 1),
+            (0, 16), (0, 32), 16, np.empty(_winograd.tile_floats(16, 24), np.float32),
+            np.empty(_winograd.tile_floats(16, 16), np.float32), np.zeros(1, np.int64), 1,
+            c.w, c.scale, 2]
+    _winograd.convolve(*args)
+    for index, value, message in [
+            (13, 0, 'expected a claim and claim_panels >= 1'),
+            (12, None, 'expected a claim and claim_panels >= 1'),
+            (14, c.w[:16], r'w \(16, 3, 3, 24\): expected 32 filters of 24 channels'),
+            (14, np.zeros((32, 5, 5, 24), np.float32), 'expected OHWI 3x3 weights'),
+            (15, c.scale[:8], 'scale: expected at least 32'),
+            (1, own[:-20], 'u: expected at least'),
+            (16, -1, 'ahead_items -1: expected >= 0')]:
+        bad = list(args)
+        bad[index] = value
+        with pytest.raises(ValueError, match=message):
+            _winograd.convolve(*bad)
+    with pytest.raises(ValueError, match='scale: given without w'):
+        _winograd.convolve(*args[:14], None, c.scale)
+
+
 @needs_module
 def test_a_claim_counter_must_be_one_writable_int64():
     c = CASES['many tiles']
@@ -277,7 +365,8 @@ class Var:
 
 @pytest.fixture
 def transforms(monkeypatch):
-    """The weight transforms that the compiled module runs (one entry per thread's part)."""
+    """The weight transforms that the compiled module runs (one entry per thread's part):
+    transform_weights(), and convolve() given the weights to transform itself (fused)."""
     if _winograd is None:
         pytest.skip('ember._winograd is not built')
     calls = []
@@ -285,9 +374,15 @@ def transforms(monkeypatch):
     def transform_weights(w, u, panels):
         calls.append(w.shape)
         _winograd.transform_weights(w, u, panels)
-    # openmp off: the spy's transform_weights runs as the kernel threads' parts
-    spy = types.SimpleNamespace(convolve=_winograd.convolve, pointwise=_winograd.pointwise,
+
+    def convolve(*args):
+        if len(args) > 14 and args[14] is not None:
+            calls.append(args[14].shape)
+        _winograd.convolve(*args)
+    # openmp off: the spy's kernels run as the kernel threads' parts
+    spy = types.SimpleNamespace(convolve=convolve, pointwise=_winograd.pointwise,
                                 patches=_winograd.patches, tile_floats=_winograd.tile_floats,
+                                own_u_floats=_winograd.own_u_floats,
                                 transform_weights=transform_weights, openmp=0)
     monkeypatch.setattr(conv_winograd, '_winograd', spy)
     yield calls

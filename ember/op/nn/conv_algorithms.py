@@ -214,6 +214,16 @@ def _winograd(m):
                      lambda problem: conv_winograd.kept_weight_bytes(problem, m))
 
 
+def _run_fused(problem, call, budget, alloc, threads):
+    # the compiled call prepared to run again (conv_winograd.Prepared), True, or False where
+    # it declines (arrays the compiled path does not take)
+    done = conv_winograd.winograd(call.x, call.weight, call.bias, call.out, problem.window,
+                                  problem.channel_last, 4, call.residual, call.act_type,
+                                  budget, alloc, threads, call.weight_version,
+                                  call.weight_scale, fused=True)
+    return True if done is None else done
+
+
 def _run_onednn(problem, call, budget, alloc, threads):
     from ember.op.nn import onednn_provider
     return onednn_provider.convolution_forward(call.attrs, call.x, call.weight, call.bias,
@@ -246,6 +256,10 @@ ALGORITHMS = {a.name: a for a in (
     Algorithm('gemm', lambda problem: True, conv_gemm.gemm_scratch, _run_gemm),
     _winograd(2),
     _winograd(4),
+    # F(4x4) keeping nothing: each kernel thread transforms the weights of the filters it
+    # takes as it goes (a layer with few tiles, as at batch 1)
+    Algorithm('winograd4_fused', conv_winograd.fuses, conv_winograd.fused_scratch_bytes,
+              _run_fused),
     Algorithm('pointwise', conv_winograd.supports_pointwise,
               conv_winograd.pointwise_forward_scratch_bytes, _run_pointwise),
     Algorithm('winograd_line', conv_winograd.supports_line, conv_winograd.line_scratch_bytes,

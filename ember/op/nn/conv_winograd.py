@@ -81,7 +81,8 @@ __all__ = ['TILES', 'transforms', 'supports', 'compiled', 'winograd', 'scratch_b
            'supports_pointwise', 'pointwise', 'pointwise_forward_scratch_bytes',
            'packed_weights', 'multiply_packed', 'compiled_products',
            'same_view', 'note_graph', 'kept_budget', 'LINE_POINTS', 'line_transforms',
-           'line_outputs', 'supports_line', 'line', 'line_scratch_bytes', 'line_kept_bytes']
+           'line_outputs', 'supports_line', 'line', 'line_scratch_bytes', 'line_kept_bytes',
+           'fuses', 'fused_scratch_bytes']
 
 TILES = (2, 4)
 
@@ -202,18 +203,25 @@ def scratch_bytes(problem, batch, m):
 
 
 def winograd(x, w, bias, out, window, channel_last, m=4, residual=None, act_type=None,
-             budget=None, alloc=None, threads=1, weight_version=None, weight_scale=None):
+             budget=None, alloc=None, threads=1, weight_version=None, weight_scale=None,
+             fused=False):
     """out = act(conv(x, w * weight_scale) + bias + residual); x, w, out NCHW/OIHW or
     (channel_last) NHWC/OHWI, `w` any strides; `weight_scale` per output channel or None;
     `threads` kernel threads share the tiles. `weight_version`,
     ``((engine variable, version), ...)`` of the arrays `w` is made from (inference), keeps
     the compiled path's transformed weights between calls: the scaled, contiguous weight is
-    then made only when they are transformed."""
+    then made only when they are transformed. `fused` (the compiled path, where
+    :func:`fuses` the call) keeps nothing: each kernel thread transforms the weights of the
+    filters it takes into its own cache-sized scratch as it goes (a call of many tiles, or
+    one whose budget splits them into chunks, transforms them again for each chunk); it
+    declines (False, nothing written) where the compiled path does not run."""
     alloc = alloc or (lambda specs: [np.empty(s, d) for s, d in specs])
     if _compiled_runs(x, bias, out, m, residual) and w.dtype == np.float32:
         return _compiled_winograd(x, w if channel_last else w.transpose(0, 2, 3, 1), bias,
                                   out, window, residual, act_type, budget, alloc, threads,
-                                  weight_version, weight_scale, channel_last)
+                                  weight_version, weight_scale, channel_last, fused)
+    if fused:
+        return False
     w = _plain(w, weight_scale)
     plan = _Plan(transforms(m, x.dtype.type), window, channel_last, x.shape[0],
                  x.shape[-1] if channel_last else x.shape[1], w.shape[0])
@@ -683,15 +691,21 @@ _GRADIENT_SUMS_BYTES = 16 << 20
 
 
 def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, alloc, threads,
-                       weight_version, weight_scale=None, channel_last=True):
+                       weight_version, weight_scale=None, channel_last=True, fused=False):
     """The compiled F(4x4, 3x3); `w` OHWI (any strides), `x`, `out` and `residual` NHWC or
     (not `channel_last`) NCHW, copied through channel-last scratch some samples at a time
-    (:func:`_copied_samples`). Returns a :class:`Prepared` of the call where it can run again
-    as it is (channel-last, its transformed weights kept), else None."""
+    (:func:`_copied_samples`). Weights transformed on every call (`fused`, or no version,
+    or past the kept budget) are transformed by the kernel threads into their own scratch as
+    they take the filters, where the call's threads share the filters of one chunk
+    (:func:`_fused_plans`); else into scratch first. Returns a :class:`Prepared` of the call
+    where it can run again as it is (channel-last, its transformed weights kept or fused),
+    else None."""
     if out.size == 0:
         return None
     channels, filters = w.shape[-1], w.shape[0]
     u_shape = _packed_shape(channels, filters)
+    if fused:
+        weight_version = None
     u = _kept.get(weight_version)
     if u is not None and u.shape != u_shape:
         u = None
@@ -713,41 +727,60 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
     width = max(split.width for split in plans.values())
     chunk = _chunk(channels, filters, width, count, budget,
                    _shared_tiles(plans, per_sample_tiles))
+    fusing = _fused_plans(plans, per_sample_tiles, chunk, channels, fused) \
+        if in_scratch else None
+    if fusing is not None:
+        plans = fusing
+        width = max(split.width for split in plans.values())
+        own = max(split.claim_panels for split in plans.values())
     specs = [((count, _winograd.tile_floats(chunk, channels)), np.float32),
              ((count, _winograd.tile_floats(chunk, width)), np.float32)]
-    v, products, *scratch = alloc(specs + [(u_shape, np.float32)] * in_scratch
+    if fusing is not None:
+        specs.append(((count, _winograd.own_u_floats(own, channels)), np.float32))
+    u_scratch = in_scratch and fusing is None       # U of all the filters, transformed first
+    v, products, *scratch = alloc(specs + [(u_shape, np.float32)] * u_scratch
                                   + [(_channel_last_shape((samples,) + a.shape[1:]), np.float32)
                                      for a in given])
-    scratch, copies = scratch[:in_scratch], scratch[in_scratch:]
-    if u is None:
+    owns = scratch.pop(0) if fusing is not None else None
+    scratch, copies = scratch[:u_scratch], scratch[u_scratch:]
+    extra = ()
+    if fusing is not None:
+        # the kernel reads the weights (any strides) and the scale as they are on each call;
+        # each thread fetches the weights of the item it likely takes next (its threads on)
+        extra = (w, None if weight_scale is None else
+                 np.ascontiguousarray(weight_scale, np.float32).reshape(-1), count)
+    elif u is None:
         # transform_weights reads OHWI views of any strides (OIHW weights, flipped ones)
         u = _packed_weights(w if weight_scale is None else _plain(w, weight_scale),
                             weight_version, threads,
                             scratch[0] if scratch else None)
     relu = act_type == 'relu'
 
-    def convolve(x, out, residual, v, products):
+    def convolve(x, out, residual, v, products, owns=None):
         split, tiles = plans[x.shape[0]], x.shape[0] * per_sample_tiles
         claim = np.zeros(1, np.int64)       # the next item any of the threads takes
         # each output takes C multiply-adds per tap: splitting pays from far fewer outputs
         # than the elements from which an element-wise operator splits
         # (MXNET_CPU_PARALLEL_SIZE)
         run_compiled(_winograd.convolve, out.size * channels, [
-            (x, u, out, bias, residual, relu, window.pad_before, (0, tiles), (0, filters),
-             chunk, v[index], products[index], claim, split.claim_panels)
+            (x, u if owns is None else owns[index], out, bias, residual, relu,
+             window.pad_before, (0, tiles), (0, filters), chunk, v[index], products[index],
+             claim, split.claim_panels) + extra
             for index in range(split.count)])
 
     if not given:
-        convolve(x, out, residual, v, products)
-        if not in_scratch and weight_version is not None and (act_type is None or relu):
+        convolve(x, out, residual, v, products, owns)
+        if (fusing is not None or (not in_scratch and weight_version is not None)) \
+                and (act_type is None or relu):
             return Prepared(u, specs, alloc,
-                            lambda v, products: convolve(x, out, residual, v, products))
+                            lambda *scratch: convolve(x, out, residual, *scratch))
     for lo in range(0, batch if given else 0, samples):
         hi = min(batch, lo + samples)
         ins = [_relayout(a[lo:hi], c[:hi - lo], (0, 2, 3, 1), threads)
                for a, c in zip((x, residual), copies[::2]) if a is not None]
         # the residual is copied before `out`, whose memory it may share, is written
-        convolve(ins[0], copies[1][:hi - lo], ins[1] if len(ins) > 1 else None, v, products)
+        convolve(ins[0], copies[1][:hi - lo], ins[1] if len(ins) > 1 else None, v, products,
+                 owns)
         _relayout(copies[1][:hi - lo], out[lo:hi], (0, 3, 1, 2), threads)
     if act_type is not None and not relu:
         finish(out, out, act_type=act_type)
@@ -757,8 +790,9 @@ def _compiled_winograd(x, w, bias, out, window, residual, act_type, budget, allo
 class Prepared:
     """A compiled F(4x4) or line call worked out once (its split, chunks and arguments), to
     run again on the same arrays while the transformed weights kept for its weight version
-    are the ones it was worked out with: about 30 us of a batch-1 layer's Python. Each run
-    takes its scratch afresh (a later request may move the temp space)."""
+    are the ones it was worked out with (`u`; None where the call transforms them itself,
+    fused: it then reads the weights as they are): about 30 us of a batch-1 layer's Python.
+    Each run takes its scratch afresh (a later request may move the temp space)."""
 
     __slots__ = ('u', 'specs', 'alloc', 'convolve', 'store')
 
@@ -769,7 +803,7 @@ class Prepared:
     def run(self, weight_version) -> bool:
         """Runs the call again; False (nothing written) when the weights kept for
         `weight_version` are not the ones it was worked out with."""
-        if self.store.get(weight_version) is not self.u:
+        if self.u is not None and self.store.get(weight_version) is not self.u:
             return False
         self.convolve(*self.alloc(self.specs))
         return True
@@ -804,19 +838,74 @@ def _relayout(source, target, axes, threads):
     return target
 
 
-def _compiled_scratch(problem, batch):
-    """Without a residual (a channel-first residual takes one copy more)."""
+def _compiled_plan(problem, batch, force=False):
+    """(samples per call, bytes per sample of their channel-last copies, the split, tiles
+    per chunk, the fused split: None where a call does not fuse, unless `force`) of a
+    compiled call of `problem` on `batch` samples, as :func:`_compiled_winograd` works them
+    out without a budget."""
     per_sample = 4 * (problem.channels * prod(problem.size_in)
                       + problem.filters * prod(problem.size_out))
     samples = batch if problem.channel_last else _copied_samples(batch, per_sample, None)
-    tiles = samples * prod(_tiles(problem.window, 4))
+    per_sample_tiles = prod(_tiles(problem.window, 4))
+    tiles = samples * per_sample_tiles
     split = _split(tiles, problem.channels, problem.filters, kernel_threads())
     chunk = min(tiles, _chunk(problem.channels, problem.filters, split.width, split.count,
-                              None, _shared_tiles({samples: split}, tiles // samples)))
-    weights = prod(_packed_shape(problem.channels, problem.filters))
+                              None, _shared_tiles({samples: split}, per_sample_tiles)))
+    fusing = _fused_plans({samples: split}, per_sample_tiles, chunk, problem.channels, force)
+    return samples, per_sample, split, chunk, fusing and fusing[samples]
+
+
+def _compiled_scratch(problem, batch, fused=False):
+    """Without a residual (a channel-first residual takes one copy more). With all the
+    transformed weights, or each thread's own where the call fuses them (`fused`; or
+    whichever is more where a call transforming them every call fuses)."""
+    samples, per_sample, split, chunk, fusing = _compiled_plan(problem, batch, fused)
     copies = 0 if problem.channel_last else samples * per_sample
-    return ((split.count * _chunk_floats(chunk, problem.channels, split.width) + weights) * 4
-            + copies)
+    own = 0 if fusing is None else \
+        fusing.count * (_chunk_floats(chunk, problem.channels, fusing.width)
+                        + _winograd.own_u_floats(fusing.claim_panels, problem.channels)) * 4
+    if fused:
+        return own + copies
+    weights = prod(_packed_shape(problem.channels, problem.filters))
+    return max(own, (split.count * _chunk_floats(chunk, problem.channels, split.width)
+                     + weights) * 4) + copies
+
+
+def fuses(problem) -> bool:
+    """Whether a compiled F(4x4) call of `problem` (its batch) can transform its weights
+    fused: its kernel threads share the filters of one chunk of all its tiles, as at batch 1
+    (:func:`_fused_plans`)."""
+    return (compiled(problem, 4) and problem.gradient == ''
+            and _compiled_plan(problem, problem.batch)[-1] is not None)
+
+
+def fused_scratch_bytes(problem, batch) -> int:
+    return _compiled_scratch(problem, batch, fused=True)
+
+
+def _fused_plans(plans, per_sample_tiles, chunk, channels, force=False):
+    """`plans` (samples -> _Split) with the threads sharing groups of filters, each narrowed
+    so that its transformed weights take at most ``_OWN_U_BYTES``, where every plan's
+    threads share the filters of one chunk that holds all its tiles (or `force`); else None.
+    Each thread then transforms the weights of the groups it takes into its own scratch,
+    which stays in its L2 cache for the products: each group's weights once, or where there
+    are several chunks once for each chunk its threads take it in."""
+    if not force and not all(split.claim_panels and samples * per_sample_tiles <= chunk
+                             for samples, split in plans.items()):
+        return None
+    most = max(1, _OWN_U_BYTES // (36 * channels * _PANEL * 4))
+
+    def group(split):
+        return min(split.claim_panels or most, most)
+    return {samples: dataclasses.replace(split, claim_panels=group(split),
+                                         width=group(split) * _PANEL)
+            for samples, split in plans.items()}
+
+
+# A thread's own transformed weights (fused): two panels of 256 channels. Measured on a
+# 2-core Zen 5, 256 channels at 14x14, batch 1, 12 layers with their own weights in turn:
+# groups of 1 panel 0.44 ms a layer, 2 panels 0.39, 4 panels (2.4 MB) 0.39; oneDNN 0.46.
+_OWN_U_BYTES = 5 << 18
 
 
 def _chunk_floats(chunk, channels, width):

@@ -465,7 +465,8 @@ class _Calls:
             call = dataclasses.replace(call, weight_version=None)
         takes_any_weight = self.problem.gradient \
             or algorithm.name in ('onednn', 'pointwise', 'winograd_line') \
-            or (algorithm.name == 'winograd4' and conv_winograd.compiled(self.problem, 4)) \
+            or (algorithm.name in ('winograd4', 'winograd4_fused')
+                and conv_winograd.compiled(self.problem, 4)) \
             or (algorithm.name == 'gemm' and conv_gemm.packs(self.problem))
         if not takes_any_weight and (call.weight_scale is not None
                                      or not call.weight.flags.c_contiguous):
