@@ -44,6 +44,9 @@ class TempSpace:
         self.index = index
         self.var = var
         self._handle = None
+        # arrays carved from the buffer per request (ember.op.nn._common.scratch), forgotten
+        # when the buffer goes: a node asks for the same scratch on every call
+        self.carved = {}
 
     def get(self, shape, dtype='float32'):
         """A C-contiguous array of `shape` and `dtype` on the workspace's buffer.
@@ -59,6 +62,7 @@ class TempSpace:
         return self._handle.buffer[:nbytes].view(dtype).reshape(shape)
 
     def _grow(self, nbytes):
+        self.carved.clear()
         if self._handle is not None:
             # a workspace only grows, so no later request fits the outgrown size: free it
             self._handle.release(cache=False)
@@ -67,6 +71,7 @@ class TempSpace:
     def release(self) -> None:
         """Free the buffer (the next ``get`` allocates again): for a user that held it
         once, such as an algorithm measured and not chosen."""
+        self.carved.clear()
         if self._handle is not None:
             self._handle.release(cache=False)
             self._handle = None

@@ -56,6 +56,28 @@ def test_temp_space_grows_and_keeps_its_buffer():
     assert space.get((), 'float16').shape == ()
 
 
+def test_a_kernel_s_scratch_is_carved_once_while_the_buffer_stays():
+    from ember.op.nn._common import scratch
+    from ember.op.registry import KernelContext
+    space = resource.TempSpace(device.cpu(8), 0, engine.get().new_var())
+    ctx = KernelContext(None, temp=space)
+    specs = [((3, 5), np.float32), None, ((7,), np.int64)]
+    first = scratch(ctx, np, *specs)
+    assert [None if a is None else (a.shape, a.dtype) for a in first] == \
+        [((3, 5), np.float32), None, ((7,), np.int64)]
+    assert not np.shares_memory(first[0], first[2])
+    again = scratch(ctx, np, *specs)
+    assert all(a is b for a, b in zip(first, again))       # the same views, not new ones
+    assert scratch(ctx, np, ((3, 5), np.float64))[0].dtype == np.float64   # other specs
+    space.get((1 << 16,), 'float32')                       # the buffer grows: carved anew
+    grown = scratch(ctx, np, *specs)
+    assert grown[0] is not first[0] and np.shares_memory(grown[0], space.get(1, np.uint8))
+    space.release()
+    assert scratch(ctx, np, *specs)[0] is not grown[0]
+    listed = scratch(ctx, np, ([2, 2], np.float32))          # an unhashable shape works too
+    assert listed[0].shape == (2, 2) and list(space.carved) == [tuple(specs)]
+
+
 def test_workspace_memory_comes_from_the_pool():
     pool_stats = lambda: resource.storage.manager(device.cpu(7)).stats()  # noqa: E731
     space = resource.TempSpace(device.cpu(7), 0, engine.get().new_var())
