@@ -292,6 +292,32 @@ def test_fused_weights_give_the_bits_of_transformed_ones(build, shape, layout):
 
 
 @needs_module
+@pytest.mark.parametrize('fused', [False, True])
+def test_a_prepared_call_runs_again_on_its_scratch_or_moved_scratch(fused):
+    """A Prepared call builds its kernel arguments once per place of its scratch, setting
+    the shared counter back to 0 for each run; scratch that moved gets arguments anew."""
+    c = CASES['one tile'] if fused else CASES['many tiles']
+    held = {}
+
+    def alloc(specs):                   # the same arrays until `held` is cleared
+        if not held:
+            held['arrays'] = [np.empty(shape, dtype) for shape, dtype in specs]
+        return held['arrays']
+    out = np.empty(c.expected.shape, np.float32)
+    version = ((Var(), 0),)
+    prepared = conv_winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
+                                      threads=2, weight_version=version, fused=fused)
+    assert isinstance(prepared, conv_winograd.Prepared)
+    for moved in (False, False, True, False):
+        if moved:
+            held.clear()
+        out[...] = np.nan
+        assert prepared.run(version)
+        assert_close(out, c.expected)
+    conv_winograd.discard_kept(version)
+
+
+@needs_module
 def test_a_thread_s_own_weights_lie_an_odd_number_of_lines_apart():
     # so that the transform writes each channel's 36 values straight into them
     for panels, channels in [(1, 256), (2, 256), (1, 5), (3, 17)]:
