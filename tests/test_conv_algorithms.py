@@ -901,6 +901,48 @@ def onednn_kept_bytes():
     return onednn.kept_bytes()
 
 
+def test_measurement_times_a_prepared_call_as_the_node_replays_it(monkeypatch):
+    """Each measured round runs a prepared call (the compiled Winograd's) again as the node's
+    later calls would, not worked out again from the start: what the layer then costs."""
+    if conv_winograd._winograd is None:
+        pytest.skip('ember._winograd is not built')
+    worked_out, measured = [], []
+    real = conv_winograd._compiled_winograd
+    monkeypatch.setattr(conv_winograd, '_compiled_winograd',
+                        lambda *args, **kwargs: worked_out.append(1) or real(*args, **kwargs))
+    real_measure = conv_algorithms.measure
+
+    def spy(problem, algorithms, trial):
+        before = len(worked_out)
+        seconds = real_measure(problem, algorithms, trial)
+        measured.append((len(worked_out) - before,
+                         [a.name for a in algorithms if a.name.startswith('winograd4')]))
+        return seconds
+    monkeypatch.setattr(conv_algorithms, 'measure', spy)
+    conv_algorithms.clear_choices()
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
+        nd_conv(Case(1, 64, 64, 14, 3, pad=1), 'NHWC')
+    conv_algorithms.clear_choices()
+    (calls, compiled), = measured
+    assert compiled and calls == len(compiled)      # each worked out once, for its warm-up
+
+
+def test_measure_runs_again_what_a_trial_returns():
+    ran = []
+
+    def trial(algorithm):
+        ran.append(('trial', algorithm.name))
+        if algorithm.name == 'gemm':
+            return True                     # no prepared call: the trial again
+        return lambda: ran.append(('again', algorithm.name))
+    seconds = conv_algorithms.measure(None, [conv_algorithms.ALGORITHMS[name]
+                                             for name in ('gemm', 'onednn')], trial)
+    assert set(seconds) == {'gemm', 'onednn'}
+    rounds = conv_algorithms.MEASURE_ROUNDS
+    assert ran.count(('trial', 'onednn')) == 1 and ran.count(('again', 'onednn')) >= rounds
+    assert ran.count(('trial', 'gemm')) >= rounds + 1 and ('again', 'gemm') not in ran
+
+
 def test_batch_1_layers_fuse_and_many_tiles_do_not(monkeypatch):
     monkeypatch.setattr(conv_winograd, 'kernel_threads', lambda: 2)     # as on 2 cores
     base = conv_algorithms.ConvProblem(

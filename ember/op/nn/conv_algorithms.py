@@ -474,16 +474,21 @@ MEASURE_SECONDS = 0.05
 
 def measure(problem, algorithms, trial) -> dict:
     """Seconds per call of each algorithm: ``trial(algorithm)`` runs it once on the call's
-    inputs (False when it declines); a warm-up each, then the best of rounds that take turns
-    (see ``MEASURE_ROUNDS``)."""
-    able = [algorithm for algorithm in algorithms if trial(algorithm)]
-    seconds = {algorithm.name: float('inf') for algorithm in able}
+    inputs (False when it declines; else True, or a function that runs it again as the node's
+    later calls would: its prepared call's replay); a warm-up each, then the best of rounds
+    that take turns (see ``MEASURE_ROUNDS``), each running it again."""
+    again = {}
+    for algorithm in algorithms:
+        done = trial(algorithm)
+        if done:
+            again[algorithm] = done if callable(done) else functools.partial(trial, algorithm)
+    seconds = {algorithm.name: float('inf') for algorithm in again}
     began, rounds = time.perf_counter(), 0
-    while able and (rounds < MEASURE_ROUNDS or (
+    while again and (rounds < MEASURE_ROUNDS or (
             rounds < MEASURE_MAX_ROUNDS and time.perf_counter() - began < MEASURE_SECONDS)):
-        for algorithm in able:
+        for algorithm, run in again.items():
             start = time.perf_counter()
-            trial(algorithm)
+            run()
             seconds[algorithm.name] = min(seconds[algorithm.name], time.perf_counter() - start)
         rounds += 1
     return seconds
