@@ -1920,8 +1920,7 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps, cons
             }
         }
     }
-    return;
-#endif
+#else
     for (Py_ssize_t panel = lo; panel < hi; panel++) {
         for (Py_ssize_t c0 = 0; c0 < channels; c0 += BLOCK) {
             Py_ssize_t n = channels - c0 < BLOCK ? channels - c0 : BLOCK;
@@ -1954,6 +1953,7 @@ static void ISA(transform_weights)(const float *w, const Py_ssize_t *steps, cons
             }
         }
     }
+#endif
 }
 
 /* ------------------------------------------------------------------------------------------ */
