@@ -8,8 +8,8 @@ Each shape runs as `layers` layers with weights of their own, called in turn, as
 calls them: their weights come from memory, not the cache. The weights are OIHW arrays seen as
 OHWI and scaled per filter (a folded BatchNorm), as the graph passes them; each layer keeps its
 own kernel context, so that its calls after the first run again what the first worked out,
-and all share one kept workspace for their scratch, as in the executor. Columns, the best of `repeat` passes over the layers, the ways taking
-turns, per layer:
+and all share one kept workspace for their scratch, as in the executor. Columns, the best of
+`repeat` passes over the layers, the ways taking turns, per layer:
 
 - ``onednn``: oneDNN's convolution, its reordered weights kept (as a weight token allows);
 - ``kept``: ``winograd4`` with the transformed weights kept (4x the weights);
@@ -30,10 +30,11 @@ import numpy as np
 import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import engine
 from ember.op import registry
-from ember.op.nn import conv_algorithms, conv_winograd, convolution
+from ember.op.nn import conv_winograd, convolution
 from ember.op.registry import KernelContext
 
-from conv_line import best_times  # noqa: E402  (this directory is the script's first path)
+# this directory is first on the path
+from conv_line import best_times, choosing, patched  # noqa: E402
 
 # (channels = filters, size): resnet's 3x3 layers
 SHAPES = [(64, 56), (128, 28), (256, 14), (512, 7)]
@@ -62,32 +63,23 @@ class Workspace:
 
 def forced(name, attrs, layers, versioned=True):
     """One pass over `layers` with algorithm `name` chosen; each layer's context kept."""
-    algorithm = conv_algorithms.ALGORITHMS[name]
     workspace = Workspace()                         # one per operator, as the executor's
     contexts = [KernelContext(None, temp=workspace) for _ in layers]
 
     def run():
-        original = conv_algorithms.choose
-        conv_algorithms.choose = lambda *args, **kwargs: algorithm
-        try:
+        with choosing(name):
             for (x, w, scale, bias, out, token), ctx in zip(layers, contexts):
                 convolution.forward(attrs, x, w, bias, out, ctx, act_type='relu',
                                     weight_scale=scale,
                                     weight_version=token if versioned else None)
-        finally:
-            conv_algorithms.choose = original
     return run
 
 
 def unfused(run):
     """`run` with the fused path turned off: all the weights transformed into scratch."""
     def scratch():
-        saved = conv_winograd._fused_plans
-        conv_winograd._fused_plans = lambda *args, **kwargs: None
-        try:
+        with patched(conv_winograd, '_fused_plans', lambda *args, **kwargs: None):
             run()
-        finally:
-            conv_winograd._fused_plans = saved
     return scratch
 
 
@@ -117,13 +109,9 @@ def main():
                   'kept': forced('winograd4', attrs, layers),
                   'scratch': unfused(forced('winograd4', attrs, layers, versioned=False)),
                   'fused': forced('winograd4_fused', attrs, layers)}
-        saved = conv_winograd.KEPT_BUDGET
-        conv_winograd.KEPT_BUDGET = 1 << 40         # every layer keeps its transform
-        try:
+        with patched(conv_winograd, 'KEPT_BUDGET', 1 << 40):    # every layer keeps its own
             best = {name: seconds * 1e3 / args.layers
                     for name, seconds in best_times(passes, args.repeat).items()}
-        finally:
-            conv_winograd.KEPT_BUDGET = saved
         for *_, token in layers:
             conv_winograd.discard_kept(token)
         kept = conv_winograd.kept_weight_bytes(convolution.problem_of(attrs, layers[0][0]), 4)

@@ -18,6 +18,7 @@ its 34 such layers (twelve shapes) with oneDNN throughout and with ``line`` thro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import numpy as np
@@ -61,28 +62,35 @@ def best_times(calls, repeat):
     return best
 
 
-def forced(name, attrs, x, w, bias, out, token):
-    algorithm = conv_algorithms.ALGORITHMS[name]
+@contextlib.contextmanager
+def patched(module, name, value):
+    """`module.name` set to `value` for the block (the algorithm chosen, a threshold)."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
 
+
+def choosing(name):
+    """conv_algorithms.choose answering algorithm `name` for the block."""
+    algorithm = conv_algorithms.ALGORITHMS[name]
+    return patched(conv_algorithms, 'choose', lambda *args, **kwargs: algorithm)
+
+
+def forced(name, attrs, x, w, bias, out, token):
     def call():
-        original = conv_algorithms.choose
-        conv_algorithms.choose = lambda *args, **kwargs: algorithm
-        try:
+        with choosing(name):
             convolution.forward(attrs, x, w, bias, out, KernelContext(None), act_type='relu',
                                 weight_version=token)
-        finally:
-            conv_algorithms.choose = original
     return call
 
 
 def with_four_outputs(call):
     def four():
-        saved = conv_winograd._LINE_WIDE_MIN_TILES
-        conv_winograd._LINE_WIDE_MIN_TILES = 1 << 62
-        try:
+        with patched(conv_winograd, '_LINE_WIDE_MIN_TILES', 1 << 62):
             call()
-        finally:
-            conv_winograd._LINE_WIDE_MIN_TILES = saved
     return four
 
 
