@@ -45,6 +45,19 @@ static Py_buffer *borrow_float32_view(Buffers *b, PyObject *obj, const char *nam
         return NULL;
     }
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        /* the exporter's message ("ndarray is not C-contiguous") with the argument's name */
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        PyErr_NormalizeException(&type, &value, &trace);
+        if (type != NULL && value != NULL) {
+            PyErr_Format(type, "%s: %S", name, value);
+        } else {
+            PyErr_Restore(type, value, trace);
+            type = value = trace = NULL;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
         return NULL;
     }
     b->count++;

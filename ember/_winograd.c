@@ -163,6 +163,17 @@ typedef struct {
     int relu;
 } Line;
 
+/* dense(): out[r, o] = x[r] . w[o] + bias[o] (then relu) for the rows r of x and the outputs
+ * o of a range, each row of w read once for all the rows of x (a few: one per image of a batch
+ * of 1 to 4). At batch 1 an inner product reads each weight once: its speed is the memory's. */
+typedef struct {
+    const float *x, *w, *bias;  /* x (rows, inputs), w (outputs, inputs), C-contiguous */
+    float *out;                 /* (rows, outputs) */
+    Py_ssize_t rows, inputs, outputs, chunk;
+    long long *claim;           /* shared: the next output to take, or NULL (the range given) */
+    int relu;
+} Dense;
+
 /* Up to two ranges of memory to fetch into cache, a few lines at a time, while other work runs
  * (fetch_ahead()): the next chunk's rows of a kernel that reads its rows from memory. */
 typedef struct {
@@ -290,6 +301,7 @@ typedef struct Job {
         Finish finish;
         Sums sums;
         Patches patches;
+        Dense dense;
     } k;
 } Job;
 
@@ -324,6 +336,10 @@ static void run_sums(const Job *j) {
 
 static void run_line(const Job *j) {
     DISPATCH(line, &j->k.line, j->lo, j->hi);
+}
+
+static void run_dense(const Job *j) {
+    DISPATCH(dense, &j->k.dense, j->lo, j->hi);
 }
 
 static void run_weights(const Job *j) {
@@ -742,6 +758,49 @@ static const float *borrow_matrix(Buffers *b, PyObject *obj, const char *name,
     return (const float *)view->buf;
 }
 
+static int parse_dense(PyObject *args, Job *j) {
+    PyObject *x, *w, *bias, *out, *claim = Py_None;
+    Py_ssize_t xs[2], ws[2], os[2];
+    Dense *k = &j->k.dense;
+    if (!PyArg_ParseTuple(args, "OOOOp(nn)n|O:dense", &x, &w, &bias, &out, &k->relu, &j->lo,
+                          &j->hi, &k->chunk, &claim)) {
+        return 0;
+    }
+    Py_buffer *view;
+    if (!(claim == Py_None || (k->claim = borrow_claim(&j->b, claim)) != NULL) ||
+        !(k->x = borrow_matrix(&j->b, x, "x", xs)) ||
+        !(k->w = borrow_matrix(&j->b, w, "w", ws)) ||
+        !(view = borrow_float32(&j->b, out, "out", 1))) {
+        return 0;
+    }
+    if (view->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "out: expected a 2-D matrix, got %d dimensions",
+                     view->ndim);
+        return 0;
+    }
+    os[0] = view->shape[0], os[1] = view->shape[1];
+    k->out = (float *)view->buf;
+    if (xs[1] != ws[1] || os[0] != xs[0] || os[1] != ws[0] || xs[1] < 1) {
+        PyErr_Format(PyExc_ValueError, "x (%zd, %zd), w (%zd, %zd) and out (%zd, %zd): "
+                     "expected x (rows, inputs), w (outputs, inputs) and out (rows, outputs), "
+                     "at least 1 input", xs[0], xs[1], ws[0], ws[1], os[0], os[1]);
+        return 0;
+    }
+    k->rows = xs[0], k->inputs = xs[1], k->outputs = ws[0];
+    if (j->lo < 0 || j->lo > j->hi || j->hi > k->outputs) {
+        PyErr_Format(PyExc_ValueError, "outputs [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     j->lo, j->hi, k->outputs);
+        return 0;
+    }
+    if (k->chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "chunk %zd: expected at least 1 output", k->chunk);
+        return 0;
+    }
+    j->run = run_dense;
+    return bias == Py_None ||
+           (k->bias = borrow(&j->b, bias, "bias", NULL, 0, k->outputs, 0)) != NULL;
+}
+
 /* The transforms' and the geometry's fields of `k` from the shapes of B^T (bs), A^T (as),
  * x (xs) and out (os); 0 with an exception where they do not fit together. */
 static int line_geometry(Line *k, const Py_ssize_t *bs, const Py_ssize_t *as,
@@ -962,6 +1021,10 @@ static PyObject *patches(PyObject *self, PyObject *args) {
     return call(args, parse_patches);
 }
 
+static PyObject *dense(PyObject *self, PyObject *args) {
+    return call(args, parse_dense);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* team(): several calls of one kernel at once, on the OpenMP team of the calling thread */
 
@@ -976,6 +1039,7 @@ static const struct {
     {pointwise_gradient, parse_pointwise_gradient},
     {pointwise, parse_pointwise},
     {line, parse_line},
+    {dense, parse_dense},
 };
 
 /* Runs the `n` jobs, job i on team thread i % threads; with `cores`, team thread t > 0 pins
@@ -1007,7 +1071,7 @@ static PyObject *team(PyObject *self, PyObject *args) {
     if (parse == NULL) {
         PyErr_Format(PyExc_TypeError, "kernel: expected one of this module's kernels "
                      "(convolve, transform_weights, weight_gradient, finish_gradient, "
-                     "pointwise_gradient, pointwise, line), got %R", kernel);
+                     "pointwise_gradient, pointwise, line, dense), got %R", kernel);
         return NULL;
     }
     PyObject *seq = PySequence_Fast(calls, "calls: expected a sequence of argument tuples");
@@ -1181,6 +1245,15 @@ static PyMethodDef methods[] = {
      "and residual (it may be out itself) may be None. Tiles are numbered sample, row, tile\n"
      "(axis 2) or sample, tile, column (axis 1). claim: as convolve()'s, the threads then\n"
      "take the next chunk of tiles from it."},
+    {"dense", dense, METH_VARARGS,
+     "dense(x, w, bias, out, relu, (lo, hi), chunk, claim=None)\n\n"
+     "out[:, lo:hi] = relu?(x @ w[lo:hi].T + bias[lo:hi]): an inner product of a few rows,\n"
+     "x (rows, inputs), w (outputs, inputs) and out (rows, outputs) C-contiguous float32,\n"
+     "bias None or one value per output. Each row of w is read once for up to 4 rows of x\n"
+     "(more rows read it again for each 4), each output summed in 16 lanes, input j into\n"
+     "lane j % 16, then the lanes in a fixed tree: the same bits on any thread and in the\n"
+     "AVX2 and AVX-512 builds. claim: as convolve()'s, the threads then take the next\n"
+     "`chunk` outputs from it."},
     {"team", team, METH_VARARGS,
      "team(kernel, calls, cores=None)\n\n"
      "kernel(*args) for each tuple of arguments in `calls`, all at once: call i runs on\n"
@@ -2610,5 +2683,126 @@ static void ISA(line)(const Line *k, Py_ssize_t lo, Py_ssize_t hi) {
 }
 
 #undef LINE_POINTS
+
+/* ------------------------------------------------------------------------------------------ */
+/* dense(): a few rows of an inner product, each row of the weights read once for all of them */
+
+/* 16 running sums: one wide vector in the AVX-512 build, two vec in the others, each lane the
+ * same chain of fma()s, so every build with FMA rounds alike. */
+typedef struct {
+#ifdef WIDE
+    wide v;
+#else
+    vec lo, hi;
+#endif
+} ISA(sums16);
+
+/* s plus the products of the 16 floats at w and at x, lane by lane. */
+INLINE ISA(sums16) ISA(sums16_fma)(const float *w, const float *x, ISA(sums16) s) {
+#ifdef WIDE
+    s.v = ISA(wide_fma)(*(const unaligned_wide *)w, *(const unaligned_wide *)x, s.v);
+#else
+    s.lo = ISA(fma)(ISA(load)(w, LANES), ISA(load)(x, LANES), s.lo);
+    s.hi = ISA(fma)(ISA(load)(w + LANES, LANES), ISA(load)(x + LANES, LANES), s.hi);
+#endif
+    return s;
+}
+
+/* The 16 sums added as a tree: lane j + 8 into lane j, then j + 4, j + 2, j + 1. */
+INLINE float ISA(sums16_total)(ISA(sums16) s) {
+    float lane[16];
+    memcpy(lane, &s, sizeof lane);
+    for (int width = 8; width > 0; width /= 2) {
+        for (int j = 0; j < width; j++) {
+            lane[j] += lane[j + width];
+        }
+    }
+    return lane[0];
+}
+
+/* The outputs [o, o + outs) of the rows [r, r + rows) of x: rows x outs sums in registers,
+ * the rows' inputs and the outputs' weights read 16 at a time; a tail of fewer than 16 inputs
+ * is read as 16 with zeros after it. rows and outs are constants (dense_block's switch). */
+INLINE void ISA(dense_sums)(const Dense *k, Py_ssize_t r, Py_ssize_t o, int rows, int outs) {
+    ISA(sums16) s[4][4];
+    memset(s, 0, sizeof s);
+    Py_ssize_t n = k->inputs, i = 0;
+    const float *x = k->x + r * n, *w = k->w + o * n;
+    for (; i + 16 <= n; i += 16) {
+        UNROLL
+        for (int q = 0; q < outs; q++) {
+            UNROLL
+            for (int p = 0; p < rows; p++) {
+                s[p][q] = ISA(sums16_fma)(w + q * n + i, x + p * n + i, s[p][q]);
+            }
+        }
+    }
+    if (i < n) {
+        float xt[4][16] = {{0}}, wt[4][16] = {{0}};
+        for (int p = 0; p < rows; p++) {
+            memcpy(xt[p], x + p * n + i, (size_t)(n - i) * sizeof(float));
+        }
+        for (int q = 0; q < outs; q++) {
+            memcpy(wt[q], w + q * n + i, (size_t)(n - i) * sizeof(float));
+        }
+        for (int q = 0; q < outs; q++) {
+            for (int p = 0; p < rows; p++) {
+                s[p][q] = ISA(sums16_fma)(wt[q], xt[p], s[p][q]);
+            }
+        }
+    }
+    for (int p = 0; p < rows; p++) {
+        for (int q = 0; q < outs; q++) {
+            float value = ISA(sums16_total)(s[p][q]);
+            if (k->bias != NULL) {
+                value += k->bias[o + q];
+            }
+            if (k->relu && !(value > 0) && value == value) {
+                value = 0.0f;               /* as np.maximum(value, 0): NaN stays NaN */
+            }
+            k->out[(r + p) * k->outputs + o + q] = value;
+        }
+    }
+}
+
+/* dense_sums() with rows (1 to 4) and outs (1 to DENSE_OUTS) as constants. */
+#ifdef WIDE
+#define DENSE_OUTS 4
+#else
+#define DENSE_OUTS 2    /* 16 ymm registers: 4 rows x 2 outputs x 2 halves */
+#endif
+#define DENSE_CASE(rows, outs)                                                                 \
+    case (rows) * 8 + (outs): ISA(dense_sums)(k, r, o, rows, outs); break;
+INLINE void ISA(dense_block)(const Dense *k, Py_ssize_t r, Py_ssize_t o, int rows, int outs) {
+    switch (rows * 8 + outs) {
+        DENSE_CASE(1, 1) DENSE_CASE(1, 2) DENSE_CASE(2, 1) DENSE_CASE(2, 2)
+        DENSE_CASE(3, 1) DENSE_CASE(3, 2) DENSE_CASE(4, 1) DENSE_CASE(4, 2)
+#if DENSE_OUTS == 4
+        DENSE_CASE(1, 3) DENSE_CASE(1, 4) DENSE_CASE(2, 3) DENSE_CASE(2, 4)
+        DENSE_CASE(3, 3) DENSE_CASE(3, 4) DENSE_CASE(4, 3) DENSE_CASE(4, 4)
+#endif
+    default: break;
+    }
+}
+#undef DENSE_CASE
+
+/* The outputs [lo, hi) for every row, 4 rows at a time. */
+INLINE void ISA(dense_range)(const Dense *k, Py_ssize_t lo, Py_ssize_t hi) {
+    for (Py_ssize_t r = 0; r < k->rows; r += 4) {
+        int rows = k->rows - r < 4 ? (int)(k->rows - r) : 4;
+        for (Py_ssize_t o = lo; o < hi; o += DENSE_OUTS) {
+            ISA(dense_block)(k, r, o, rows, hi - o < DENSE_OUTS ? (int)(hi - o) : DENSE_OUTS);
+        }
+    }
+}
+#undef DENSE_OUTS
+
+/* The outputs [lo, hi), `chunk` at a time (with a claim, the next chunk no thread has taken). */
+static void ISA(dense)(const Dense *k, Py_ssize_t lo, Py_ssize_t hi) {
+    for (Py_ssize_t first = ISA(next_chunk)(k->claim, lo, lo, k->chunk); first < hi;
+         first = ISA(next_chunk)(k->claim, lo, first + k->chunk, k->chunk)) {
+        ISA(dense_range)(k, first, hi - first < k->chunk ? hi : first + k->chunk);
+    }
+}
 
 #endif

@@ -96,8 +96,16 @@ def fc_inputs(shape, kwargs):
     return [rand(*s, seed=i) for i, s in enumerate(shapes[:count])], outs[0]
 
 
+@pytest.fixture
+def no_dense(monkeypatch):
+    """FullyConnected of any rows on oneDNN's inner product, not the dense kernel that takes
+    up to 4 rows (tests/test_dense.py)."""
+    from ember.op.nn import fully_connected
+    monkeypatch.setattr(fully_connected, 'DENSE_MAX_ROWS', 0)
+
+
 @pytest.mark.parametrize('shape, kwargs', FC_CASES)
-def test_fully_connected_forward_and_backward(shape, kwargs, primitive_runs):
+def test_fully_connected_forward_and_backward(shape, kwargs, primitive_runs, no_dense):
     inputs, out_shape = fc_inputs(shape, kwargs)
     assert_same_both_ways('FullyConnected', inputs, runs=primitive_runs, **kwargs)
     dy = rand(*out_shape, seed=7)
@@ -105,7 +113,7 @@ def test_fully_connected_forward_and_backward(shape, kwargs, primitive_runs):
                           runs=primitive_runs, **kwargs)
 
 
-def test_fused_fully_connected_takes_onednn(primitive_runs):
+def test_fused_fully_connected_takes_onednn(primitive_runs, no_dense):
     x, w, b = rand(4, 10), rand(3, 10, seed=1), rand(3, seed=2)
     op = registry.get('_sg_fc')
     attrs = op.parse_attrs({'num_hidden': 3, 'act_type': 'relu'})
@@ -424,7 +432,7 @@ def test_convolution_gradients_decline_when_disabled():
 # ----------------------------------------------------------------------------------------------
 # The switches, through the operators' kernels and through mx.nd with autograd
 
-def test_disabled_means_the_numpy_kernels(primitive_runs):
+def test_disabled_means_the_numpy_kernels(primitive_runs, no_dense):
     x = rand(2, 3, 8, 8)
 
     def every_kernel():
@@ -443,7 +451,7 @@ def test_disabled_means_the_numpy_kernels(primitive_runs):
     assert len(primitive_runs) >= 6
 
 
-def test_cache_num_bounds_the_primitives_the_kernels_build():
+def test_cache_num_bounds_the_primitives_the_kernels_build(no_dense):
     onednn.clear_cache()
     try:
         with config.override(MXNET_MKLDNN_CACHE_NUM=2):

@@ -50,6 +50,7 @@ from ember.op.nn._common import assign_shape, is_channel_last, outputs_of
 from ember.op.nn.activation import ACTIVATIONS
 from ember.op.nn import convolution
 from ember.op.nn.convolution import CONV_PARAMS
+from ember.op.nn import fully_connected
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
 from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
 
@@ -565,8 +566,8 @@ register('_backward_sg_conv', _sg_conv_backward_kernel, infer_shape=_CONV_BACKWA
 
 
 def _sg_fc_kernel(attrs, ins, outs, ctx):
-    registry.get('FullyConnected').kernel(attrs, ins, outs, ctx)
-    _activate(ctx.xp, outs[0], attrs['act_type'])
+    if not fully_connected.forward(attrs, ins, outs, ctx, relu=attrs['act_type'] == 'relu'):
+        _activate(ctx.xp, outs[0], attrs['act_type'])
 
 
 register('_sg_fc', _sg_fc_kernel, infer_shape=registry.get('FullyConnected').infer_shape,

@@ -314,7 +314,7 @@ def _conv_post_ops(has_residual, act) -> tuple:
 # ----------------------------------------------------------------------------------------------
 # FullyConnected
 
-def _fc_rows(attrs, data, weight, out):
+def fc_rows(attrs, data, weight, out):
     """(data rows, out rows) as 2-D views, None where a view needs a copy."""
     units = weight.shape[1] if weight.ndim == 2 else None
     rows = reshape_view(data, (-1, units)) if units else None
@@ -337,7 +337,7 @@ def fully_connected_forward(attrs, data, weight, bias, out, weight_version=None)
     `weight_version`, ``((engine variable, version), ...)`` of the weight in inference, lets
     a blocked copy of the weight be kept while it stays the same (see
     ``FC_BLOCKED_MIN_ROWS``)."""
-    rows, out_rows = _fc_rows(attrs, data, weight, out)
+    rows, out_rows = fc_rows(attrs, data, weight, out)
     if rows is None or out_rows is None or not _ready(rows, weight, bias, out_rows):
         return False
     blocked = (weight_version is not None and rows.shape[0] >= FC_BLOCKED_MIN_ROWS
@@ -359,8 +359,8 @@ def fully_connected_forward(attrs, data, weight, bias, out, weight_version=None)
 def fully_connected_backward(attrs, dy, data, weight, dx, dweight, dbias=None) -> bool:
     """dx = dy weight, dweight = dy^T data (rows) and dbias = dy summed over rows (when
     given), for FullyConnected's `attrs`. False: not handled, outputs untouched."""
-    rows, dy_rows = _fc_rows(attrs, data, weight, dy)
-    dx_rows = _fc_rows(attrs, dx, weight, dy)[0]
+    rows, dy_rows = fc_rows(attrs, data, weight, dy)
+    dx_rows = fc_rows(attrs, dx, weight, dy)[0]
     if rows is None or dy_rows is None or dx_rows is None:
         return False
     if not _ready(rows, dy_rows, dx_rows, weight, dweight, dbias):
