@@ -5,7 +5,7 @@ import pytest
 
 import ember as mx
 from ember.op import fused
-from ember.op.nn import conv_winograd, fully_connected
+from ember.op.nn import conv_winograd, fully_connected, onednn_provider
 
 _winograd = conv_winograd._winograd
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
@@ -170,3 +170,32 @@ def test_a_fused_dense_layer_applies_its_relu_in_the_kernel_once(dense_calls, mo
         assert_close(out, np.maximum(z, 0) if act == 'relu' else 1 / (1 + np.exp(-z)))
     assert dense_calls == [(1, True), (1, False)]
     assert activated == ['sigmoid']
+
+
+@needs_module
+def test_an_output_over_its_own_input_takes_another_kernel(dense_calls):
+    """out = x w^T into x itself (a square weight): the dense kernel would read rows it has
+    overwritten, so another kernel runs."""
+    x, w, bias, expected = product(11, 2, 8, 8)
+    data = mx.nd.array(x)
+    mx.nd.FullyConnected(data, mx.nd.array(w), mx.nd.array(bias), num_hidden=8, out=data)
+    assert_close(data.asnumpy(), expected)
+    assert dense_calls == []
+
+
+@needs_module
+@pytest.mark.parametrize('batch, dense', [(1, True), (2, False), (4, False)])
+def test_a_graph_s_weight_of_a_few_rows_runs_on_the_kept_blocked_copy(dense_calls, batch, dense):
+    """In inference a graph's weight has a version: from 2 rows oneDNN's kept blocked copy is
+    faster than the dense kernel, at one row they run alike and the dense kernel keeps none."""
+    if not onednn_provider.enabled():
+        pytest.skip('oneDNN is not available')
+    net = mx.gluon.nn.Dense(24, in_units=40)
+    net.initialize()
+    net.hybridize(static_alloc=True, static_shape=True)
+    x = mx.nd.random.normal(shape=(batch, 40))
+    with mx.autograd.predict_mode():
+        out = net(x).asnumpy()
+    w, b = net.weight.data().asnumpy(), net.bias.data().asnumpy()
+    assert_close(out, x.asnumpy().astype(np.float64) @ w.T.astype(np.float64) + b)
+    assert dense_calls == ([(batch, False)] if dense else [])

@@ -50,26 +50,30 @@ def _rows(xp, attrs, array):
 
 _winograd = native.compiled_module('_winograd')
 
-# Up to DENSE_MAX_ROWS rows (a batch of 1 to 4 images) run on the compiled dense kernel
-# (ember._winograd.dense): every row of the weight is read once, for all the rows, in one
-# sequential pass per thread. Such a product does 2 flops per weight it reads: its speed is
-# the memory's. alexnet's 9216->4096 layer at 1 row (151 MB): 1.5-1.6 ms against 2.3-2.6 for
-# oneDNN's inner product and NumPy's matmul, measured side by side (the machine's reads run
-# at about 100 GB/s on two threads in that phase; oneDNN's reached 65). At 4 rows 3.7
-# against 6.3 ms. Past 4 rows the kernel would read the weight again for each 4: oneDNN's
-# blocked GEMM then does better.
+# Up to DENSE_MAX_ROWS rows (a batch of 1 to 4 images) on plain weights run on the compiled
+# dense kernel (ember._winograd.dense): every row of the weight is read once, for all the
+# rows, in one sequential pass per thread. Such a product does 2 flops per weight it reads:
+# its speed is the memory's. alexnet's 9216->4096 layer at 1 row (151 MB): 1.5-1.6 ms against
+# 2.3-2.6 for oneDNN's inner product on the plain weight and NumPy's matmul, measured side by
+# side (two threads read about 100 GB/s in that phase; oneDNN's reached 65); at 4 rows 3.7
+# against 6.3 ms. oneDNN on a kept blocked copy of the weight is as fast at one row and
+# faster at 2 to 4 (onednn_provider.FC_BLOCKED_MIN_ROWS): a graph's weight of a few rows runs
+# there, one row here (no copy). Past 4 rows the kernel would read the weight again for each
+# 4: oneDNN's GEMM then does better.
 DENSE_MAX_ROWS = 4
 _DENSE_CHUNK = 32               # outputs a thread takes at a time
 
 
 def _dense(rows, weight, bias, out_rows, relu) -> bool:
     """out_rows = relu?(rows @ weight^T + bias) on the compiled dense kernel, on every kernel
-    thread; False (nothing done) where it does not run these arrays."""
+    thread; False (nothing done) where it does not run these arrays (an output that overlaps
+    an input among them: the kernel reads the rows while it writes)."""
     arrays = (rows, weight, out_rows) + (() if bias is None else (bias,))
     if (_winograd is None or rows is None or out_rows is None
             or not 0 < rows.shape[0] <= DENSE_MAX_ROWS
             or not all(type(a) is np.ndarray and a.dtype == np.float32
-                       and a.flags.c_contiguous for a in arrays)):
+                       and a.flags.c_contiguous for a in arrays)
+            or any(np.may_share_memory(out_rows, a) for a in arrays[:2])):
         return False
     hidden = weight.shape[0]
     threads = max(1, min(kernel_threads(), -(-hidden // _DENSE_CHUNK)))
@@ -83,13 +87,15 @@ def _dense(rows, weight, bias, out_rows, relu) -> bool:
 def forward(attrs, ins, outs, ctx, relu=False) -> bool:
     """FullyConnected's forward of `ins` into `outs`; with `relu` (``_sg_fc``) also max(.,
     0) where the kernel that ran applies it. Returns whether it did."""
-    bias = None if attrs['no_bias'] else ins[2]
+    bias, version = None if attrs['no_bias'] else ins[2], weight_token(ctx, 1)
     if ins[1].ndim == 2:
         rows, out_rows = onednn_provider.fc_rows(attrs, ins[0], ins[1], outs[0])
-        if _dense(rows, ins[1], bias, out_rows, relu):
+        if (rows is not None
+                and (rows.shape[0] == 1 or not onednn_provider.fc_keeps_blocked(
+                    rows.shape[0], ins[1], version))
+                and _dense(rows, ins[1], bias, out_rows, relu)):
             return relu
-    if onednn_provider.fully_connected_forward(attrs, ins[0], ins[1], bias, outs[0],
-                                               weight_token(ctx, 1)):
+    if onednn_provider.fully_connected_forward(attrs, ins[0], ins[1], bias, outs[0], version):
         return False
     xp, out = ctx.xp, outs[0]
     target = reshape_view(out, (-1, attrs['num_hidden']))
