@@ -48,9 +48,8 @@ from ember.op import registry, tuning
 from ember.base import EmberError
 from ember.op.nn._common import assign_shape, is_channel_last, outputs_of
 from ember.op.nn.activation import ACTIVATIONS
-from ember.op.nn import convolution
+from ember.op.nn import convolution, fully_connected
 from ember.op.nn.convolution import CONV_PARAMS
-from ember.op.nn import fully_connected
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
 from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
 
