@@ -8,14 +8,13 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
 
 from ember import cli, config
 from ember.cli import env as env_command
+import spec_facts
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / 'docs' / 'env_vars.md'
-SPEC = REPO.parent / 'shared' / 'spec'
 
 
 def run_ember(*args, **values):
@@ -91,22 +90,10 @@ def test_native_defaults_are_listed():
         assert f'{default.name} = ' in text and default.why in text
 
 
-NAME = re.compile(r'\b(?:MXNET|NNVM|DMLC|NEURON|XLA|OMP|KMP|BUCKET)_[A-Z0-9_]*[A-Z0-9]')
-
-
-def prose_shingles(text, size=8):
-    """Runs of `size` words, leaving out variable names, code spans, quoted words and URLs."""
-    text = re.sub(r"`[^`]*`|'[^'\s]*'|https?://\S+", ' ', NAME.sub(' ', text))
-    words = re.findall(r'[a-z0-9]+', text.lower())
-    return {tuple(words[i:i + size]) for i in range(len(words) - size + 1)}
-
-
-@pytest.mark.skipif(not SPEC.is_dir(), reason=f'spec documents not found at {SPEC}')
 def test_page_is_written_in_our_own_words():
-    spec = set()
-    for path in SPEC.glob('*.txt'):
-        spec |= prose_shingles(path.read_text())
-    copied = prose_shingles(PAGE.read_text()) & spec
+    spec = spec_facts.shingle_digests()
+    copied = [shingle for shingle in spec_facts.prose_shingles(PAGE.read_text())
+              if spec_facts.digest(shingle) in spec]
     assert not copied, [' '.join(words) for words in copied]
 
 

@@ -2,7 +2,6 @@
 import ast
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
@@ -11,11 +10,9 @@ from pathlib import Path
 import pytest
 
 from ember import base, config
+import spec_facts
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO.parent / 'shared' / 'spec'
-SPEC_NAME = re.compile(r'\b(?:MXNET|NNVM|DMLC|NEURON|XLA|OMP|KMP|BUCKET)_[A-Z0-9_]*[A-Z0-9]')
-needs_spec = pytest.mark.skipif(not SPEC.is_dir(), reason=f'spec documents not found at {SPEC}')
 
 
 def clean_environ(**values):
@@ -37,25 +34,16 @@ def run_python(code, **values):
 # ----------------------------------------------------------------------------------------------
 # Declarations against the spec.
 
-def spec_names():
-    names = set()
-    for path in SPEC.iterdir():
-        names.update(SPEC_NAME.findall(path.read_text(errors='replace')))
-    return names
-
-
-@needs_spec
 def test_every_name_in_the_spec_is_declared():
-    names = spec_names()
+    names = spec_facts.spec_names()
     assert len(names) == 81, sorted(names)
     missing = sorted(n for n in names if n not in config.REGISTRY and n not in config.ALIASES)
     assert not missing, f'declare these in ember/config.py: {missing}'
     assert config.ALIASES['MXNET_EXEC_MATCH_RANGE'] == 'NNVM_EXEC_MATCH_RANGE'
 
 
-@needs_spec
 def test_only_extensions_are_missing_from_the_spec():
-    names = spec_names()
+    names = spec_facts.spec_names()
     undocumented = sorted(n for n, var in config.REGISTRY.items()
                           if n not in names and not var.extension)
     assert not undocumented, f'not in the spec, so mark them extension=True: {undocumented}'
@@ -82,26 +70,9 @@ def test_each_variable_is_declared_once():
         config.int_var('MXNET_EXEC_MATCH_RANGE', 1, 'again', 'memory', 'executor')
 
 
-def spec_000_defaults():
-    """The names of the newest MXNet edition's bullets, and {name: default text} for those that
-    state a default."""
-    text = next(SPEC.glob('000_*.txt')).read_text()
-    names, defaults, current = [], {}, None
-    for line in text.splitlines():
-        bullet = re.match(r'\* ([A-Z][A-Z0-9_]+)\s*$', line.strip())
-        if bullet:
-            current = bullet.group(1)
-            names.append(current)
-            continue
-        found = re.search(r'\(default=([^)`]*)', line)
-        if current and found and current not in defaults:
-            defaults[current] = found.group(1).strip().strip('\'"')
-    return names, defaults
-
-
-@needs_spec
 def test_defaults_follow_the_newest_edition():
-    names, defaults = spec_000_defaults()
+    newest = spec_facts.variables()['newest_edition']
+    names, defaults = newest['bullets'], newest['defaults']
     assert len(names) == 60 and len(set(names)) == 60
     assert sorted(set(names) - set(defaults)) == ['MXNET_HOME', 'MXNET_LIBRARY_PATH']
     for name, text in defaults.items():

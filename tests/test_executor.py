@@ -1,7 +1,6 @@
 """The graph executor: Symbol.bind / simple_bind and MXNet 1.x's Executor API, checked against
 the imperative path (mx.nd + autograd) and against files written by MXNet 1.9.1."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +9,8 @@ import ember as mx
 import ember.executor  # noqa: F401  (attaches Symbol.bind)
 from ember import autograd, config, engine, profiler
 from ember.base import EmberError
+from data_files import MXNET_FIXTURES as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 # The optimisation passes off: operators run as written (for counting pushes and events).
 PLAIN = {'MXNET_SUBGRAPH_BACKEND': 'NONE', 'MXNET_USE_FUSION': False,
          'MXNET_ELIMINATE_COMMON_EXPR': False}

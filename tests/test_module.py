@@ -12,8 +12,8 @@ import pytest
 import ember as mx
 from ember import config
 from ember.module.executor_group import split_input_slice
+from data_files import MXNET_FIXTURES as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -3,7 +3,6 @@ kind of damaged file rejected with EmberError."""
 import io
 import struct
 import tracemalloc
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -11,16 +10,13 @@ import pytest
 
 from ember.base import EmberError
 from ember.ndarray import io as ndio
+from data_files import MXNET_FIXTURES as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 FIXTURE_FILES = ('arrays.nd', 'list.nd', 'mlp-0001.params')
 
 
 def fixture_bytes(name):
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f'MXNet fixtures not found at {FIXTURES}')
-    return path.read_bytes()
+    return (FIXTURES / name).read_bytes()
 
 
 def header(count):
@@ -284,10 +280,7 @@ def test_nothing_from_the_file_is_executed():
 # NDArray level (mx.nd.save / mx.nd.load).
 
 def ndarray_api():
-    try:
-        from ember.ndarray import NDArray, array
-    except ImportError as exc:
-        pytest.skip(f'ember.ndarray.NDArray is not available yet ({exc})')
+    from ember.ndarray import NDArray, array
     return NDArray, array
 
 

@@ -4,7 +4,6 @@ import inspect
 import json
 import pickle
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +16,9 @@ from ember.passes import infer_shape as infer_shape_pass
 from ember.passes import infer_type as infer_type_pass
 from ember.symbol import AttrScope, NameManager, Prefix, graph as ir
 from ember.symbol.infer import infer_shapes
+from data_files import MXNET_FIXTURES
 
-FIXTURE = (Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
-           / 'mlp-symbol.json')
+FIXTURE = MXNET_FIXTURES / 'mlp-symbol.json'
 MLP_ARGS = ['data', 'mlp_dense0_weight', 'mlp_dense0_bias', 'mlp_dense1_weight',
             'mlp_dense1_bias', 'mlp_dense2_weight', 'mlp_dense2_bias']
 

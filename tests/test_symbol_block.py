@@ -1,5 +1,4 @@
 """SymbolBlock: graphs from mx.sym, from HybridBlock.export and from MXNet 1.9.1 itself."""
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,18 +9,14 @@ from ember import ndarray as nd
 from ember import symbol as sym
 from ember.base import EmberError
 from ember.gluon import nn
+from data_files import MXNET_FIXTURES as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / 'shared' / 'fixtures' / 'mxnet-1.9.1'
-if not FIXTURES.exists():
-    FIXTURES = Path(__file__).resolve().parents[2] / 'shared' / 'fixtures' / 'mxnet-1.9.1'
 
 
 def array(*shape, seed=0):
     return nd.array(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
-@pytest.mark.skipif(not (FIXTURES / 'mlp-symbol.json').exists(),
-                    reason='the MXNet 1.9.1 fixtures are not in this checkout')
 def test_imports_mxnet_export_and_reproduces_its_output():
     block = gluon.SymbolBlock.imports(str(FIXTURES / 'mlp-symbol.json'), ['data'],
                                       str(FIXTURES / 'mlp-0001.params'))

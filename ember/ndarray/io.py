@@ -1,6 +1,6 @@
 """MXNet 1.x binary NDArray list files: ``mx.nd.save``, ``mx.nd.load`` and ``.params`` files.
 
-The format (``shared/formats/ndarray-list.md``): a list header (magic ``0x112``), the array
+The format: a list header (magic ``0x112``), the array
 records (magic ``0xF993FAC9``, storage type, shape, device, dtype flag, raw little-endian data
 in C order), then the names, none for a list. Ember writes the same bytes MXNet 1.9 writes, so
 checkpoints move both ways.
