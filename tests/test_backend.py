@@ -171,3 +171,58 @@ def test_binding_returns_the_heap_it_used(monkeypatch):
     net = sym.FullyConnected(sym.var('x'), num_hidden=2, name='fc')
     net.simple_bind(device.cpu(), x=(1, 3)).forward()
     assert calls == [1]
+
+
+_ISA_SCRIPT = '''
+import numpy as np
+from ember.backend import onednn
+from ember.op.nn import conv_winograd
+md = onednn.MemoryDesc.of
+data, weight, out = (np.ones(s, np.float32) for s in [(1, 64, 14, 14), (64, 64, 3, 3),
+                                                     (1, 64, 14, 14)])
+conv = onednn.convolution(md(data), md(weight), None, md(out), (1, 1), (1, 1), (1, 1), (1, 1), ())
+print(conv_winograd._winograd.instruction_set(), conv.implementation)
+'''
+
+
+def widest_builds():
+    """The instruction sets of ember._winograd's builds that this CPU runs, widest first."""
+    from ember.op.nn import conv_winograd
+    module = conv_winograd._winograd
+    if module is None:
+        pytest.skip('ember._winograd is not built')
+    before, runs = module.instruction_set(), []
+    for name in ('avx512', 'avx2', 'baseline'):
+        try:
+            module.use_instruction_set(name)
+        except ValueError:
+            continue
+        runs.append(name)
+    module.use_instruction_set(before)
+    return runs
+
+
+@pytest.mark.skipif(WHEEL_LIBRARY is None, reason='oneDNN (onednn-cpu-gomp) is not installed')
+@pytest.mark.parametrize('isa, build', [('AVX2', 'avx2'), ('SSE41', 'baseline'),
+                                        ('ALL', None)])
+def test_max_cpu_isa_narrows_onednn_and_the_compiled_kernels(isa, build):
+    runs = widest_builds()
+    if build is not None and build not in runs:
+        pytest.skip(f'this CPU does not run the {build} build')
+    env = config.child_environ(ONEDNN_MAX_CPU_ISA=isa)
+    out = subprocess.run([sys.executable, '-c', _ISA_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out[0] == (build or runs[0])
+    if isa != 'ALL':
+        assert 'avx512' not in out[1], out        # oneDNN read the cap as well
+        assert isa != 'SSE41' or 'avx' not in out[1], out
+
+
+def test_max_cpu_isa_rejects_what_onednn_would_ignore():
+    env = config.child_environ(ONEDNN_MAX_CPU_ISA=None)
+    env['ONEDNN_MAX_CPU_ISA'] = 'avx3'
+    code = 'from ember.op.nn import conv_winograd; conv_winograd._winograd.instruction_set()'
+    done = subprocess.run([sys.executable, '-c', code], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "ONEDNN_MAX_CPU_ISA='avx3': expected 'SSE41'" in done.stderr

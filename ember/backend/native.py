@@ -206,9 +206,38 @@ def compiled_module(name: str):
     OpenMP loads libgomp."""
     prepare_openmp()
     try:
-        return importlib.import_module(f'ember.{name}')
+        module = importlib.import_module(f'ember.{name}')
     except ImportError:
         return None
+    return _CappedAtFirstUse(module) if hasattr(module, 'use_instruction_set') else module
+
+
+class _CappedAtFirstUse:
+    """A compiled module with builds per instruction set, narrowed to ``ONEDNN_MAX_CPU_ISA`` at
+    its first use rather than at import (a bad value raises where the kernels are asked for).
+    After that its names are this object's own, so a lookup costs what a module's does."""
+
+    def __init__(self, module):
+        self.__dict__['_module'] = module
+
+    def __getattr__(self, name):
+        module = self.__dict__['_module']
+        _cap_instruction_set(module)
+        self.__dict__.update(vars(module))
+        return getattr(module, name)
+
+
+# The widest build of a compiled module that each ONEDNN_MAX_CPU_ISA value allows.
+_BUILDS = ('baseline', 'avx2', 'avx512')
+
+
+def _cap_instruction_set(module) -> None:
+    """Narrow `module`'s build to ``ONEDNN_MAX_CPU_ISA``, as oneDNN narrows its own kernels."""
+    isa = config.get('ONEDNN_MAX_CPU_ISA')
+    cap = 'avx512' if isa.startswith('AVX512') or isa == 'ALL' else (
+        'avx2' if isa.startswith('AVX2') else 'baseline')
+    if _BUILDS.index(module.instruction_set()) > _BUILDS.index(cap):
+        module.use_instruction_set(cap)
 
 
 def pause_openmp() -> None:
