@@ -10,7 +10,8 @@ from ember import config
 from ember import symbol as sym
 import ember.executor  # noqa: F401  (attaches Symbol.bind)
 from ember.base import EmberError
-from ember.op.nn import conv_algorithms, conv_winograd, onednn_provider
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import algorithms, compiled
 from ember.passes import infer_shape, infer_type, subgraph
 
 
@@ -273,7 +274,7 @@ def _gradient_algorithms():
     names = ['gemm']
     if onednn_provider.enabled():
         names.append('onednn')
-    if conv_winograd._winograd is not None:
+    if compiled.MODULE is not None:
         names.append('winograd4')
     return names
 
@@ -306,8 +307,8 @@ def test_sg_conv_gradients_keep_the_weight_oihw(force_conv, monkeypatch, algorit
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         want = _conv_grads('Convolution', x, w, b, head, **attrs)
     ran = []
-    for table in (conv_algorithms.DATA_GRADIENT_ALGORITHMS,
-                  conv_algorithms.WEIGHT_GRADIENT_ALGORITHMS):
+    for table in (algorithms.DATA_GRADIENT_ALGORITHMS,
+                  algorithms.WEIGHT_GRADIENT_ALGORITHMS):
         chosen = table[algorithm]
 
         def run(problem, call, *args, _run=chosen.run):
@@ -328,7 +329,7 @@ def test_sg_conv_gradients_keep_the_weight_oihw(force_conv, monkeypatch, algorit
         np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
 
 
-@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+@pytest.mark.skipif(compiled.MODULE is None, reason='ember._winograd is not built')
 def test_a_1x1_weight_gradient_by_the_compiled_sums(monkeypatch):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 16, 10, 10)).astype(np.float32)
@@ -337,14 +338,14 @@ def test_a_1x1_weight_gradient_by_the_compiled_sums(monkeypatch):
     head = rng.standard_normal((3, 20, 10, 10)).astype(np.float32)
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         want = _conv_grads('Convolution', x, w, b, head, num_filter=20, kernel=(1, 1))
-    ran, rule = [], conv_algorithms.rule
+    ran, rule = [], algorithms.rule
 
     def choose(problem, *args, **kwargs):
         if problem.gradient == 'weight':
             ran.append(problem.channel_last)
-            return conv_algorithms.WEIGHT_GRADIENT_ALGORITHMS['pointwise']
+            return algorithms.WEIGHT_GRADIENT_ALGORITHMS['pointwise']
         return rule(problem, onednn_provider.enabled())
-    monkeypatch.setattr(conv_algorithms, 'choose', choose)
+    monkeypatch.setattr(algorithms, 'choose', choose)
     got = _conv_grads('_sg_conv', x.transpose(0, 2, 3, 1), w, b, head.transpose(0, 2, 3, 1),
                       layout='NHWC', weight_layout='OIHW', num_filter=20, kernel=(1, 1))
     assert ran == [True]

@@ -416,10 +416,11 @@ def test_channel_last_pooling_pads_channel_last_and_splits_the_samples(kind, spl
 
 def test_channel_last_padding_scratch_is_channel_last():
     from ember.op.nn import pooling
+    from ember.op.nn._common import pool_window
     attrs = registry.get('Pooling').parse_attrs(dict(kernel=(3, 3), pad=(1, 1),
                                                      layout='NHWC'))
     x = np.zeros((2, 5, 5, 4), np.float32).transpose(0, 3, 1, 2)    # channel-first view
-    window = pooling.pool_window(attrs, x.shape[2:])
+    window = pool_window(attrs, x.shape[2:])
     buffer = pooling._pad_buffer(attrs, x, window, KernelContext(None))
     assert buffer.shape == (2, 4, 7, 7) and buffer.strides[1] == 4     # channels innermost
 

@@ -8,9 +8,8 @@ from ember.backend import native
 from ember.base import prod
 from ember.engine.threads import kernel_threads
 from ember.op.nn import onednn_provider
-from ember.op.nn.convolution import weight_token
-from ember.op.nn._common import assign_shape, outputs_of, reshape_view
-from ember.op.nn.conv_winograd import run_compiled
+from ember.op.nn._common import assign_shape, outputs_of, reshape_view, weight_token
+from ember.op.nn.conv.compiled import run_compiled
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_int, register, same_type
 
 PARAMS = (

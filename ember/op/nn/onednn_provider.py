@@ -33,8 +33,9 @@ from ember.backend.onednn import (
     ARG_DIFF_WEIGHTS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE,
     ARG_DST_ITER, ARG_DST_ITER_C, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
     ARG_WORKSPACE, MemoryDesc, PostOp, has_plain_strides)
-from ember.op.nn._common import (channel_first, is_channel_last, reshape_view, scratch,
-                                 spatial_defaults)
+from ember.op.nn._common import (channel_first, is_channel_last, pool_window, reshape_view,
+                                 scratch, spatial_defaults)
+from ember.op.nn.rnn_layout import dims_of, unpack
 
 __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'convolution_backward_weights', 'fully_connected_forward', 'fully_connected_backward',
@@ -148,7 +149,7 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     added through oneDNN's sum post-op and `act_type` (an Activation name) applied after it.
     `weight_scale` (per output channel; None for none) is a folded BatchNorm. `weight_version`,
     ``((engine variable, version), ...)`` of the arrays the weight is made from
-    (:func:`ember.op.nn.convolution.weight_token`), lets the weight's reorder into oneDNN's
+    (:func:`ember.op.nn._common.weight_token`), lets the weight's reorder into oneDNN's
     blocked layout, scaled, be kept between calls while it stays the same.
 
     False where oneDNN does not run it; else, where the call can be run again as it is, its
@@ -519,17 +520,11 @@ def _pool_geometry(attrs, data, out, safe):
         return None
     layout = attrs['layout']
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
-    window = _pool_window(attrs, x.shape[2:])
+    window = pool_window(attrs, x.shape[2:])
     algorithm = _pool_algorithm(attrs, window, safe)
     if algorithm is None or _has_empty_window(window):
         return None
     return x, y, window, algorithm
-
-
-def _pool_window(attrs, size_in):
-    # imported here: pooling.py imports this module to call it first
-    from ember.op.nn.pooling import pool_window
-    return pool_window(attrs, size_in)
 
 
 def _pool_algorithm(attrs, window, safe):
@@ -793,9 +788,8 @@ def rnn_forward(attrs, data, params, state, state_cell, out, hy, cy=None) -> boo
         return False
     if data.ndim != 3 or not _ready(data, params, state, state_cell, out, hy, cy):
         return False
-    from ember.op.nn import rnn      # imported here: rnn.py imports this module
-    dims = rnn._dims(attrs, data.shape[2])
-    weights = rnn._unpack(params, dims)
+    dims = dims_of(attrs, data.shape[2])
+    weights = unpack(params, dims)
     layer_in = data
     for layer in range(dims.layers):
         last = layer == dims.layers - 1

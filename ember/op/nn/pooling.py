@@ -8,11 +8,9 @@ from ember import config, engine
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import (
     accumulation_dtype, channel_first, check_layout, interior, is_channel_last, join_layout,
-    layout_param, make_window, padded_input, scratch, shape_param, spatial_defaults,
-    split_layout, window_slices)
+    layout_param, padded_input, pool_window, scratch, shape_param, split_layout,
+    window_slices)
 from ember.op.registry import Param, ShapeError, p_bool, p_enum, p_int, p_optional, register
-
-__all__ = ['pool_window']
 
 POOL_PARAMS = (
     shape_param('kernel', doc='Window size; ignored with global_pool.'),
@@ -28,38 +26,6 @@ POOL_PARAMS = (
           'avg: count padded elements in the divisor (None means True).'),
     layout_param(),
 )
-
-
-def pool_window(attrs, size_in):
-    """The Window of a Pooling operator over data of spatial size `size_in`."""
-    op, nd = 'Pooling', len(size_in)
-    ones = (1,) * nd
-    if attrs['global_pool']:
-        return make_window(tuple(size_in), ones, ones, (0,) * nd, size_in, ones)
-    kernel = attrs['kernel']
-    if len(kernel) != nd:
-        raise ShapeError(f'Pooling: kernel {kernel} has {len(kernel)} dims but the data has '
-                         f'{nd} spatial dims' + ('' if kernel else '; set kernel or global_pool'))
-    stride, pad = spatial_defaults(op, attrs, nd, ('stride', 'pad'))
-    convention = attrs['pooling_convention']
-    if convention == 'same':
-        if any(pad):
-            raise ShapeError(f"Pooling: pooling_convention='same' computes its own padding; "
-                             f'got pad={pad}')
-        size_out = tuple(-(-n // s) for n, s in zip(size_in, stride))
-        total = [max((o - 1) * s + k - n, 0) for o, s, k, n in
-                 zip(size_out, stride, kernel, size_in)]
-        pad = tuple(t // 2 for t in total)
-    else:
-        spans = [n + 2 * p - k for n, p, k in zip(size_in, pad, kernel)]
-        if convention == 'valid':
-            size_out = tuple(span // s + 1 for span, s in zip(spans, stride))
-        else:
-            size_out = tuple(-(-span // s) + 1 for span, s in zip(spans, stride))
-    if any(o <= 0 for o in size_out):
-        raise ShapeError(f'Pooling: kernel {kernel} does not fit data of spatial size '
-                         f'{tuple(size_in)} padded by {pad}')
-    return make_window(kernel, stride, ones, pad, size_in, size_out)
 
 
 def _infer(attrs, in_shapes):
