@@ -13,6 +13,8 @@ from ember.base import EmberError
 from ember.op.nn import onednn_provider
 from ember.op.nn.conv import algorithms, compiled
 from ember.passes import infer_shape, infer_type, subgraph
+from ember.passes.options import Options
+from subgraph_passes import rewritten
 
 
 @pytest.fixture
@@ -54,7 +56,8 @@ def _values(net, shape):
 
 def _graph(net, values):
     """`net`'s graph with its shapes inferred, as the executor's pipeline hands it over."""
-    return infer_shape.run(net.to_graph(), {k: v.shape for k, v in values.items()})
+    return infer_shape.run(net.to_graph(),
+                           Options(shapes={k: v.shape for k, v in values.items()}))
 
 
 def _run(net, values):
@@ -71,7 +74,7 @@ def _ops(graph):
 def test_convolutions_and_their_neighbours_run_channel_last(channel_last):
     net = _resnet_like()
     values = _values(net, (2, 3, 8, 8))
-    graph, params = subgraph.run(_graph(net, values), values)
+    graph, params = rewritten(_graph(net, values), values)
     ops = _ops(graph)
     layouts = {name: layout for op, layout, name in ops if op in ('_sg_conv', 'Pooling')}
     assert layouts == {'r1': 'NHWC', 'p1': 'NHWC', 'r2': 'NHWC', 'gp': 'NHWC'}
@@ -100,7 +103,7 @@ def test_a_reader_outside_the_region_gets_channel_first_data(channel_last):
     conv = sym.Convolution(x, kernel=(1, 1), num_filter=4, name='c')
     net = sym.Group([sym.relu(conv, name='r'), sym.sum(conv, axis=(2, 3), name='s')])
     values = _values(net, (1, 2, 3, 5))
-    graph, _ = subgraph.run(_graph(net, values), values)
+    graph, _ = rewritten(_graph(net, values), values)
     names = [op for op, _, _ in _ops(graph)]
     assert names.count('transpose') == 3          # in; back for the sum and the output
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
@@ -114,7 +117,7 @@ def test_concat_on_channels_follows(channel_last):
     b = sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=2, name='b')
     net = sym.Convolution(sym.concat(a, b, dim=1), kernel=(1, 1), num_filter=4, name='c')
     values = _values(net, (2, 3, 6, 6))
-    graph, _ = subgraph.run(_graph(net, values), values)
+    graph, _ = rewritten(_graph(net, values), values)
     concat = [n for n in graph.nodes if n.op is not None and n.op.name == 'Concat']
     assert concat[0].attrs['dim'] == 3
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
@@ -128,7 +131,7 @@ def test_a_shared_weight_is_not_copied(channel_last):
     first = sym.Convolution(x, w, kernel=(1, 1), num_filter=3, no_bias=True, name='one')
     net = sym.Convolution(first, w, kernel=(1, 1), num_filter=3, no_bias=True, name='two')
     values = {'w': np.ones((3, 3, 1, 1), np.float32), 'data': np.ones((1, 3, 4, 4), np.float32)}
-    graph, params = subgraph.run(_graph(net, values), values)
+    graph, params = rewritten(_graph(net, values), values)
     convs = [n for n in graph.nodes if n.op is not None and n.op.name == '_sg_conv']
     assert len(convs) == 2 and all(graph.nodes[n.inputs[1].node].name == 'w' for n in convs)
     assert sorted(params) == ['data', 'w']
@@ -136,7 +139,7 @@ def test_a_shared_weight_is_not_copied(channel_last):
 
 def test_without_weight_values_convolutions_stay_channel_first(channel_last):
     net = _resnet_like()
-    graph, _ = subgraph.run(_graph(net, {'data': np.ones((2, 3, 8, 8))}), {})
+    graph, _ = rewritten(_graph(net, {'data': np.ones((2, 3, 8, 8))}), {})
     assert all(layout in (None, 'NCHW') for op, layout, _ in _ops(graph) if op == 'Convolution')
     assert 'transpose' not in [op for op, _, _ in _ops(graph)]
 
@@ -145,7 +148,7 @@ def test_off_without_the_fast_kernels(monkeypatch):
     monkeypatch.setattr(subgraph, 'channel_last_pays', lambda device=None: False)
     net = _resnet_like()
     values = _values(net, (2, 3, 8, 8))
-    graph, _ = subgraph.run(_graph(net, values), values)
+    graph, _ = rewritten(_graph(net, values), values)
     assert all(layout in (None, 'NCHW') for _, layout, _ in _ops(graph))
 
 
@@ -163,8 +166,9 @@ def test_channel_last_pays_on_the_cpu_with_either_provider():
 # channel-first graph.
 
 def _train_graph(net, values):
-    graph = infer_shape.run(net.to_graph(), {k: v.shape for k, v in values.items()})
-    return infer_type.run(graph, {k: v.dtype for k, v in values.items()})
+    options = Options(shapes={k: v.shape for k, v in values.items()},
+                      dtypes={k: v.dtype for k, v in values.items()})
+    return infer_type.run(infer_shape.run(net.to_graph(), options), options)
 
 
 def _step(net, values):
@@ -183,7 +187,7 @@ def _step(net, values):
 def test_training_graphs_run_channel_last_with_batch_norm_and_relu_joined():
     net = _resnet_like(projection=True)
     values = _values(net, (2, 3, 8, 8))
-    graph, params = subgraph.run(_train_graph(net, values), values, is_train=True)
+    graph, params = rewritten(_train_graph(net, values), values, is_train=True)
     assert params is values
     ops = {n.name: n for n in graph.nodes if n.op is not None}
     convs = {name: n.attrs for name, n in ops.items() if n.op.name == '_sg_conv'}
@@ -208,14 +212,14 @@ def test_training_graphs_run_channel_last_with_batch_norm_and_relu_joined():
 def test_a_residual_blocks_batch_norm_add_and_relu_become_one_operator():
     net = _resnet_like(projection=True, normalized=True)
     values = _values(net, (2, 3, 8, 8))
-    graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     ops = {n.name: n for n in graph.nodes if n.op is not None}
     assert 'b2' not in ops and ops['r2'].op.name == '_sg_bn_add_relu'
     assert ops['r2'].attrs['axis'] == 3 and not ops['r2'].attrs['fix_gamma']
     assert [graph.nodes[e.node].name for e in ops['r2'].inputs] == \
         ['c2', 'b2_gamma', 'b2_beta', 'b2_moving_mean', 'b2_moving_var', 'c3']
     with config.override(MXNET_BACKWARD_DO_MIRROR=True):
-        graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+        graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     assert {n.name: n.op.name for n in graph.nodes if n.op is not None}['b2'] == 'BatchNorm'
 
 
@@ -223,7 +227,7 @@ def test_batch_norm_keeps_its_relu_apart_when_mirrored_or_read_by_others():
     net = _resnet_like(projection=True)
     values = _values(net, (2, 3, 8, 8))
     with config.override(MXNET_BACKWARD_DO_MIRROR=True):
-        graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+        graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     ops = {n.name: n.op.name for n in graph.nodes if n.op is not None}
     assert ops['b1'] == 'BatchNorm' and ops['r1'] == 'relu'
     # another reader of the BatchNorm's output
@@ -232,7 +236,7 @@ def test_batch_norm_keeps_its_relu_apart_when_mirrored_or_read_by_others():
                       name='b')
     net = sym.Group([sym.relu(b, name='r'), b * 2])
     values = _values(net, (2, 3, 4, 4))
-    graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     ops = {n.name: n.op.name for n in graph.nodes if n.op is not None}
     assert ops['b'] == 'BatchNorm' and ops['r'] == 'relu'
 
@@ -241,14 +245,14 @@ def test_without_the_subgraph_backend_training_graphs_stay_channel_first():
     net = _resnet_like(projection=True)
     values = _values(net, (2, 3, 8, 8))
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
-        graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+        graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     assert '_sg_conv' not in [n.op.name for n in graph.nodes if n.op is not None]
 
 
 def test_float64_training_graphs_stay_channel_first():
     net = _resnet_like(projection=True)
     values = {k: v.astype(np.float64) for k, v in _values(net, (2, 3, 8, 8)).items()}
-    graph, _ = subgraph.run(_train_graph(net, values), values, is_train=True)
+    graph, _ = rewritten(_train_graph(net, values), values, is_train=True)
     assert '_sg_conv' not in [n.op.name for n in graph.nodes if n.op is not None]
 
 
