@@ -59,14 +59,14 @@ def _calls(batch, channels, size, threads):
     return {
         ('forward', 'dnn'): lambda: onednn_provider.convolution_forward(attrs, x, w, None, out),
         ('forward', 'wino'): lambda: winograd.winograd(x, w, None, out, window, False, 4,
-                                                            threads=threads),
+                                                       threads=threads),
         ('data', 'dnn'): lambda: onednn_provider.convolution_backward_data(attrs, dy, w, dx),
         ('data', 'wino'): lambda: winograd_compiled.data_gradient(dy, w, dx, window, False,
-                                                              threads=threads),
+                                                                  threads=threads),
         ('weight', 'dnn'): lambda: onednn_provider.convolution_backward_weights(attrs, dy, x,
                                                                                 dw),
         ('weight', 'wino'): lambda: winograd_compiled.weight_gradient(dy, x, dw, window, False,
-                                                                  threads=threads),
+                                                                      threads=threads),
     }
 
 
@@ -100,7 +100,7 @@ def _pointwise_calls(batch, channels, filters, size, threads):
         'dnn+b': dnn_with_bias,
         'dnn': lambda: onednn_provider.convolution_backward_weights(attrs, dy, x, dw, db),
         'sums': lambda: pointwise.weight_gradient(dy, x, dw, db,
-                                                                threads=threads),
+                                                  threads=threads),
     }
 
 

@@ -15,7 +15,9 @@ import ember as mx
 from ember import config, engine
 from ember.op import registry
 from ember.op.nn import onednn_provider
-from ember.op.nn.conv import algorithms, common, compiled, convolution, gemm, kept, line, tuning, winograd, winograd_compiled
+from ember.op.nn.conv import (
+    algorithms, common, compiled, convolution, kept, line, tuning, winograd,
+    winograd_compiled)
 from ember.op.nn.conv.state import LINE, STATE, TRANSFORMED
 from ember.op.nn.conv.convolution import problem_of
 
@@ -140,7 +142,7 @@ def test_a_problem_is_worked_out_once_per_shape():
 def _supported(name, case, layout):
     x = CASES[case].arrays(layout)[0]
     return algorithms.ALGORITHMS[name].supports(problem_of(CASES[case].attrs(CONV, layout),
-                                                                x))
+                                                           x))
 
 
 # every algorithm on every case it supports (Winograd runs only 3x3 stride 1, ...)
@@ -395,7 +397,7 @@ def test_the_rule_is_winograd_for_wide_3x3_pointwise_for_1x1_and_gemm_elsewhere(
     assert rule(1, 256, 14) == 'gemm'          # 49 tiles
     assert rule(8, 512, 7) == 'gemm'           # 16 MB of transformed weights
     line = algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1), (0, 3),
-                                       (17, 17), 'float32')
+                                  (17, 17), 'float32')
     assert algorithms.numpy_rule(line).name == ('winograd_line' if built else 'gemm')
     channel_first = dataclasses.replace(line, channel_last=False)
     assert algorithms.numpy_rule(channel_first).name == 'gemm'
@@ -719,7 +721,7 @@ def test_measurement_leaves_out_algorithms_keeping_much_memory_for_little_output
     STATE.choices.clear()
     try:
         algorithms.choose(problem, mode, 1 << 40, True,
-                               lambda algorithm: tried.append(algorithm.name) or True)
+                          lambda algorithm: tried.append(algorithm.name) or True)
     finally:
         STATE.choices.clear()
     assert ('winograd4' in tried) == measured
@@ -1029,3 +1031,18 @@ def test_a_node_runs_its_line_convolution_again_without_choosing(monkeypatch):
         assert len(choices) == 2 and len(worked_out) == 2
     finally:
         STATE.kept[LINE].clear()
+
+
+def test_the_subsystem_forgets_everything_when_the_operators_reset():
+    """Its memory is one object: the choices, the kept weights and the largest graph go with
+    STATE.reset(), which overriding a start-up variable of the operators runs."""
+    token = ((engine.get().new_var(), 0),)
+    STATE.choices.remember(('a problem', 'a mode'), 'gemm')
+    for store in STATE.kept.values():
+        store.keep(token, np.ones(4, np.float32))
+    STATE.largest_graph, generation = 1 << 30, STATE.choices.generation
+    with config.override(MXNET_USE_NUM_CORES_OPERATOR_TUNING=1):
+        assert STATE.choices.get(('a problem', 'a mode')) is None
+        assert STATE.choices.generation > generation
+        assert all(store.nbytes() == 0 for store in STATE.kept.values())
+        assert STATE.largest_graph == 0 and kept.kept_budget() == tuning.TUNING.kept_budget

@@ -22,7 +22,7 @@ def test_the_backward_chunks_cover_the_batch():
     x = np.zeros((6, 4, 10, 10), np.float32)
     w = np.zeros((5, 4, 3, 3), np.float32)
     window = generic.conv_window('Convolution', {'kernel': (3, 3), 'stride': (),
-                                                      'dilate': (), 'pad': (1, 1)}, (10, 10))
+                                                 'dilate': (), 'pad': (1, 1)}, (10, 10))
     chunks = generic._batch_chunks(x, w, window, 20_000)
     assert len(chunks) > 1 and chunks[0][0] == 0 and chunks[-1][1] == 6
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))

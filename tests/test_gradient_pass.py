@@ -33,7 +33,7 @@ def test_outputs_are_forward_outputs_then_one_gradient_per_argument():
 def test_null_arguments_and_auxiliary_states_get_no_gradient():
     net = mx.sym.BatchNorm(mx.sym.var('x'), name='bn')
     full = gradient.with_gradients(net.to_graph(), grad_req={'x': 'write', 'bn_gamma': 'null',
-                                                  'bn_beta': 'add'})
+                                                             'bn_beta': 'add'})
     assert full.attrs['gradient'].wrt == ('x', 'bn_beta')
     assert full.attrs['gradient'].grad_req == ('write', 'add')
     with pytest.raises(EmberError, match=r"\['bn_moving_mean'\] are not arguments"):
@@ -50,7 +50,8 @@ def test_contributions_are_summed_and_unused_arguments_get_zeros():
     lonely = gradient.with_gradients(mx.sym.Group([x * 2, unused]).to_graph(), ['unused'])
     assert lonely.output_names()[-1] == 'unused_head_grad'     # the output's head gradient
     alone = gradient.with_gradients(mx.sym.exp(x).to_graph(), ['x'])
-    dead = gradient.with_gradients(mx.sym.Group([mx.sym.exp(x), unused]).to_graph(), ['x', 'unused'])
+    dead = gradient.with_gradients(mx.sym.Group([mx.sym.exp(x), unused]).to_graph(),
+                                   ['x', 'unused'])
     assert ops(dead)[-1] == ops(alone)[-1]
 
 

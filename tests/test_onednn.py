@@ -1,6 +1,7 @@
 """The oneDNN binding and kernel provider: every provider function against the NumPy kernel of
 its operator on random inputs, post-ops, the primitive cache bound, the on/off switch, thread
 control and the errors of a wrong library path."""
+import dataclasses
 import gc
 import threading
 import weakref
@@ -231,7 +232,8 @@ def test_inference_fully_connected_keeps_a_blocked_weight_per_version(monkeypatc
     onednn.clear_cache()
     assert provider.fully_connected_forward(attrs, data, weight, bias, out)
     assert provider.fully_connected_forward(attrs, data[:1], weight, bias, out[:1], ((var, 3),))
-    monkeypatch.setattr(provider, 'FC_BLOCKED_MAX_BYTES', weight.nbytes - 1)
+    monkeypatch.setattr(provider, 'TUNING', dataclasses.replace(
+        provider.TUNING, fc_blocked_max_bytes=weight.nbytes - 1))
     assert provider.fully_connected_forward(attrs, data, weight, bias, out, ((var, 3),))
     np.testing.assert_allclose(out, 2 * expected - bias, rtol=RTOL, atol=ATOL)
     assert not any(run.reorders[onednn.ARG_WEIGHTS] for run in runs[-3:])

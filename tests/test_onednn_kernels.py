@@ -2,6 +2,8 @@
 (``MXNET_MKLDNN_ENABLED=0``, the NumPy code), forward and backward, channel-first and
 channel-last; the convolution gradients the provider offers; and the switches that decide
 whether oneDNN runs at all."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -151,12 +153,13 @@ def test_pooling_forward_and_backward(shape, kwargs, primitive_runs):
 
 @pytest.mark.parametrize('pool_type', ['max', 'avg'])
 def test_nchw_pooling_runs_a_few_samples_at_a_time(pool_type, monkeypatch, primitive_runs):
-    # NCHW data is pooled in channel-last copies, bounded by _CHUNK_BYTES: the forward pass
+    # NCHW data is pooled in channel-last copies, bounded by pool_copy_bytes: the forward pass
     # copies two samples (of three) at a time, the backward pass (data, its gradient, the
     # output gradient twice) one
     x = np.maximum(rand(3, 4, 9, 9), 0)
     kwargs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type=pool_type)
-    monkeypatch.setattr(provider, '_CHUNK_BYTES', 2 * (4 * 9 * 9 + 4 * 5 * 5) * 4)
+    monkeypatch.setattr(provider, 'TUNING', dataclasses.replace(
+        provider.TUNING, pool_copy_bytes=2 * (4 * 9 * 9 + 4 * 5 * 5) * 4))
     (y,) = assert_same_both_ways('Pooling', [x], runs=primitive_runs, **kwargs)
     assert len(primitive_runs) == 2
     dy = rand(*y.shape, seed=3)

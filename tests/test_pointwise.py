@@ -256,7 +256,7 @@ def test_gemm_on_packed_weights_matches_numpys(threads, act_type):
             holder = np.concatenate([residual.ravel(), np.zeros(1, np.float32)])
             out, res = holder[1:].reshape(residual.shape), holder[:-1].reshape(residual.shape)
         gemm.gemm(x, w, bias, out, window, 1, True, res, act_type,
-                       threads=threads, packed=packed)
+                  threads=threads, packed=packed)
         assert_close(out, expected)
 
 
@@ -269,7 +269,7 @@ def test_gemm_packs_channel_last_float32_patches():
                    dict(channel_last=False), dict(dtype='float64'), dict(gradient='data')]:
         assert not gemm.packs(problem(**dict(base, **change)))
     assert gemm.packs(problem(**dict(base, kernel=(1, 1), pad=(0, 0),
-                                          stride=(2, 2)))) == expected
+                                     stride=(2, 2)))) == expected
     # in 2-D the module gathers the patches, so narrow channels (an RGB image) pack too
     assert gemm.packs(problem(**dict(base, channels=3))) == expected
     assert gemm.packs(problem(**dict(base, **one_d))) == expected

@@ -2,8 +2,9 @@
 
 Checked against a float64 direct convolution on shapes that end in partial vectors, panels
 and tiles, with every padding, with bias, residual (in place) and activations, on each of the
-module's builds (the AVX-512 and AVX2 ones agree bit for bit); the results do not depend on how the work is split; the transformed weights
-are kept per weight version; the NumPy code runs where the module cannot.
+module's builds (the AVX-512 and AVX2 ones agree bit for bit); the results do not depend on
+how the work is split; the transformed weights are kept per weight version; the NumPy code
+runs where the module cannot.
 """
 import threading
 import types
@@ -13,7 +14,9 @@ import numpy as np
 import pytest
 
 import ember as mx
-from ember.op.nn.conv import algorithms, common, compiled, convolution, kept, pointwise, tuning, winograd, winograd_compiled
+from ember.op.nn.conv import (
+    algorithms, common, compiled, convolution, kept, pointwise, tuning, winograd,
+    winograd_compiled)
 from ember.op.nn.conv.state import LINE, PACKED, STATE, TRANSFORMED
 from ember.op.nn._common import make_window
 from ember.op.nn.activation import ACTIVATIONS
@@ -51,8 +54,8 @@ class Case:
             out[...] = residual
             residual = out                          # in place, as _sg_conv runs it
         winograd.winograd(self.x, self.w if w is None else w, self.bias, out,
-                               self.window, True, 4, residual, act_type, budget,
-                               threads=threads, weight_version=weight_version)
+                          self.window, True, 4, residual, act_type, budget,
+                          threads=threads, weight_version=weight_version)
         return out
 
 
@@ -383,7 +386,7 @@ def test_relative_error_on_resnet_like_data():
     w = (rng.standard_normal((128, 3, 3, 128)) * np.sqrt(2 / (9 * 128))).astype(np.float32)
     out = np.empty((2, 14, 14, 128), np.float32)
     winograd.winograd(x, w, None, out, make_window((3, 3), (1, 1), (1, 1), (1, 1),
-                                                        (14, 14), (14, 14)), True, 4)
+                                                   (14, 14), (14, 14)), True, 4)
     expected = direct(x, w, 1)
     error = np.abs(out - expected)
     assert error.max() / np.abs(expected).max() < 1e-4
@@ -732,9 +735,9 @@ def test_weight_gradient_scratch_covers_what_it_takes(channel_last, counted_allo
     dw = np.empty((40, 3, 3, 24) if channel_last else (40, 24, 3, 3), np.float32)
     window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (9, 9), (9, 9))
     winograd_compiled.weight_gradient(dy, x, dw, window, channel_last, alloc=alloc,
-                                  threads=mx.engine.kernel_threads())
+                                      threads=mx.engine.kernel_threads())
     problem = algorithms.ConvProblem(channel_last, 2, 24, 40, 1, (3, 3), (1, 1), (1, 1),
-                                          (1, 1), (9, 9), 'float32', 'weight')
+                                     (1, 1), (9, 9), 'float32', 'weight')
     assert 0 < sum(taken) <= winograd_compiled.weight_gradient_scratch_bytes(problem, 2)
 
 
@@ -759,7 +762,7 @@ def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch, conv_
 def test_weight_gradient_sums_must_fit_the_cache():
     def problem(channels):
         return algorithms.ConvProblem(False, 16, channels, channels, 1, (3, 3), (1, 1),
-                                           (1, 1), (1, 1), (14, 14), 'float32', 'weight')
+                                      (1, 1), (1, 1), (14, 14), 'float32', 'weight')
     if _winograd is not None:
         assert winograd.supports_weight_gradient(problem(256))
     assert not winograd.supports_weight_gradient(problem(512))     # 38 MB of sums
@@ -828,7 +831,7 @@ def test_gradient_support_follows_the_flipped_convolution():
     assert winograd.supports_data_gradient(problem(channels=256, filters=256))
     assert not winograd.supports_data_gradient(problem(channels=512, filters=512))
     assert not winograd.supports_data_gradient(problem(channels=512, filters=512,
-                                                            batch=64, size_in=(56, 56)))
+                                                       batch=64, size_in=(56, 56)))
     assert not winograd.supports_data_gradient(problem(stride=(2, 2)))
     assert algorithms.DATA_GRADIENT_ALGORITHMS['winograd4'].supports is \
         winograd.supports_data_gradient
@@ -844,9 +847,9 @@ def test_scratch_covers_what_a_call_takes(counted_alloc):
     alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
     winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
-                           threads=mx.engine.kernel_threads())
+                      threads=mx.engine.kernel_threads())
     problem = algorithms.ConvProblem(True, 2, 24, 32, 1, (3, 3), (1, 1), (1, 1), (1, 1),
-                                          (18, 14), 'float32')
+                                     (18, 14), 'float32')
     assert 0 < sum(taken) <= winograd.scratch_bytes(problem, 2, 4)
 
 
@@ -903,7 +906,7 @@ def test_a_scaled_strided_weight_is_made_plain_only_to_transform_it(transforms):
     for _ in range(2):
         out = np.empty(c.expected.shape, np.float32)
         winograd.winograd(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, c.window, True, 4,
-                               threads=1, weight_version=((var, 0),), weight_scale=scale)
+                          threads=1, weight_version=((var, 0),), weight_scale=scale)
         assert_close(out, expected)
     assert len(transforms) == 1
 

@@ -134,7 +134,7 @@ def test_a_scaled_strided_weight_and_other_activations(build):
     scale = np.linspace(0.5, 2, 40).astype(np.float32)
     out = np.empty(c.expected.shape, np.float32)
     line.convolve(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, 2, 3, c.residual,
-                       'sigmoid', threads=2, weight_scale=scale)
+                  'sigmoid', threads=2, weight_scale=scale)
     expected = c.expected * scale + c.bias + c.residual
     assert_close(out, 1 / (1 + np.exp(-expected)))
 
@@ -250,7 +250,7 @@ def test_weights_are_transformed_once_per_version(transforms):
     first = run(c.w, 0)
     assert len(transforms) == 1
     problem = algorithms.ConvProblem(True, 2, 16, 24, 1, (7, 1), (1, 1), (1, 1), (3, 0),
-                                          (9, 4), 'float32')
+                                     (9, 4), 'float32')
     assert kept.kept_bytes() - before == line.kept_bytes(problem) > 0
     np.testing.assert_array_equal(run(c.w, 0), first)
     assert len(transforms) == 1
@@ -272,7 +272,7 @@ def test_kept_weights_go_with_their_variable_or_when_discarded(transforms):
     c, var, other = layer(15, 2, 5, 2, 8, 3, 8, 16), Var(), Var()
     for token in (((var, 0),), ((other, 0),)):
         line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
-                           weight_version=token)
+                      weight_version=token)
     before = kept.kept_bytes()
     kept.discard_others(((other, 0),), keep=LINE)     # its winner: kept
     assert kept.kept_bytes() == before
@@ -282,7 +282,7 @@ def test_kept_weights_go_with_their_variable_or_when_discarded(transforms):
     del var
     assert gone() is None
     line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
-                       weight_version=((Var(), 0),))    # keeping another drops the dead one's
+                  weight_version=((Var(), 0),))    # keeping another drops the dead one's
     assert kept.kept_bytes() < before
 
 
@@ -293,7 +293,7 @@ def test_past_the_budget_weights_are_transformed_every_call(conv_tuning, transfo
     before = kept.kept_bytes()
     for _ in range(2):
         line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 1,
-                           weight_version=((var, 0),))
+                      weight_version=((var, 0),))
     assert len(transforms) == 2 and kept.kept_bytes() == before
 
 
@@ -302,13 +302,13 @@ def test_line_and_2d_weights_share_one_budget(conv_tuning, transforms):
     c, var = layer(18, 2, 7, 3, 8, 3, 16, 16), Var()
     line_bytes = int(np.prod(line._packed_shape(7, 4, 16, 16))) * 4
     problem = algorithms.ConvProblem(True, 1, 16, 16, 1, (3, 3), (1, 1), (1, 1), (1, 1),
-                                          (8, 8), 'float32')
+                                     (8, 8), 'float32')
     square_bytes = winograd.kept_weight_bytes(problem, 4)
     conv_tuning(kept_budget=line_bytes + square_bytes - 1)
     other = ((Var(), 0),)
     assert winograd.can_keep(problem, other)             # room for the 2-D layer alone
     line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 3,
-                       weight_version=((var, 0),))
+                  weight_version=((var, 0),))
     assert STATE.kept[LINE].nbytes() == line_bytes
     assert not winograd.can_keep(problem, other)         # not beside the line layer's
 
@@ -319,9 +319,9 @@ def test_scratch_covers_what_a_call_takes(counted_alloc):
     alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
     line.convolve(c.x, c.w, c.bias, out, 1, 3, alloc=alloc,
-                       threads=mx.engine.kernel_threads())
+                  threads=mx.engine.kernel_threads())
     problem = algorithms.ConvProblem(True, 3, 48, 40, 1, (7, 1), (1, 1), (1, 1), (3, 0),
-                                          (17, 17), 'float32')
+                                     (17, 17), 'float32')
     assert 0 < sum(taken) <= line.scratch_bytes(problem, 3)
     assert_close(out, c.expected + c.bias)
 
@@ -330,7 +330,7 @@ def test_scratch_covers_what_a_call_takes(counted_alloc):
 # When it applies
 
 LINE_PROBLEM = algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1),
-                                           (0, 3), (17, 17), 'float32')
+                                      (0, 3), (17, 17), 'float32')
 
 
 @pytest.mark.parametrize('change, supported', [

@@ -4,12 +4,12 @@
 It runs on a forward+backward graph (after the gradient pass, before fusion and memory
 planning); a graph without a backward part comes back unchanged. The forward part is what the
 graph's first ``attrs['num_forward_outputs']`` outputs depend on (the gradient pass writes it),
-else the first ``attrs['gradient'].num_forward_nodes`` nodes; every other node is backward. A backward node that reads a forward value computed
-by a cheap operator reads a copy instead, ``<name>_mirror``, placed right before the first
-backward node that needs it, so the memory planner can free the forward value as soon as the
-forward part is done with it. A mirror's inputs are mirrors too where their operators are
-cheap, up to chains of :data:`MAX_DEPTH` recomputed nodes; beyond that it reads the kept
-forward values.
+else the first ``attrs['gradient'].num_forward_nodes`` nodes; every other node is backward. A
+backward node that reads a forward value computed by a cheap operator reads a copy instead,
+``<name>_mirror``, placed right before the first backward node that needs it, so the memory
+planner can free the forward value as soon as the forward part is done with it. A mirror's
+inputs are mirrors too where their operators are cheap, up to chains of :data:`MAX_DEPTH`
+recomputed nodes; beyond that it reads the kept forward values.
 
 Cheap means anything but Convolution, FullyConnected, Concat, SoftmaxOutput and Dropout, as in
 MXNet, less random operators and operators that update an input. BatchNorm updates its moving

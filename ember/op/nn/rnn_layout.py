@@ -5,7 +5,7 @@ hidden-to-hidden (G*H, H)), then every bias in the same order. The NumPy kernel
 
 >>> dims = Dims(layers=1, directions=1, input_size=3, hidden=2, gates=4)
 >>> param_count(dims), [w.shape for w in unpack(np.zeros(param_count(dims)), dims)[0]]
-(64, [(8, 3), (8, 2), (8,), (8,)])
+(56, [(8, 3), (8, 2), (8,), (8,)])
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The algorithms do their own threading: the output is cut into `parts` ranges of 
 item is one sample's output line along the first spatial dim, or one line of tiles), each part
 copies, multiplies and finishes its items on one kernel thread with single-threaded GEMMs. Two
 BLAS threads per GEMM instead meet at a barrier after every GEMM call, and on a shared machine
-each barrier waits for a descheduled thread: Winograd's 36 small GEMMs ran 10x slower so.
+each barrier waits for a descheduled thread (conv_algos.py).
 
 >>> import numpy as np
 >>> x = np.arange(4.0).reshape(1, 4)
@@ -88,7 +88,7 @@ def run_parts(parts, elements, fn, blas=True):
     """``fn(part)`` for every part in ``range(parts)``, concurrently on the kernel threads when
     the `elements` of work reach ``MXNET_CPU_PARALLEL_SIZE``. With `blas` (parts that call
     NumPy's GEMMs) BLAS runs one thread meanwhile; compiled kernels that call no BLAS pass
-    False and skip setting its thread count, about 50 us a call."""
+    False and skip setting its thread count, which costs tens of microseconds."""
     if parts <= 1:
         fn(0)
         return

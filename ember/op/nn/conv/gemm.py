@@ -71,8 +71,9 @@ def packs(problem) -> bool:
     products (:func:`ember.op.nn.conv.pointwise.packed_weights`) rather than with NumPy's
     GEMM: channel-last float32 data of one group with patches (not 1x1 stride 1), where the
     compiled module is built; with fewer than ``TUNING.narrow_channels`` channels only in 2-D,
-    where the module also gathers the patches (:func:`patches_of`). Such a call then takes the weight as
-    it comes (any strides, scale apart) and the packed copy replaces the plain one."""
+    where the module also gathers the patches (:func:`patches_of`). Such a call then takes the
+    weight as it comes (any strides, scale apart) and the packed copy replaces the plain
+    one."""
     return (compiled_products() and problem.channel_last
             and problem.dtype == 'float32' and problem.groups == 1 and not problem.gradient
             and (problem.channels >= tuning.TUNING.narrow_channels or len(problem.kernel) == 2)

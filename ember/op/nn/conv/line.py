@@ -181,8 +181,8 @@ def _chunk(points, channels, width):
 
 def _weights(w, axis, weight_scale, m, target=None):
     """U = G g of F(m, r) of OHWI weights `w` (any strides; scaled per filter by
-    `weight_scale`, or not where None), packed as (a, ceil(F / 16), C, 16) with zeros past the last filter, in
-    `target` where given. Transformed in float64, rounded once."""
+    `weight_scale`, or not where None), packed as (a, ceil(F / 16), C, 16) with zeros past
+    the last filter, in `target` where given. Transformed in float64, rounded once."""
     filters, channels = w.shape[0], w.shape[-1]
     taps = w[:, :, 0, :] if axis == 1 else w[:, 0, :, :]              # (F, r, C)
     r = taps.shape[1]
@@ -204,7 +204,7 @@ def _weights(w, axis, weight_scale, m, target=None):
 
 
 def convolve(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=None, threads=1,
-         weight_version=None, weight_scale=None):
+             weight_version=None, weight_scale=None):
     """out = act(conv(x, w * weight_scale) + bias + residual) for NHWC `x` and `out` and OHWI
     weights `w` (any strides) of a 1 x r (`axis` 2) or r x 1 (`axis` 1) kernel, stride 1, by
     Winograd F(m, r) (:func:`supports`; m 4 or 6, :func:`outputs`): each tile of m

@@ -242,9 +242,9 @@ def convolve(x, w, bias, out, window, residual, act_type, budget, alloc, threads
         convolve(x, out, residual, v, products, owns)
         if (fusing is not None or (not in_scratch and weight_version is not None)) \
                 and (act_type is None or relu):
-            return Prepared(u, specs, alloc, _Again(
-                lambda *scratch: calls(x, out, residual, *scratch), out.size * channels),
-                _transformed)
+            again = _Again(lambda *scratch: calls(x, out, residual, *scratch),
+                           out.size * channels)
+            return Prepared(u, specs, alloc, again, _transformed)
     for lo in range(0, batch if given else 0, samples):
         hi = min(batch, lo + samples)
         ins = [_relayout(a[lo:hi], c[:hi - lo], (0, 2, 3, 1), threads)
