@@ -35,7 +35,7 @@ from ember import backend, config, engine, resource, storage
 from ember import device as _device
 from ember.base import EmberError, dtype_of, prod
 from ember.op import registry
-from ember.op import elemwise, init, matrix, reduce  # noqa: F401  (registers the families)
+from ember.op import elemwise, indexing, init, matrix, random, reduce  # noqa: F401  (families)
 from ember.op.registry import KernelContext, ShapeError
 
 __all__ = ['NDArray', 'View', 'invoke', 'waitall', 'parse_device', 'view_of', 'empty']
