@@ -6,11 +6,12 @@ Each function takes the operator's parsed attributes and its NumPy arrays (plain
 buffers, any positive strides), runs the computation through oneDNN and returns True (or a
 prepared call to run again), or returns False without touching the outputs when it cannot
 handle the case, so that the caller falls back to its own kernel. The provider knows nothing
-of the operators that call it: they hand it what it needs (a pooling window, an RNN's
-unpacked parameters come from :mod:`ember.op.nn._common` and :mod:`ember.op.nn.rnn_layout`). oneDNN runs when ``MXNET_MKLDNN_ENABLED`` is on and the
-library is installed; it picks its own layouts for convolutions, and the built primitives with
-their reorders are cached (``MXNET_MKLDNN_CACHE_NUM``). Its OpenMP threads follow the engine's
-kernel thread count (``OMP_NUM_THREADS``, else every core).
+of the operators that call it: what it shares with them (a pooling window, an RNN's packed
+parameters) comes from :mod:`ember.op.nn._common` and :mod:`ember.op.nn.rnn_layout`. oneDNN
+runs when ``MXNET_MKLDNN_ENABLED`` is on and the library is installed; it picks its own layouts
+for convolutions, and the built primitives with their reorders are cached
+(``MXNET_MKLDNN_CACHE_NUM``). Its OpenMP threads follow the engine's kernel thread count
+(``OMP_NUM_THREADS``, else every core).
 
 >>> import numpy as np
 >>> from ember.op.nn import onednn_provider
