@@ -18,10 +18,12 @@ returns RGB unless asked for OpenCV's BGR; ``encode`` takes what OpenCV takes (B
 from __future__ import annotations
 
 import io
+import os
 import threading
 
 import numpy as np
 
+from ember import config
 from ember.base import EmberError
 
 __all__ = ['available', 'opencv', 'decode', 'encode', 'resize', 'copy_make_border',
@@ -221,3 +223,35 @@ def num_threads() -> int:
     """OpenCV's thread count now (1 without OpenCV)."""
     cv2 = opencv()
     return cv2.getNumThreads() if cv2 is not None else 1
+
+
+# OpenCV's pthreads pool does not survive fork: a child forked while a pool thread held the
+# pool's lock hung in its first setNumThreads (3 of 40 forks here). Before a fork the pool is
+# shut down (one thread: no helper threads); the parent gets its count back after, and the
+# child starts MXNET_MP_OPENCV_NUM_THREADS threads, as MXNet gives its forked workers.
+_counts_before_fork: list = []
+
+
+def _before_fork():
+    cv2 = _modules.get('cv2')
+    if cv2 is not None:
+        _counts_before_fork.append(cv2.getNumThreads())
+        cv2.setNumThreads(1)
+
+
+def _after_fork_in_parent():
+    cv2 = _modules.get('cv2')
+    if cv2 is not None and _counts_before_fork:
+        cv2.setNumThreads(_counts_before_fork.pop())
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()
+    _counts_before_fork.clear()
+    if _modules.get('cv2') is not None:
+        set_num_threads(config.get('MXNET_MP_OPENCV_NUM_THREADS'))
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
