@@ -205,3 +205,19 @@ def test_image_iter_reads_records_and_lists(tmp_path):
     bad = mx.image.ImageIter(1, (3, 8, 8), imglist=[[0, str(broken)]])
     with pytest.raises(mx.EmberError, match=r"broken image file '.*broken.png'"):
         bad.next()
+
+
+def test_without_opencv_pillow_steps_in_or_the_error_names_the_package(monkeypatch):
+    image = np.random.default_rng(2).integers(0, 256, (6, 5, 3)).astype(np.uint8)
+    png = imaging.encode(image, '.png')
+    monkeypatch.setitem(imaging._modules, 'cv2', None)
+    if imaging.available() == 'pillow':
+        assert np.array_equal(imaging.decode(png, to_rgb=False), image)
+        assert np.array_equal(imaging.decode(imaging.encode(image, '.png'), 0),
+                              imaging.decode(png, 0))
+        assert imaging.resize(image, 3, 2, interp=1).shape == (2, 3, 3)
+    monkeypatch.setitem(imaging._modules, 'PIL', None)
+    with pytest.raises(mx.EmberError, match=r'pip install opencv-python-headless'):
+        mx.image.imdecode(png)
+    with pytest.raises(mx.EmberError, match='copyMakeBorder needs OpenCV'):
+        imaging.copy_make_border(image, 1, 1, 1, 1)

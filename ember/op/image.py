@@ -32,12 +32,12 @@ from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_float, p_i
 
 __all__ = ['hue_rotated', 'EIGVAL', 'EIGVEC']
 
-GRAY = np.array([0.299, 0.587, 0.114], np.float32)      # ITU-R 601 luma weights of R, G, B
+GRAY = np.array([0.299, 0.587, 0.114])                  # ITU-R 601 luma weights of R, G, B
 # AlexNet's PCA of ImageNet's RGB pixels: eigenvalues and eigenvectors (columns).
-EIGVAL = np.array([55.46, 4.794, 1.148], np.float32)
+EIGVAL = np.array([55.46, 4.794, 1.148])
 EIGVEC = np.array([[-0.5675, 0.7192, 0.4009],
                    [-0.5808, -0.0045, -0.8140],
-                   [-0.5836, -0.6948, 0.4203]], np.float32)
+                   [-0.5836, -0.6948, 0.4203]])
 
 
 def _p_floats(value):
@@ -312,23 +312,32 @@ for _name, _axis, _what in (('flip_left_right', 1, 'left and right'),
 # ----------------------------------------------------------------------------------------------
 # Colour
 
+def _float(image):
+    """The image in the type colour arithmetic runs in: float64 stays, others float32."""
+    return image.astype(np.result_type(image.dtype, np.float32))
+
+
 def _rgb(image):
-    return image[..., :3].astype(np.float32)
+    return _float(image[..., :3])
 
 
 def _brightened(image, alpha):
-    return image.astype(np.float32) * np.float32(alpha)
+    out = _float(image)
+    return out * out.dtype.type(alpha)
 
 
 def _contrasted(image, alpha):
-    gray_mean = (_rgb(image) @ GRAY).mean(dtype=np.float32)
-    return image.astype(np.float32) * np.float32(alpha) + np.float32((1 - alpha) * gray_mean)
+    out = _float(image)
+    kind = out.dtype.type
+    gray_mean = (_rgb(image) @ GRAY.astype(kind)).mean(dtype=kind)
+    return out * kind(alpha) + kind((1 - alpha) * gray_mean)
 
 
 def _saturated(image, alpha):
-    gray = (_rgb(image) @ GRAY)[..., None] * np.float32(1 - alpha)
-    out = image.astype(np.float32)
-    out[..., :3] = out[..., :3] * np.float32(alpha) + gray
+    out = _float(image)
+    kind = out.dtype.type
+    gray = (_rgb(image) @ GRAY.astype(kind))[..., None] * kind(1 - alpha)
+    out[..., :3] = out[..., :3] * kind(alpha) + gray
     return out
 
 
@@ -369,18 +378,18 @@ def _hls_to_rgb(hue, light, sat):
 
 def hue_rotated(image, alpha):
     """`image` with its hue turned by ``alpha * 360`` degrees (through HLS, as MXNet)."""
-    out = image.astype(np.float32)
+    out = _float(image)
     if abs(alpha) < 1e-4:
         return out
-    hue, light, sat = _rgb_to_hls(_rgb(image))
+    hue, light, sat = _rgb_to_hls(_rgb(image).astype(np.float32))
     out[..., :3] = _hls_to_rgb(hue + np.float32(alpha * 360), light, sat)
     return out
 
 
 def _lit(image, alpha):
-    offset = (EIGVEC * (np.asarray(alpha, np.float32) * EIGVAL)).sum(axis=1)
-    out = image.astype(np.float32)
-    out[..., :3] += offset
+    out = _float(image)
+    eigvec, eigval = EIGVEC.astype(out.dtype), EIGVAL.astype(out.dtype)
+    out[..., :3] += (eigvec * (np.asarray(alpha, out.dtype) * eigval)).sum(axis=1)
     return out
 
 
@@ -431,7 +440,7 @@ JITTER_PARAMS = tuple(Param(name, p_float, REQUIRED, f'How much to jitter {name}
 
 def _jittered(image, attrs, generator):
     """Brightness, contrast, saturation and hue in a random order, each with its factor."""
-    out = image.astype(np.float32)
+    out = _float(image)
     for index in generator.permutation(4):
         name = ('brightness', 'contrast', 'saturation', 'hue')[index]
         amount = attrs[name]
