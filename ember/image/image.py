@@ -23,9 +23,13 @@ import random
 
 import numpy as np
 
+from ember import engine
 from ember import ndarray as nd
 from ember.backend import imaging
 from ember.base import EmberError
+from ember.device import cpu
+from ember.ndarray.ndarray import NDArray, view_of
+from ember.storage.borrowed import Borrowed
 
 __all__ = ['imread', 'imdecode', 'imresize', 'scale_down', 'copyMakeBorder', 'resize_short',
            'fixed_crop', 'random_crop', 'center_crop', 'color_normalize', 'random_size_crop',
@@ -54,10 +58,13 @@ def imdecode(buf, flag=1, to_rgb=True, out=None):
 
 
 def _as_ndarray(image, out):
-    if out is None:
-        return nd.array(image, dtype=image.dtype)
-    out[:] = nd.array(image, dtype=image.dtype)
-    return out
+    """An NDArray over the freshly decoded `image` itself (no copy), or `image` in `out`."""
+    if out is not None:
+        out[:] = nd.array(image, dtype=image.dtype)
+        return out
+    image = np.ascontiguousarray(image)
+    return NDArray(Borrowed(image), view_of(image.shape, image.dtype), engine.get().new_var(),
+                   cpu())
 
 
 def imread(filename, flag=1, to_rgb=True, out=None):
@@ -128,12 +135,13 @@ def resize_short(src, size, interp=2):
 
 
 def fixed_crop(src, x0, y0, w, h, size=None, interp=2):
-    """The box (x0, y0, w, h) of `src`, resized to `size` (w, h) when given."""
-    out = src[y0:y0 + h, x0:x0 + w]
-    if size is not None and (w, h) != tuple(size):
-        out = imresize(out, size[0], size[1],
-                       interp=_interp_method(interp, (h, w, size[1], size[0])))
-    return out
+    """The box (x0, y0, w, h) of `src`, resized to `size` (w, h) when given (in one pass:
+    OpenCV reads the box in place)."""
+    if size is None or (w, h) == tuple(size):
+        return src[y0:y0 + h, x0:x0 + w]
+    interp = _interp_method(interp, (h, w, size[1], size[0]))
+    return nd._cvcropresize(src, x=x0, y=y0, width=w, height=h, size=tuple(size),
+                                 interp=interp)
 
 
 def random_crop(src, size, interp=2):

@@ -30,6 +30,7 @@ file (dmlc's split, which MXNet uses).
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -125,7 +126,8 @@ class ImageRecordIter(DataIter):
         label_shape = (self.batch_size,) + ((self.label_width,) if self.label_width > 1 else ())
         self.provide_label = [DataDesc(label_name, label_shape, np.float32)]
         self._pool = ThreadPoolExecutor(max(1, int(preprocess_threads)),
-                                        thread_name_prefix='ember-imgrec')
+                                        thread_name_prefix='ember-imgrec',
+                                        initializer=_yield_to_compute)
         self._prefetch = max(1, int(prefetch_buffer))
         self._producer = None
         self._batch = None
@@ -312,6 +314,15 @@ class ImageRecordIter(DataIter):
         return labels[0] if self.label_width == 1 else labels[:self.label_width]
 
 
+def _yield_to_compute():
+    """Lower this thread's priority (Linux: a thread's own nice value), so that decoding takes
+    the cores in the gaps of the training's kernels instead of stalling their OpenMP teams."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Producer:
     """One epoch's batches, made ahead on a thread of their own into a bounded queue."""
 
@@ -328,6 +339,7 @@ class _Producer:
         self.thread.start()
 
     def _run(self, epoch, start):
+        _yield_to_compute()
         try:
             batches, next_start = self.it._plan_epoch(epoch, start)
             for items in batches:

@@ -272,6 +272,30 @@ register('_backward_image_crop', _crop_backward_kernel, inputs=('out_grad', 'dat
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]))
 
 
+def _crop_resize_infer(attrs, in_shapes):
+    shapes, (cropped,) = _crop_infer(attrs, in_shapes)
+    if cropped is None:
+        return shapes, [None]
+    width, height = attrs['size']
+    return shapes, [cropped[:-3] + (height, width, cropped[-1])]
+
+
+def _crop_resize_kernel(attrs, ins, outs, ctx):
+    window = _host(ins[0])[(Ellipsis,) + _crop_window(attrs)]
+    height, width = outs[0].shape[-3:-1]
+    resized = [imaging.resize(image, width, height, attrs['interp'])
+               for image in _images(window)]
+    _to_device(ctx.xp, outs[0], np.stack(resized).reshape(outs[0].shape))
+
+
+# mx.image.fixed_crop with a size: the crop feeds OpenCV as a view, so no crop is stored
+register('_cvcropresize', _crop_resize_kernel, infer_shape=_crop_resize_infer,
+         infer_type=_same_dtype,
+         params=CROP_PARAMS + (Param('size', p_shape, REQUIRED, 'New size (width, height).'),
+                               Param('interp', p_int, 1, 'Interpolation (as resize).')),
+         doc='crop then resize to size (width, height), without storing the crop.')
+
+
 # ----------------------------------------------------------------------------------------------
 # Flips
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from ember import engine
 from ember import ndarray as nd
-from ember.device import cpu
 from ember.ndarray.ndarray import NDArray, view_of
+from ember.storage.borrowed import Borrowed
 
 __all__ = ['SHM_DIR', 'segment_prefix', 'SegmentWriter', 'unpack', 'discard',
            'remove_segments', 'shared_empty']
@@ -56,26 +56,15 @@ def remove_segments(prefix) -> int:
     return removed
 
 
-class SharedStorage:
-    """The storage of NDArrays that live in a shared-memory mapping: what an NDArray needs of
-    a pool's handle (``buffer``, ``nbytes``, ``size``, ``device``, ``zeroed``, ``release``).
-    Nothing returns to a pool; the mapping closes when no array uses it."""
+class SharedStorage(Borrowed):
+    """The storage of NDArrays in a shared-memory segment's mapping, which closes when no
+    array uses it."""
 
-    __slots__ = ('buffer', 'nbytes', 'size', 'device', 'zeroed', 'segment')
+    __slots__ = ('segment',)
 
     def __init__(self, mapping, segment):
-        self.buffer = np.frombuffer(mapping, np.uint8)
-        self.nbytes = self.size = self.buffer.size
-        self.device = cpu()
-        self.zeroed = False
+        super().__init__(np.frombuffer(mapping, np.uint8))
         self.segment = segment
-
-    @property
-    def released(self):
-        return self.buffer is None
-
-    def release(self, cache=True):
-        self.buffer = None
 
 
 def _ndarray_over(storage, offset, shape, dtype):
