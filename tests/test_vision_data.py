@@ -189,3 +189,20 @@ def test_filter_sampler_and_transform_first():
     assert isinstance(eager, gdata.SimpleDataset) and eager[2] == (-2, '2')
     loader = gdata.DataLoader(scaled, sampler=odd, batch_size=2)
     assert [x.asnumpy().tolist() for x, _ in loader] == [[10, 30], [50, 70], [90]]
+
+
+def test_broken_records_name_the_file_and_the_record(tmp_path):
+    from ember.io import recordio
+    writer = recordio.MXIndexedRecordIO(str(tmp_path / 'r.idx'), str(tmp_path / 'r.rec'), 'w')
+    writer.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 5, 0), b'no pixels here'))
+    writer.close()
+    dataset = vision.ImageRecordDataset(str(tmp_path / 'r.rec'))
+    with pytest.raises(mx.EmberError, match=r"r.rec': record 0 \(image id 5\): the 14 bytes "
+                                            r'are not an image'):
+        dataset[0]
+    (tmp_path / 'r.idx').write_text('0\t4096\n')
+    with pytest.raises(mx.EmberError, match=r"r.rec' has \d+ bytes; no record starts at byte "
+                                            r'4096'):
+        vision.ImageRecordDataset(str(tmp_path / 'r.rec'))[0]
+    with pytest.raises(FileNotFoundError, match=r"no such file '.*other.idx'"):
+        gdata.RecordFileDataset(str(tmp_path / 'other.rec'))

@@ -61,7 +61,15 @@ def _worker_main(worker_id, dataset, batchify_fn, tasks, results, prefix, thread
 
 
 def _parent_alive(parent):
-    return os.getppid() == parent
+    """Whether the main process still runs (any start method: a forkserver's workers are
+    the server's children, not the main process's)."""
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _build(worker_id, dataset, batchify_fn, generation, index, indices):
