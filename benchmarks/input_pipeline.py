@@ -27,7 +27,8 @@ from the .rec, against the same training on one synthetic batch, alternated; goa
 costs at most 5% of the images per second (its warm-up is --warmup steps, at least one).
 The decoding threads run at a lower priority than the training so that they take the cores
 in its gaps; --decode-at-normal-priority measures them without that.
-``--quick`` is --images 256 --repeats 1 --train-batches 3. Every process gets OMP_NUM_THREADS = --threads.
+``--quick`` is --images 256 --repeats 1 --train-batches 3. Every process gets
+OMP_NUM_THREADS = --threads.
 """
 from __future__ import annotations
 

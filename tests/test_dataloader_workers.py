@@ -198,3 +198,22 @@ def test_ctrl_c_stops_the_workers_and_removes_their_shared_memory():
     assert child.returncode == 3 and 'interrupted' in out
     assert not any(_alive(pid) for pid in pids)
     assert not leftover_segments(child.pid)
+
+
+def test_workers_of_a_killed_main_process_exit_and_clean_up():
+    env = config.child_environ(PYTHONPATH=REPO)
+    child = subprocess.Popen([sys.executable, '-c', CTRL_C_SCRIPT], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        pids = [int(p) for p in child.stdout.readline().split()[1:]]
+        time.sleep(0.5)                            # a batch or two sent and not yet received
+        child.kill()
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert pids and not any(_alive(pid) for pid in pids)
+    assert not leftover_segments(child.pid)

@@ -221,3 +221,25 @@ def test_without_opencv_pillow_steps_in_or_the_error_names_the_package(monkeypat
         mx.image.imdecode(png)
     with pytest.raises(mx.EmberError, match='copyMakeBorder needs OpenCV'):
         imaging.copy_make_border(image, 1, 1, 1, 1)
+
+
+def _report_opencv_threads(conn):
+    conn.send(imaging.num_threads())
+    conn.close()
+
+
+def test_a_forked_child_gets_mp_opencv_threads_and_the_parent_keeps_its_own():
+    """OpenCV's pool is shut down around fork (a child forked while a pool thread held its
+    lock hung); the child starts MXNET_MP_OPENCV_NUM_THREADS threads, as MXNet's did."""
+    import multiprocessing
+    from ember import config
+    context = multiprocessing.get_context('fork')
+    before = imaging.num_threads()
+    for value, expected in ((3, 3), (0, 1)):
+        receive, send = context.Pipe(duplex=False)
+        with config.override(MXNET_MP_OPENCV_NUM_THREADS=value):
+            child = context.Process(target=_report_opencv_threads, args=(send,))
+            child.start()
+        assert receive.recv() == expected
+        child.join()
+        assert imaging.num_threads() == before

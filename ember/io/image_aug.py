@@ -261,10 +261,20 @@ def write_chw(image, out, mean, factor, mirror):
     """Write `image` (H, W, C) in OpenCV's BGR order into `out` (C, H, W) in RGB order as
     ``(pixel - mean[c]) * factor[c]``, flipped left-right when `mirror`; `mean` and `factor`
     are per output channel, or None for a plain copy (uint8 output)."""
-    source = image[:, ::-1] if mirror else image
-    source = source[:, :, ::-1].transpose(2, 0, 1)
-    if mean is None:
-        np.copyto(out, source, casting='unsafe')
-        return
-    np.subtract(source, mean, out=out, dtype=out.dtype)
-    np.multiply(out, factor, out=out)
+    for channel, plane in enumerate(_rgb_planes(image, mirror)):
+        if mean is None:
+            np.copyto(out[channel], plane, casting='unsafe')
+        else:
+            np.subtract(plane, mean[channel], out=out[channel], dtype=out.dtype)
+            np.multiply(out[channel], factor[channel], out=out[channel])
+
+
+def _rgb_planes(image, mirror):
+    """The channels of a BGR image as contiguous planes in RGB order: the arithmetic then runs
+    on contiguous rows (about 3x faster than through the strided channel-last view)."""
+    cv2 = imaging.opencv()
+    if cv2 is None or image.shape[2] == 1:
+        source = image[:, ::-1] if mirror else image
+        return [source[:, :, c] for c in reversed(range(image.shape[2]))]
+    source = cv2.flip(image, 1) if mirror else np.ascontiguousarray(image)
+    return cv2.split(source)[::-1]

@@ -1,10 +1,10 @@
 """``ImageRecordIter`` and ``ImageRecordUInt8Iter``: batches of images from a RecordIO file.
 
-Records are decoded and augmented by ``preprocess_threads`` threads (OpenCV works outside the
-GIL), each writing its image straight into the batch's array; a producer thread keeps up to
-``prefetch_buffer`` batches ready ahead of the consumer. Each image draws its random numbers
-from a generator seeded by (``seed_aug``, epoch, position in the epoch), so a run's batches do
-not depend on which thread decoded what.
+Records are decoded and augmented by ``preprocess_threads`` threads (OpenCV and NumPy work
+outside the GIL), each writing its image straight into the batch's array; a producer thread
+keeps up to ``prefetch_buffer`` batches ready ahead of the consumer. Each image draws its
+random numbers from a generator seeded by (``seed_aug``, epoch, position in the epoch), so a
+run's batches do not depend on which thread decoded what.
 
 The last batch of an epoch that runs past the end is filled from the start of the next epoch
 when ``round_batch`` (the next epoch then begins after those images, as in MXNet), else with
@@ -277,7 +277,8 @@ class ImageRecordIter(DataIter):
         offset = self._offsets[position]
         record = self._records.read_at(offset)
         header, payload = recordio.unpack(record)
-        rng = np.random.default_rng([self._seed_aug, epoch, place])
+        seed = (self._seed_aug % (1 << 64)) << 64 | epoch << 32 | place
+        rng = np.random.default_rng(seed)
         try:
             image = imaging.decode(payload, 0 if self.data_shape[0] == 1 else 1, to_rgb=False)
             image = self._augment(image, rng)

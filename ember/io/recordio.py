@@ -307,7 +307,9 @@ class RecordFile:
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), 'r.rec')
     >>> writer = MXRecordIO(path, 'w')
-    >>> writer.write(b'one'); writer.write(b'two'); writer.close()
+    >>> for record in (b'one', b'two'):
+    ...     writer.write(record)
+    >>> writer.close()
     >>> records = RecordFile(path)
     >>> offsets = records.offsets()
     >>> offsets, records.read_at(offsets[1])

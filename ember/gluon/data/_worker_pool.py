@@ -47,17 +47,24 @@ def _worker_main(worker_id, dataset, batchify_fn, tasks, results, prefix, thread
     imaging.set_num_threads(threads['opencv'])
     shm.current_writer = shm.SegmentWriter(prefix)
     with config.override(MXNET_CPU_WORKER_NTHREADS=threads['engine'], OMP_NUM_THREADS=1):
-        while _parent_alive(parent):
-            if not tasks.poll(_PARENT_CHECK_SECONDS):
-                continue
-            try:
-                task = tasks.recv()
-            except EOFError:
-                break
-            if task is None:
-                break
-            results.send(_build(worker_id, dataset, batchify_fn, *task))
-    engine.get().wait_all()
+        try:
+            _serve(worker_id, dataset, batchify_fn, tasks, results, parent)
+        except (BrokenPipeError, EOFError, ConnectionResetError):
+            pass                      # the main process is gone
+        engine.get().wait_all()
+    if not _parent_alive(parent):
+        # nobody will map what this worker sent last: remove it
+        shm.remove_segments(f'{prefix}w{os.getpid()}-')
+
+
+def _serve(worker_id, dataset, batchify_fn, tasks, results, parent):
+    while _parent_alive(parent):
+        if not tasks.poll(_PARENT_CHECK_SECONDS):
+            continue
+        task = tasks.recv()
+        if task is None:
+            return
+        results.send(_build(worker_id, dataset, batchify_fn, *task))
 
 
 def _parent_alive(parent):
@@ -120,6 +127,7 @@ class WorkerPool:
         engine.get().wait_all()
         args = (dataset, batchify_fn, self.prefix, threads, os.getpid())
         self.workers = []
+        self.owner = os.getpid()        # a forked copy of this pool must not stop it
         self.closed = False
         self._lock = threading.Lock()
         self.generation = 0
@@ -186,7 +194,7 @@ class WorkerPool:
     def close(self):
         """Stop every worker (politely, then by force) and remove their segments."""
         with self._lock:
-            if self.closed:
+            if self.closed or os.getpid() != self.owner:
                 return
             self.closed = True
         for worker in self.workers:
