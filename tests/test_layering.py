@@ -17,7 +17,10 @@ LAYERS = ['config', 'base',
           'symbol', 'passes', 'executor',
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
-          'optimizer', 'kvstore', 'gluon', 'io',
+          'optimizer', 'kvstore',
+          'io',            # mx.io iterators and RecordIO; only NDArrays below them
+          'image',         # mx.image: NDArray-level decoding, augmenters, ImageIter (an io iter)
+          'gluon',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
           'module',
           'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam

@@ -22,7 +22,7 @@ from ember.ndarray import ndarray as _ndarray
 from ember.ndarray.ndarray import NDArray, View, invoke, waitall
 from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
-from ember.ndarray import indexing, io, random  # noqa: F401
+from ember.ndarray import image, indexing, io, random  # noqa: F401
 from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
 from ember.ndarray.register import make_function as _make_function
 
@@ -38,7 +38,7 @@ def __getattr__(name):
 
 _generator.populate()
 
-__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing']
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image']
                  + list(_creation.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')

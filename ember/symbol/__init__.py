@@ -23,7 +23,7 @@ import types as _types
 
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
-from ember.symbol import graph, infer, json_io  # noqa: F401
+from ember.symbol import graph, image, infer, json_io  # noqa: F401
 from ember.symbol import symbol as _symbol
 from ember.symbol.attribute import AttrScope  # noqa: F401
 from ember.symbol.name import NameManager, Prefix  # noqa: F401
@@ -47,7 +47,7 @@ def __getattr__(name):
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
-                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph']
+                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image']
                  + list(_creation.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
