@@ -246,9 +246,8 @@ class DictStore(mx.kv.KVStoreBase):
             self.values[key].copyto(array)
 
     def pushpull(self, key, value, out=None, priority=0):
-        for k, grads, weights in zip(key, value, out):
-            self.push(k, grads)
-            self.pull(k, weights)
+        self.push(key, value)
+        self.pull(key, out)
 
 
 def test_a_kvstore_object_updates_on_the_store():

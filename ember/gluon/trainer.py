@@ -196,7 +196,7 @@ class Trainer:
             outs.append(param.list_data() if self._update_on_kvstore else param.list_grad())
         if keys:
             with autograd.pause():
-                self._kvstore.pushpull(keys, grads, out=outs)
+                kvs.pushpull_all(self._kvstore, keys, grads, out=outs)
 
     def _update(self, ignore_stale_grad):
         if not ignore_stale_grad:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from ember import config
 from ember.base import prod
-from ember.kvstore.base import KVStoreBase, TestStore
+from ember.kvstore.base import KVStoreBase, TestStore, pushpull_all
 from ember.kvstore.compression import GradientCompression
 from ember.kvstore.local import KVStoreLocal, KVStoreNCCL
 from ember.kvstore.plugins import BytePS, Horovod
 
-__all__ = ['create', 'create_kvstore', 'KVStore', 'KVStoreBase', 'KVStoreLocal', 'TestStore',
+__all__ = ['create', 'create_kvstore', 'pushpull_all', 'KVStore', 'KVStoreBase', 'KVStoreLocal', 'TestStore',
            'GradientCompression', 'TYPES']
 
 KVStore = KVStoreBase

@@ -17,7 +17,7 @@ import warnings
 from ember.base import EmberError
 from ember.ndarray import NDArray
 
-__all__ = ['KVStoreBase', 'TestStore', 'key_value_pairs', 'check_key_type']
+__all__ = ['KVStoreBase', 'TestStore', 'key_value_pairs', 'check_key_type', 'pushpull_all']
 
 
 class KVStoreBase:
@@ -39,6 +39,9 @@ class KVStoreBase:
 
     OPTIMIZER = 'optimizer'
     kv_registry: dict = {}
+    # Whether pushpull takes a list of keys in one call (Ember's stores, which then reduce
+    # them in buckets); Trainer and Module call a custom store once per key, as MXNet does.
+    takes_key_lists = False
 
     @staticmethod
     def register(klass):
@@ -118,10 +121,12 @@ class TestStore(KVStoreBase):
             value.copyto(target)
 
     def pushpull(self, key, value, out=None, priority=0):
-        values = _as_list(value)
-        total = values[0].copy() if len(values) == 1 else _sum_on(values, values[0].context)
-        for target in _as_list(value if out is None else out):
-            total.copyto(target)
+        outs = dict(key_value_pairs(key, value if out is None else out, 'output'))
+        for k, values in key_value_pairs(key, value):
+            total = values[0].copy() if len(values) == 1 else _sum_on(values,
+                                                                       values[0].context)
+            for target in outs[k]:
+                total.copyto(target)
 
     def is_capable(self, capability):
         return _capability(capability, optimizer=False)
@@ -195,3 +200,14 @@ def _arrays(key, value, what):
 def require(condition, message):
     if not condition:
         raise EmberError(message)
+
+
+def pushpull_all(store, keys, values, out=None):
+    """``store.pushpull`` of several keys: in one call where the store takes lists of keys,
+    else one call per key (what a custom store written for MXNet expects)."""
+    if store.takes_key_lists:
+        store.pushpull(keys, values, out=out)
+        return
+    outs = values if out is None else out
+    for key, value, target in zip(keys, values, outs):
+        store.pushpull(key, value, out=target)

@@ -19,7 +19,7 @@ of at least ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements is summed by
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from queue import SimpleQueue
 
 import numpy as np
 
@@ -42,17 +42,45 @@ def reduction_ranges(size):
     return _tree.slices_for_trees(size, config.get('MXNET_KVSTORE_REDUCTION_NTHREADS'))
 
 
-_pools: dict = {}
-_pools_lock = threading.Lock()
+class _Team:
+    """Threads that each sum their own range of a big array: thread i always takes range i,
+    so a reduction split n ways runs on n threads."""
+
+    def __init__(self, size):
+        self.queues = [SimpleQueue() for _ in range(size)]
+        for index, queue in enumerate(self.queues):
+            threading.Thread(target=self._work, args=(queue,), daemon=True,
+                             name=f'ember-kv-reduce-{index}').start()
+
+    @staticmethod
+    def _work(queue):
+        while True:
+            task, done = queue.get()
+            try:
+                task()
+                done.put(None)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                done.put(error)
+
+    def run(self, tasks):
+        done = SimpleQueue()
+        for queue, task in zip(self.queues, tasks):
+            queue.put((task, done))
+        errors = [done.get() for _ in tasks]
+        for error in errors:
+            if error is not None:
+                raise error
 
 
-def _pool(threads):
-    with _pools_lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(threads,
-                                                        thread_name_prefix='ember-kv-reduce')
-        return pool
+_teams: dict = {}
+_teams_lock = threading.Lock()
+
+
+def _team(size):
+    with _teams_lock:
+        if size not in _teams:
+            _teams[size] = _Team(size)
+        return _teams[size]
 
 
 def sum_into(out, sources):
@@ -61,10 +89,8 @@ def sum_into(out, sources):
     if len(ranges) == 1:
         _sum_range(out, sources, 0, out.size)
         return
-    futures = [_pool(len(ranges)).submit(_sum_range, out, sources, begin, end)
-               for begin, end in ranges]
-    for future in futures:
-        future.result()
+    _team(len(ranges)).run([lambda b=begin, e=end: _sum_range(out, sources, b, e)
+                            for begin, end in ranges])
 
 
 def _sum_range(out, sources, begin, end):

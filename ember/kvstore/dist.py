@@ -101,6 +101,8 @@ class _Key:
 class KVStoreDist(KVStoreBase):
     """A store shared by the MPI ranks (see the module docstring)."""
 
+    takes_key_lists = True
+
     def __init__(self, kind):
         self._kind = kind
         self._world = _mpi.world()

@@ -33,6 +33,8 @@ __all__ = ['KVStoreLocal', 'KVStoreNCCL', 'row_sparse_rows']
 class KVStoreLocal(KVStoreBase):
     """A store in this process: ``'local'`` sums on the CPU, ``'device'`` on the devices."""
 
+    takes_key_lists = True
+
     def __init__(self, kind='local'):
         self._kind = kind
         self._store = {}

@@ -26,7 +26,7 @@ soon as their gradients are written.
 """
 from __future__ import annotations
 
-from ember.kvstore import create_kvstore
+from ember.kvstore import create_kvstore, pushpull_all
 
 __all__ = ['create_kvstore', 'initialize_kvstore', 'update_params', 'update_params_on_kvstore']
 
@@ -55,7 +55,7 @@ def update_params_on_kvstore(param_arrays, grad_arrays, kvstore, param_names):
     chosen = _with_gradients(param_arrays, grad_arrays, param_names)
     if chosen:
         names, weights, grads = map(list, zip(*chosen))
-        kvstore.pushpull(names, grads, out=weights)
+        pushpull_all(kvstore, names, grads, out=weights)
 
 
 def update_params(param_arrays, grad_arrays, updater, num_device, kvstore=None,
@@ -66,7 +66,7 @@ def update_params(param_arrays, grad_arrays, updater, num_device, kvstore=None,
         chosen = _with_gradients(param_arrays, grad_arrays, param_names)
         if chosen:
             names, _, grads = map(list, zip(*chosen))
-            kvstore.pushpull(names, grads)
+            pushpull_all(kvstore, names, grads)
     per_device = [[] for _ in range(num_device)]
     for index, (weights, grads) in enumerate(zip(param_arrays, grad_arrays)):
         if grads[0] is None:
