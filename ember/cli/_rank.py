@@ -21,6 +21,7 @@ def main(argv):
     status_dir, script, script_args = argv[0], argv[1], argv[2:]
     from mpi4py import MPI
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    _write(status_dir, f'rank-{rank}.pid', f'{os.getpid()}\n')
     prefixes = _prefix_output(rank)
     atexit.register(_close, prefixes)     # registered first, so it runs after Ember's handlers
     _report_when_terminated(status_dir, rank, prefixes)
@@ -57,9 +58,13 @@ def _exit_code(code):
 
 
 def _write_status(status_dir, rank, code):
-    path = os.path.join(status_dir, f'rank-{rank}.status')
+    _write(status_dir, f'rank-{rank}.status', f'{code} {time.time_ns()}\n')
+
+
+def _write(status_dir, name, text):
+    path = os.path.join(status_dir, name)
     with open(path + '.tmp', 'w') as f:
-        f.write(f'{code} {time.time_ns()}\n')
+        f.write(text)
     os.replace(path + '.tmp', path)
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -58,8 +60,8 @@ def run(args) -> int:
     status_dir = tempfile.mkdtemp(prefix='ember-launch-')
     try:
         command = mpiexec_command(mpiexec, plans, status_dir, args.script, args.args)
-        code = _supervise(command, status_dir, args.kill_after)
-        return _report(code, status_dir, args.num_ranks)
+        code, dead = _supervise(command, status_dir, args.kill_after)
+        return _report(code, dead, status_dir, args.num_ranks)
     finally:
         shutil.rmtree(status_dir, ignore_errors=True)
 
@@ -210,14 +212,21 @@ def _cores_text(cores):
 # Running and reporting
 
 def _supervise(command, status_dir, kill_after):
-    """Run mpiexec; once a rank has failed, end the job if it outlives `kill_after`."""
+    """Run mpiexec, passing its output on; once a rank has failed, end the job if it outlives
+    `kill_after`. Returns (mpiexec's status, the pids mpiexec reported dead with their codes)."""
     from ember import config
-    process = subprocess.Popen(command, env=config.child_environ(), start_new_session=True)
+    process = subprocess.Popen(command, env=config.child_environ(), start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dead = {}
+    pumps = [threading.Thread(target=_forward, args=(stream, target, dead), daemon=True)
+             for stream, target in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))]
+    for pump in pumps:
+        pump.start()
     failed_at = None
     try:
         while process.poll() is None:
             time.sleep(0.1)
-            if failed_at is None and _failures(status_dir):
+            if failed_at is None and (_failures(status_dir) or dead):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > kill_after:
                 _end(process)
@@ -226,7 +235,29 @@ def _supervise(command, status_dir, kill_after):
     except KeyboardInterrupt:
         _end(process)
         raise
-    return process.returncode
+    for pump in pumps:
+        pump.join(timeout=10)
+    return process.returncode, dead
+
+
+# mpiexec (hydra) names a process that died by its pid and exit code
+_BAD_PID = re.compile(r'PID (\d+) RUNNING AT')
+_BAD_CODE = re.compile(r'EXIT CODE: (\d+)')
+
+
+def _forward(stream, target, dead):
+    pid = None
+    for raw in iter(stream.readline, b''):
+        line = raw.decode(errors='replace')
+        target.write(line)
+        target.flush()
+        found = _BAD_PID.search(line)
+        if found:
+            pid = int(found.group(1))
+        code = _BAD_CODE.search(line)
+        if code and pid is not None:
+            dead[pid] = int(code.group(1))
+            pid = None
 
 
 def _end(process):
@@ -244,26 +275,38 @@ def _end(process):
 
 def read_statuses(status_dir):
     """{rank: (exit status, time it ended in ns)} from the ranks' status files."""
-    statuses = {}
+    return {rank: tuple(int(v) for v in words)
+            for rank, words in _rank_files(status_dir, '.status').items() if len(words) == 2}
+
+
+def _pids(status_dir):
+    """{pid: rank} from the files the ranks wrote when they started."""
+    return {int(words[0]): rank for rank, words in _rank_files(status_dir, '.pid').items()
+            if words}
+
+
+def _rank_files(status_dir, suffix):
+    found = {}
     for name in os.listdir(status_dir):
-        if name.startswith('rank-') and name.endswith('.status'):
+        if name.startswith('rank-') and name.endswith(suffix):
             try:
                 with open(os.path.join(status_dir, name)) as f:
-                    code, ended = f.read().split()
+                    found[int(name[5:-len(suffix)])] = f.read().split()
             except (OSError, ValueError):
                 continue
-            statuses[int(name[5:-7])] = (int(code), int(ended))
-    return statuses
+    return found
 
 
 def _failures(status_dir):
     return {rank: s for rank, s in read_statuses(status_dir).items() if s[0] != 0}
 
 
-def _report(code, status_dir, count):
+def _report(code, dead, status_dir, count):
+    """Name the rank that failed first and return its status."""
     statuses = read_statuses(status_dir)
     failures = {rank: s for rank, s in statuses.items() if s[0] != 0}
-    silent = sorted(set(range(count)) - set(statuses))
+    pids = _pids(status_dir)
+    died = {pids[pid]: status for pid, status in dead.items() if pid in pids}
     if failures:
         first = min(failures, key=lambda rank: failures[rank][1])
         others = len(failures) - 1
@@ -272,9 +315,22 @@ def _report(code, status_dir, count):
         print(f'ember launch: rank {first} failed first, with exit status '
               f'{failures[first][0]}{more}', file=sys.stderr)
         return failures[first][0]
+    if died:
+        rank = min(died)
+        print(f'ember launch: rank {rank} died with exit code {died[rank]}'
+              f'{_signal_text(died[rank])}; mpiexec stopped the others', file=sys.stderr)
+        return died[rank]
+    silent = sorted(set(range(count)) - set(statuses))
     if silent and (code != 0 or len(silent) < count):
         print(f'ember launch: rank{"s" if len(silent) > 1 else ""} '
               f'{", ".join(map(str, silent))} ended without reporting a status (killed, or '
               f'os._exit); mpiexec exited with {code}', file=sys.stderr)
         return code or 1
     return code
+
+
+def _signal_text(code):
+    try:
+        return f' (killed by {signal.Signals(code).name})' if 0 < code < 64 else ''
+    except ValueError:
+        return ''

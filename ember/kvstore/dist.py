@@ -165,7 +165,9 @@ class KVStoreDist(KVStoreBase):
 
     # -- init -----------------------------------------------------------------------------------
     def init(self, key, value):
-        """Initialize each key with rank 0's value (a collective: every rank calls it)."""
+        """Initialize each key with rank 0's value (a collective: every rank calls it, and it
+        returns once the values are in place, raising any disagreement between the ranks)."""
+        done, added = engine.get().new_var(), []
         for k, arrays in self._pairs(key, value, 'value'):
             if k in self._keys:
                 raise EmberError(f'kvstore init of key {k!r}: the key is already initialized '
@@ -175,10 +177,17 @@ class KVStoreDist(KVStoreBase):
             info = _Key(len(self._keys), k, value0.shape, value0.dtype, self._place(value0.size),
                         self.rank)
             self._keys[k] = info
+            added.append(k)
             self._world.push(info.step('init'), self._initializer(info, value0),
-                             reads=[value0._var], writes=_vars(info.stored))
+                             reads=[value0._var], writes=_vars(info.stored) + [done])
             if self._server is not None:
                 self._server.start()
+        try:
+            engine.get().wait_for_var(done)
+        except EmberError:
+            for k in added:
+                del self._keys[k]
+            raise
 
     def _initializer(self, info, value):
         world = self._world
@@ -342,7 +351,7 @@ class KVStoreDist(KVStoreBase):
     def _allreduce(self, items):
         world = self._world
         keys = tuple(item.info.name for item in items)
-        step = Step('allreduce', keys, sum(item.info.size for item in items),
+        step = Step('allreduce', keys[0] if len(keys) == 1 else keys, sum(item.info.size for item in items),
                     ','.join(sorted({item.info.dtype.name for item in items})))
         reads = [item.send._var for item in items if item.send is not item.receive]
         writes = [item.receive._var for item in items]
