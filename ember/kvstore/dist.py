@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from queue import SimpleQueue
 
 import numpy as np
 
@@ -354,7 +355,8 @@ class KVStoreDist(KVStoreBase):
         step = Step('allreduce', keys[0] if len(keys) == 1 else keys, sum(item.info.size for item in items),
                     ','.join(sorted({item.info.dtype.name for item in items})))
         reads = [item.send._var for item in items if item.send is not item.receive]
-        writes = [item.receive._var for item in items]
+        writes = [item.receive._var for item in items] + [
+            item.info.stored._var for item in items if item.info.stored is not None]
         world.push(step, lambda: _run_bucket(world, items), reads=reads, writes=writes,
                    name='kvstore_allreduce_bucket')
         for item in items:
@@ -425,39 +427,98 @@ class _AllReduce:
             self.receive = reducer._buffer(('allreduce', info.name), merged, merged.context)
         self.packed = info.size * info.dtype.itemsize < _PACK_BYTES
 
-    def finish(self):
-        """Keep this rank's part as the stored value, and copy the sum to every output."""
+    def keep(self, begin, end, copier):
+        """Have `copier` copy elements [begin, end) of the sum into this rank's stored part,
+        where they overlap it."""
         info = self.info
-        if info.stored is not None:
-            begin, end = info.part
-            comm._flat(self.receive, begin, end).copyto(info.stored.reshape((-1,)))
-        self.reducer.broadcast(info.name, self.receive, self.outs)
+        if info.stored is None:
+            return
+        low, high = max(begin, info.part[0]), min(end, info.part[1])
+        if low < high:
+            source = self.receive._data().reshape(-1)[low:high]
+            target = info.stored._data().reshape(-1)[low - info.part[0]:high - info.part[0]]
+            copier.put(lambda: np.copyto(target, source))
+
+    def finish(self):
+        """Copy the sum to the other outputs."""
+        self.reducer.broadcast(self.info.name, self.receive, self.outs)
 
 
 def _run_bucket(world, items):
-    """All-reduce a bucket: small keys packed together per dtype, the others in place."""
+    """All-reduce a bucket: small keys packed together per dtype, the others in place, chunk
+    by chunk; a helper thread copies each chunk's stored part while the next one travels."""
     SUM = world.MPI.SUM
     by_dtype = {}
+    copier = _copier()
     for item in items:
         if item.packed and len(items) > 1:
             by_dtype.setdefault(item.info.dtype, []).append(item)
-        else:
-            _allreduce_one(world, item.send._data(), item.receive._data(), SUM)
-    for dtype, group in by_dtype.items():
+            continue
+        send, receive = item.send._data().reshape(-1), item.receive._data().reshape(-1)
+        for begin in range(0, item.info.size, _CHUNK_ELEMENTS):
+            end = min(begin + _CHUNK_ELEMENTS, item.info.size)
+            _allreduce_one(world, send[begin:end], receive[begin:end], SUM)
+            item.keep(begin, end, copier)
+    for group in by_dtype.values():
         flat = np.concatenate([item.send._data().reshape(-1) for item in group])
         world.comm.Allreduce(world.MPI.IN_PLACE, flat, op=SUM)
         at = 0
         for item in group:
             size = item.info.size
             item.receive._data().reshape(-1)[...] = flat[at:at + size]
+            item.keep(0, size, copier)
             at += size
+    copier.wait()
 
 
 def _allreduce_one(world, send, receive, op):
-    if send is receive or (send.ctypes.data == receive.ctypes.data):
+    if send is receive or send.ctypes.data == receive.ctypes.data:
         world.comm.Allreduce(world.MPI.IN_PLACE, receive, op=op)
     else:
         world.comm.Allreduce(send, receive, op=op)
+
+
+# All-reduces go in chunks of this many elements, so that keeping a chunk overlaps the next.
+_CHUNK_ELEMENTS = 2 * 1024 * 1024
+
+
+class _Copier:
+    """A thread that runs copies handed to it; :meth:`wait` returns when all are done."""
+
+    def __init__(self):
+        self.queue = SimpleQueue()
+        self.done = SimpleQueue()
+        self.pending = 0
+        threading.Thread(target=self._work, name='ember-kvstore-copier', daemon=True).start()
+
+    def _work(self):
+        while True:
+            task = self.queue.get()
+            try:
+                task()
+                self.done.put(None)
+            except BaseException as error:  # noqa: BLE001 - raised by wait()
+                self.done.put(error)
+
+    def put(self, task):
+        self.pending += 1
+        self.queue.put(task)
+
+    def wait(self):
+        errors = [self.done.get() for _ in range(self.pending)]
+        self.pending = 0
+        for error in errors:
+            if error is not None:
+                raise error
+
+
+_copiers = []
+
+
+def _copier():
+    if not _copiers:
+        _copiers.append(_Copier())
+    return _copiers[0]
 
 
 class _AsyncServer:
