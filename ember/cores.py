@@ -1,8 +1,8 @@
 """The cores this process may use: ``NEURON_RT_VISIBLE_CORES`` pins the process and locks them.
 
 :func:`claim` runs when the engine is first built, before any of its thread pools exists (a bad
-value raises there, at the first operation). With the variable set it takes an exclusive lock on one file per core in ``MXNET_CORE_LOCK_DIR``, pins
-every thread of the process to those cores and records them as the process's cores
+value raises there, at the first operation). With the variable set it takes an exclusive lock
+on one file per core in ``MXNET_CORE_LOCK_DIR``, pins every thread of the process to those cores and records them as the process's cores
 (``config.process_cores``), so the engine's kernel threads, OpenMP and BLAS are sized to them.
 
 The locks are ``flock`` locks: the kernel drops them when the process ends however it ends, so a

@@ -21,8 +21,8 @@ from ember.kvstore.compression import GradientCompression
 from ember.kvstore.local import KVStoreLocal, KVStoreNCCL
 from ember.kvstore.plugins import BytePS, Horovod
 
-__all__ = ['create', 'create_kvstore', 'pushpull_all', 'KVStore', 'KVStoreBase', 'KVStoreLocal', 'TestStore',
-           'GradientCompression', 'TYPES']
+__all__ = ['create', 'create_kvstore', 'pushpull_all', 'KVStore', 'KVStoreBase', 'KVStoreLocal',
+           'TestStore', 'GradientCompression', 'TYPES']
 
 KVStore = KVStoreBase
 
@@ -52,7 +52,7 @@ def create(name='local'):
     >>> mx.kv.create('locl')
     Traceback (most recent call last):
         ...
-    ValueError: unknown kvstore type 'locl': expected one of local, device, nccl, ...; did you mean 'local'?
+    ValueError: unknown kvstore type 'locl': expected one of local, ...; did you mean 'local'?
     """
     if not isinstance(name, str):
         raise TypeError(f'kvstore name {name!r}: expected a str such as \'local\'')

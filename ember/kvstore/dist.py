@@ -352,7 +352,8 @@ class KVStoreDist(KVStoreBase):
     def _allreduce(self, items):
         world = self._world
         keys = tuple(item.info.name for item in items)
-        step = Step('allreduce', keys[0] if len(keys) == 1 else keys, sum(item.info.size for item in items),
+        step = Step('allreduce', keys[0] if len(keys) == 1 else keys,
+                    sum(item.info.size for item in items),
                     ','.join(sorted({item.info.dtype.name for item in items})))
         reads = [item.send._var for item in items if item.send is not item.receive]
         writes = [item.receive._var for item in items] + [
