@@ -167,3 +167,18 @@ def test_bandwidth_reports_time_and_gb_per_second():
     assert len(lines) == 2 and all('GB/s per device' in line for line in lines)
     assert all(float(line.rsplit('error ', 1)[1]) < 1e-6 for line in lines)
     assert 'communication per batch' in done.stdout
+
+
+CREATE = "import ember as mx; mx.kv.create('dist_sync')"
+
+
+@pytest.mark.parametrize('variables,message', [
+    ({'DMLC_ROLE': 'server'}, "DMLC_ROLE='server': Ember's distributed stores run every MPI "
+                              "rank as a worker"),
+    ({'DMLC_NUM_WORKER': '3'}, 'DMLC_NUM_WORKER=3, but MPI started 1 rank'),
+])
+def test_launch_variables_are_checked_against_mpi(variables, message):
+    environ = config.child_environ(PYTHONPATH=str(ROOT), **variables)
+    done = subprocess.run([sys.executable, '-c', CREATE], env=environ, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]

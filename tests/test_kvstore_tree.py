@@ -95,3 +95,12 @@ def test_configured_method_and_penalty_are_used(monkeypatch):
             tree.use_link_matrix(devices, np.zeros((4, 4)))
     finally:
         tree.use_link_matrix(devices, None)
+    eight = [device.cpu(i) for i in range(8)]
+    tree.use_link_matrix(eight, MESH)
+    try:
+        # the hand-checked second trees of test_penalty_steers_the_next_tree_to_unused_links
+        assert levels(tree.trees_for(eight)[1])[2][:2] == [(1, 2), (3, 0)]
+        with config.override(MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY=1.0):
+            assert levels(tree.trees_for(eight)[1])[2][:2] == [(1, 0), (2, 3)]
+    finally:
+        tree.use_link_matrix(eight, None)
