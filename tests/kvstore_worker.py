@@ -258,7 +258,13 @@ def scenario_die():
     return {}
 
 
+def scenario_where():
+    mx.nd.ones((1,)).asnumpy()      # the engine starts and pins the process
+    return sorted(os.sched_getaffinity(0))
+
+
 SCENARIOS = {
+    'where': scenario_where,
     'dist_sync': lambda: scenario_trainer('dist_sync'),
     'dist_device_sync': lambda: scenario_trainer('dist_device_sync'),
     'buckets': scenario_buckets, 'module': scenario_module, 'async': scenario_async,

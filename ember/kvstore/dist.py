@@ -663,7 +663,8 @@ def _displacements(counts):
 
 
 def _mpi_type(world, array):
-    return world.MPI._typedict[array.dtype.char]
+    names = {'float32': 'FLOAT', 'float64': 'DOUBLE', 'int32': 'INT32_T', 'int64': 'INT64_T'}
+    return getattr(world.MPI, names[array.dtype.name])
 
 
 def _check_dtype(key, array):
