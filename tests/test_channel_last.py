@@ -63,6 +63,12 @@ def _run(net, values):
     return ex.forward(is_train=False)[0].asnumpy()
 
 
+def assert_network_close(got, expected):
+    """Two kernel layouts of the same small network agree up to the rounding of their sums,
+    which differ in order: the tolerance scales with the output's size."""
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+
+
 def _ops(graph):
     return [(n.op.name, n.attrs.get('layout'), n.name) for n in graph.nodes if n.op]
 
@@ -91,7 +97,7 @@ def test_results_match_the_channel_first_graph(channel_last):
     values = _values(net, (2, 3, 8, 8))
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
         expected = _run(net, values)
-    np.testing.assert_allclose(_run(net, values), expected, rtol=1e-4, atol=1e-5)
+    assert_network_close(_run(net, values), expected)
 
 
 def test_a_reader_outside_the_region_gets_channel_first_data(channel_last):
@@ -104,7 +110,7 @@ def test_a_reader_outside_the_region_gets_channel_first_data(channel_last):
     assert names.count('transpose') == 3          # in; back for the sum and the output
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
         expected = _run(net, values)
-    np.testing.assert_allclose(_run(net, values), expected, rtol=1e-5, atol=1e-6)
+    assert_network_close(_run(net, values), expected)
 
 
 def test_concat_on_channels_follows(channel_last):
@@ -118,7 +124,7 @@ def test_concat_on_channels_follows(channel_last):
     assert concat[0].attrs['dim'] == 3
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
         expected = _run(net, values)
-    np.testing.assert_allclose(_run(net, values), expected, rtol=1e-4, atol=1e-5)
+    assert_network_close(_run(net, values), expected)
 
 
 def test_a_shared_weight_is_not_copied(channel_last):

@@ -46,7 +46,7 @@ def assert_same_results(before, after, values, exact=True, is_train=False):
         if exact:
             np.testing.assert_array_equal(have, want)
         else:
-            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_batchnorm_folds_into_convolution(no_bias, fix_gamma, layout):
                                               'conv_weight']
     expected, = interpret.run(graph, values)
     got, = interpret.run(folded, inputs)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
 def test_batchnorm_folds_into_fully_connected():
@@ -156,7 +156,7 @@ def test_batchnorm_folds_into_fully_connected():
     assert op_names(folded) == ['FullyConnected'] and len(folded.nodes) < len(graph.nodes)
     expected, = interpret.run(graph, values)
     got, = interpret.run(folded, inputs)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
 def test_batchnorm_stays_without_values_or_when_the_layer_has_other_readers():
@@ -210,7 +210,9 @@ def test_broadcast_add_fuses_only_with_equal_known_shapes():
     shaped = infer_shape.run(graph, {'data': (1, 3, 4, 4)})
     fused, _ = subgraph.run(shaped, {})
     assert op_names(fused) == ['_sg_conv'] and fused.nodes[-1].attrs['with_sum']
-    assert_same_results(graph, fused, random_inputs(graph, {'data': (1, 3, 4, 4)}))
+    # the fused kernel adds the residual inside its sum: rounding may differ by CPU
+    assert_same_results(graph, fused, random_inputs(graph, {'data': (1, 3, 4, 4)}),
+                        exact=False)
 
 
 def test_fully_connected_activation_fuse():
