@@ -225,6 +225,26 @@ def scenario_overlap():
             'sums': [ready.asnumpy()[0].item(), late.asnumpy()[0].item()]}
 
 
+def scenario_keep():
+    """After an all-reduce the store serves the sum on a pull; once the array that received
+    it changed, the pull is an error on every rank, not a hang."""
+    kv = mx.kv.create('dist_sync')
+    kv.init('s', mx.nd.zeros((6,)))
+    value, out = mx.nd.ones((6,)) * (kv.rank + 1), mx.nd.zeros((6,))
+    kv.pushpull('s', value)
+    kv.pull('s', out=out)
+    found = {'pulled': out.asnumpy().tolist()}
+    kv.pushpull('s', value)
+    value[:] = 0
+    try:
+        kv.pull('s', out=out)
+        out.wait_to_read()
+    except mx.base.EmberError as exc:
+        found['error'] = str(exc)
+    kv.barrier()
+    return found
+
+
 def scenario_raise():
     kv = mx.kv.create('dist_sync')
     kv.init(0, mx.nd.zeros((4,)))
@@ -269,7 +289,8 @@ SCENARIOS = {
     'dist_device_sync': lambda: scenario_trainer('dist_device_sync'),
     'buckets': scenario_buckets, 'module': scenario_module, 'async': scenario_async,
     'compression': scenario_compression, 'bigarray': scenario_bigarray,
-    'bad_input': scenario_bad_input, 'overlap': scenario_overlap, 'raise': scenario_raise,
+    'bad_input': scenario_bad_input, 'overlap': scenario_overlap, 'keep': scenario_keep,
+    'raise': scenario_raise,
     'exit_early': scenario_exit_early, 'die': scenario_die,
 }
 

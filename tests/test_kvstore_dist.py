@@ -63,7 +63,8 @@ def scenarios(tmp_path_factory, ranks, names, pin=False):
 def two(tmp_path_factory):
     return scenarios(tmp_path_factory, 2, ['where', 'dist_sync', 'dist_device_sync',
                                            'buckets', 'module', 'async', 'compression',
-                                           'bigarray', 'bad_input', 'overlap'], pin=PINNED)
+                                           'bigarray', 'bad_input', 'overlap', 'keep'],
+                     pin=PINNED)
 
 
 @pytest.fixture(scope='module')
@@ -126,6 +127,14 @@ def test_bad_input_is_a_clear_error_on_every_rank(two):
         assert f"push of key 'never' on rank {rank}: the key has not been initialized" in \
             bad['before_init']
         assert bad['still_works']
+
+
+def test_a_pull_after_an_all_reduce_serves_the_sum_while_it_is_there(two):
+    total = float(sum(range(1, len(two) + 1)))
+    for found in two:
+        assert found['keep']['pulled'] == [total] * 6
+        # key 's' lives on rank 0, whose array changed: every rank hears why
+        assert 'rank 0 no longer has its last pushpull sum' in found['keep']['error']
 
 
 def test_a_raising_rank_stops_every_rank_and_is_named(tmp_path):

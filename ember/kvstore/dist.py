@@ -19,7 +19,9 @@ Synchronous stores move data with collectives (:mod:`ember.kvstore.mpi`):
   parameter first, the order backward writes gradients), a bigger key alone; each bucket is
   one engine operation that starts as soon as its arrays are written, so the first buckets
   are reduced while backward computes the rest. Small keys of a bucket are packed into one
-  all-reduce.
+  all-reduce. No copy of the sum is made for the store: a later pull takes it from the array
+  it landed in, which works while nothing has written that array since (else the pull is an
+  error on every rank, saying so), and keeps the all-reduce as fast as MPI's own.
 
 ``dist_async`` sends each push to its servers, which apply it as it arrives, and a pull asks
 the servers for their current values; a thread per rank serves its keys.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import threading
 import time
-from queue import SimpleQueue
 
 import numpy as np
 
@@ -87,6 +88,11 @@ class _Key:
         part_shape = self.shape if whole else ((mine[0][1] - mine[0][0],) if mine else ())
         self.stored = nd.zeros(part_shape, ctx=cpu(0), dtype=self.dtype) if mine else None
         self.received = None                    # the summed push before the optimizer runs
+        # After an all-reduce (pushpull without an optimizer) the sum lives in the array it
+        # was reduced into; the stored part is copied from there only when read, if that
+        # array still holds it (its variable at latest_version).
+        self.latest = None
+        self.latest_version = None
 
     @property
     def sliced(self):
@@ -95,8 +101,8 @@ class _Key:
     def counts(self):
         return [end - begin for _, begin, end in self.shards]
 
-    def step(self, op):
-        return Step(op, self.name, self.size, self.dtype.name, self.shape)
+    def step(self, op, problem=''):
+        return Step(op, self.name, self.size, self.dtype.name, self.shape, problem)
 
 
 class KVStoreDist(KVStoreBase):
@@ -164,6 +170,26 @@ class KVStoreDist(KVStoreBase):
         self._load[owner] += size
         return [(owner, 0, size)]
 
+    def _materialize(self, info):
+        """Copy the last all-reduced sum into this rank's stored part, before a pull or an
+        optimizer reads it. Returns why it cannot ('' when it can): the collective then
+        carries the reason, so that every rank raises it instead of waiting for this one."""
+        latest = info.latest
+        if latest is None:
+            return ''
+        info.latest = None
+        eng = engine.get()
+        if eng.settled_versions([latest._var]) is None:
+            eng.wait_for_var(latest._var)
+        if latest._var.version != info.latest_version:
+            return (f'rank {self.rank} no longer has its last pushpull sum: it was all-reduced '
+                    f'into an array written since, and a store without an optimizer keeps no '
+                    f'second copy (pull before changing that array, or push and pull '
+                    f'separately)')
+        begin, end = info.part
+        comm._flat(latest, begin, end).copyto(info.stored.reshape((-1,)))
+        return ''
+
     # -- init -----------------------------------------------------------------------------------
     def init(self, key, value):
         """Initialize each key with rank 0's value (a collective: every rank calls it, and it
@@ -220,13 +246,19 @@ class KVStoreDist(KVStoreBase):
         return self._quantize(info, merged)
 
     def _push_sync(self, info, merged):
+        problem = ''
+        if self._updater is None:
+            info.latest = None          # the push replaces the stored part whole
+        else:
+            problem = self._materialize(info)
         target = self._target(info)
         payload = self._payload(info, merged)
         if self._compression is None:
             fn = self._reducer_to_servers(info, merged, target)
         else:
             fn = self._compressed_to_servers(info, payload, target)
-        self._world.push(info.step('push'), fn, reads=[payload._var], writes=_vars(target))
+        self._world.push(info.step('push', problem), fn, reads=[payload._var],
+                         writes=_vars(target))
         self._apply(info)
 
     def _target(self, info):
@@ -309,7 +341,8 @@ class KVStoreDist(KVStoreBase):
             if self._server is not None:
                 self._server.pull(info, first)
             else:
-                self._world.push(info.step('pull'), self._from_servers(info, first),
+                problem = self._materialize(info)
+                self._world.push(info.step('pull', problem), self._from_servers(info, first),
                                  reads=_vars(info.stored), writes=[first._var])
             self._reducer.broadcast(k, first, outs, priority)
 
@@ -356,8 +389,7 @@ class KVStoreDist(KVStoreBase):
                     sum(item.info.size for item in items),
                     ','.join(sorted({item.info.dtype.name for item in items})))
         reads = [item.send._var for item in items if item.send is not item.receive]
-        writes = [item.receive._var for item in items] + [
-            item.info.stored._var for item in items if item.info.stored is not None]
+        writes = [item.receive._var for item in items]
         world.push(step, lambda: _run_bucket(world, items), reads=reads, writes=writes,
                    name='kvstore_allreduce_bucket')
         for item in items:
@@ -428,38 +460,24 @@ class _AllReduce:
             self.receive = reducer._buffer(('allreduce', info.name), merged, merged.context)
         self.packed = info.size * info.dtype.itemsize < _PACK_BYTES
 
-    def keep(self, begin, end, copier):
-        """Have `copier` copy elements [begin, end) of the sum into this rank's stored part,
-        where they overlap it."""
-        info = self.info
-        if info.stored is None:
-            return
-        low, high = max(begin, info.part[0]), min(end, info.part[1])
-        if low < high:
-            source = self.receive._data().reshape(-1)[low:high]
-            target = info.stored._data().reshape(-1)[low - info.part[0]:high - info.part[0]]
-            copier.put(lambda: np.copyto(target, source))
-
     def finish(self):
-        """Copy the sum to the other outputs."""
-        self.reducer.broadcast(self.info.name, self.receive, self.outs)
+        """Copy the sum to the other outputs; this rank's stored part is taken from it only
+        when something reads the stored value (:meth:`KVStoreDist._materialize`)."""
+        info = self.info
+        if info.stored is not None:
+            info.latest = self.receive
+        self.reducer.broadcast(info.name, self.receive, self.outs)
 
 
 def _run_bucket(world, items):
-    """All-reduce a bucket: small keys packed together per dtype, the others in place, chunk
-    by chunk; a helper thread copies each chunk's stored part while the next one travels."""
+    """All-reduce a bucket: small keys packed together per dtype, the others in place."""
     SUM = world.MPI.SUM
     by_dtype = {}
-    copier = _copier()
     for item in items:
         if item.packed and len(items) > 1:
             by_dtype.setdefault(item.info.dtype, []).append(item)
-            continue
-        send, receive = item.send._data().reshape(-1), item.receive._data().reshape(-1)
-        for begin in range(0, item.info.size, _CHUNK_ELEMENTS):
-            end = min(begin + _CHUNK_ELEMENTS, item.info.size)
-            _allreduce_one(world, send[begin:end], receive[begin:end], SUM)
-            item.keep(begin, end, copier)
+        else:
+            _allreduce_one(world, item.send._data(), item.receive._data(), SUM)
     for group in by_dtype.values():
         flat = np.concatenate([item.send._data().reshape(-1) for item in group])
         world.comm.Allreduce(world.MPI.IN_PLACE, flat, op=SUM)
@@ -467,9 +485,10 @@ def _run_bucket(world, items):
         for item in group:
             size = item.info.size
             item.receive._data().reshape(-1)[...] = flat[at:at + size]
-            item.keep(0, size, copier)
             at += size
-    copier.wait()
+    for item in items:
+        # the version the sum has once this operation completes (the engine adds one)
+        item.info.latest_version = item.receive._var.version + 1
 
 
 def _allreduce_one(world, send, receive, op):
@@ -477,49 +496,6 @@ def _allreduce_one(world, send, receive, op):
         world.comm.Allreduce(world.MPI.IN_PLACE, receive, op=op)
     else:
         world.comm.Allreduce(send, receive, op=op)
-
-
-# All-reduces go in chunks of this many elements, so that keeping a chunk overlaps the next.
-_CHUNK_ELEMENTS = 2 * 1024 * 1024
-
-
-class _Copier:
-    """A thread that runs copies handed to it; :meth:`wait` returns when all are done."""
-
-    def __init__(self):
-        self.queue = SimpleQueue()
-        self.done = SimpleQueue()
-        self.pending = 0
-        threading.Thread(target=self._work, name='ember-kvstore-copier', daemon=True).start()
-
-    def _work(self):
-        while True:
-            task = self.queue.get()
-            try:
-                task()
-                self.done.put(None)
-            except BaseException as error:  # noqa: BLE001 - raised by wait()
-                self.done.put(error)
-
-    def put(self, task):
-        self.pending += 1
-        self.queue.put(task)
-
-    def wait(self):
-        errors = [self.done.get() for _ in range(self.pending)]
-        self.pending = 0
-        for error in errors:
-            if error is not None:
-                raise error
-
-
-_copiers = []
-
-
-def _copier():
-    if not _copiers:
-        _copiers.append(_Copier())
-    return _copiers[0]
 
 
 class _AsyncServer:

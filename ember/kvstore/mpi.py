@@ -52,10 +52,11 @@ class Step:
     size: int = 0
     dtype: str = ''
     shape: tuple = ()
+    problem: str = ''       # why this rank cannot take part: every rank then raises it
 
     def signature(self):
         words = [OPS.index(self.op), _crc(repr(self.key)), self.size, _crc(self.dtype),
-                 _crc(repr(tuple(self.shape)))]
+                 _crc(repr(tuple(self.shape))), _crc(self.problem)]
         return np.array(words, dtype=np.int64)
 
     def describe(self):
@@ -63,8 +64,8 @@ class Step:
             return 'exiting'
         if self.op in ('barrier', 'set_optimizer'):
             return self.op
-        return (f'{self.op} of key {self.key!r} (shape {tuple(self.shape)}, '
-                f'{self.dtype})')
+        text = f'{self.op} of key {self.key!r} (shape {tuple(self.shape)}, {self.dtype})'
+        return f'{text}, but {self.problem}' if self.problem else text
 
 
 def _crc(text):
@@ -159,9 +160,11 @@ def _disagreement(described, rank):
         groups.setdefault(text, []).append(other)
     parts = [f'rank{"s" if len(ranks) > 1 else ""} {", ".join(map(str, ranks))}: {text}'
              for text, ranks in groups.items()]
-    return (f'the ranks disagree on the next collective ({"; ".join(parts)}); every rank '
-            f'must init, push and pull the same keys with the same shapes in the same '
-            f'order (this is rank {rank})')
+    advice = ('' if any(', but ' in text for text in described) else
+              '; every rank must init, push and pull the same keys with the same shapes in '
+              'the same order')
+    return (f'the ranks disagree on the next collective ({"; ".join(parts)}){advice} (this '
+            f'is rank {rank})')
 
 
 _world = None
