@@ -114,7 +114,6 @@ def ember_and_mpi_worker(args):
         if comm.rank == 0:
             rows.append({'bytes': nbytes, 'arrays': many, 'ember': max(t[0] for t in times),
                          'mpi': max(t[1] for t in times)})
-        del arrays, raws
     if comm.rank == 0:
         print('RESULT ' + json.dumps(rows), flush=True)
 
@@ -143,7 +142,6 @@ def gloo_worker(args):
         gathered = [None] * args.world
         dist.all_gather_object(gathered, seconds)
         rows.append({'bytes': nbytes, 'gloo': max(gathered)})
-        del tensors
     if args.rank == 0:
         print('RESULT ' + json.dumps(rows), flush=True)
     dist.destroy_process_group()
