@@ -34,7 +34,7 @@ __all__ = ['world', 'World', 'Step', 'DisagreementError', 'mpi_module']
 
 _PRIORITY = 1           # comm operations run on the engine's priority pool, off the compute pool
 _SPIN_SECONDS = 2e-4    # poll without sleeping this long: a collective of ready ranks is quick
-_SLEEP_FIRST, _SLEEP_MOST = 2e-5, 2e-3
+_SLEEP_FIRST, _SLEEP_MOST = 2e-5, 5e-4
 
 OPS = ('init', 'push', 'pull', 'allreduce', 'barrier', 'set_optimizer', 'exit', 'broadcast')
 
