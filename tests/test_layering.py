@@ -9,7 +9,9 @@ import pytest
 EMBER = Path(__file__).resolve().parents[1] / 'ember'
 
 # Lowest first: a module may import the layers before its own, and modules of its own package.
-LAYERS = ['config', 'base',
+LAYERS = ['config',
+          'cores',         # NEURON_RT_VISIBLE_CORES: pins the process at import; needs config
+          'base',
           'accel',         # shape arithmetic of the hot path (compiled or Python); needs config
           'device', 'backend', 'profiler', 'storage', 'engine', 'resource', 'op', 'ndarray',
           'autograd',
