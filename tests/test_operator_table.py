@@ -788,8 +788,87 @@ DEFINED_GRADIENTS = [
              keepdims=True)),
 ]
 
+
+def spd(*shape):
+    """Symmetric positive-definite matrices (..., n, n)."""
+    def draw(rng):
+        a = rng.standard_normal(shape)
+        return a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])
+    return draw
+
+
+def lower_triangular(*shape):
+    def draw(rng):
+        a = np.tril(rng.standard_normal(shape))
+        return a + np.eye(shape[-1]) * (1.5 + np.sign(np.diagonal(a, 0, -2, -1))[..., None])
+    return draw
+
+
+def swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def syevd(a):
+    """Eigenvectors in rows, each with its entry of largest magnitude positive (MXNet's)."""
+    values, vectors = np.linalg.eigh(a)
+    rows = vectors.T
+    return [rows * np.sign(rows[np.arange(len(rows)), np.abs(rows).argmax(1)])[:, None], values]
+
+
+def upper_packed(a):
+    """(n, 3) values as the strict upper triangles of 3x3 matrices, column by column."""
+    out = np.zeros((len(a), 3, 3))
+    out[:, [0, 0, 1], [1, 2, 2]] = a
+    return out
+
+
+def per_matrix(values):
+    """MXNet's shape of one value per matrix: (1,) for a single matrix."""
+    return np.asarray(values).reshape(np.shape(values) or (1,))
+
+
+# potrf and syevd read the lower triangle but return MXNet's symmetric gradient, which finite
+# differences of single entries cannot see: tests/test_mxnet_op_fixtures.py checks them
+LINALG = [
+    Case('linalg_gemm', (normal(2, 2, 3), normal(2, 3, 2), normal(2, 2, 2)),
+         dict(alpha=0.5, beta=2.0), ref=lambda a, b, c: 0.5 * a @ b + 2 * c),
+    Case('linalg_gemm2', (normal(2, 3), normal(4, 2)), dict(transpose_a=True, transpose_b=True),
+         ref=lambda a, b: a.T @ b.T),
+    Case('linalg_gemm2', (normal(2, 3, 2, 2), normal(2, 2, 2, 3)), dict(axis=1),
+         ref=lambda a, b: np.einsum('aibj,ajbk->aibk', a, b), tag='axis'),
+    Case('linalg_syrk', (normal(2, 3),), dict(alpha=2.0), ref=lambda a: 2 * a @ a.T),
+    Case('linalg_trmm', (normal(3, 3), normal(3, 2)), ref=lambda a, b: np.tril(a) @ b),
+    Case('linalg_trmm', (normal(3, 3), normal(2, 3)), dict(rightside=True, lower=False,
+                                                            transpose=True),
+         ref=lambda a, b: b @ np.triu(a).T, tag='right-upper'),
+    Case('linalg_trsm', (lower_triangular(2, 3, 3), normal(2, 3, 2)), dict(alpha=2.0),
+         ref=lambda a, b: np.linalg.solve(a, 2 * b)),
+    Case('linalg_trsm', (lower_triangular(3, 3), normal(2, 3)),
+         dict(rightside=True, transpose=True), ref=lambda a, b: b @ np.linalg.inv(a.T),
+         tag='right-transpose'),
+    Case('linalg_potrf', (spd(2, 3, 3),), ref=np.linalg.cholesky, grad=()),
+    Case('linalg_potri', (lower_triangular(3, 3),), ref=lambda a: np.linalg.inv(a @ a.T)),
+    Case('linalg_gelqf', (normal(2, 3),),
+         ref=lambda a: [swap(np.linalg.qr(a.T)[0]), swap(np.linalg.qr(a.T)[1])], rtol=1e-4),
+    Case('linalg_syevd', (spd(3, 3),), ref=syevd, grad=()),
+    Case('linalg_inverse', (spd(2, 2, 2),), ref=np.linalg.inv),
+    Case('linalg_det', (normal(2, 3, 3),), ref=np.linalg.det),
+    Case('linalg_slogdet', (normal(3, 3),),
+         ref=lambda a: [per_matrix(v) for v in np.linalg.slogdet(a)]),
+    Case('linalg_sumlogdiag', (spd(2, 3, 3),),
+         ref=lambda a: np.log(np.diagonal(a, 0, -2, -1)).sum(-1)),
+    Case('linalg_extractdiag', (normal(2, 3, 3),), dict(offset=1),
+         ref=lambda a: np.diagonal(a, 1, -2, -1)),
+    Case('linalg_makediag', (normal(2, 3),), dict(offset=-1),
+         ref=lambda a: np.stack([np.diag(v, -1) for v in a])),
+    Case('linalg_extracttrian', (normal(3, 3),), ref=lambda a: a[np.tril_indices(3)]),
+    Case('linalg_maketrian', (normal(2, 3),), dict(offset=1),
+         ref=upper_packed),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
-         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS)
+         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {

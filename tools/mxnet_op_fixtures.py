@@ -1,0 +1,163 @@
+"""Write MXNet 1.9.1's answers for Ember's operator fixtures: tests/data/mxnet-1.9.1-ops/*.npz.
+
+Run it in MXNet 1.9.1's environment (the one ``benchmarks/peers`` builds), from the repository
+root::
+
+    OMP_NUM_THREADS=2 ~/.cache/ember-bench/mxnet-1.9.1/bin/python tools/mxnet_op_fixtures.py
+
+Each family of cases becomes one ``.npz`` file. A case calls one function of ``mx.nd`` (a
+dotted path such as ``contrib.box_nms``) on inputs drawn here with NumPy, records under
+``autograd`` and, where the case names inputs to differentiate, runs backward from random
+head gradients. The file keeps, per case ``<id>``: ``<id>/spec`` (the call as JSON),
+``<id>/in<i>`` (inputs), ``<id>/out<i>`` (MXNet's outputs), ``<id>/head<i>`` and
+``<id>/grad<i>`` (head gradients and the gradients of the inputs named in ``grad``).
+tests/test_mxnet_op_fixtures.py replays every case on Ember and compares.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+OUT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'mxnet-1.9.1-ops'
+
+
+def case(id, op, inputs, grad=(), heads=None, train=False, **kwargs):
+    """`inputs`: arrays, or functions of a NumPy Generator that return one."""
+    return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=heads,
+                train=train)
+
+
+def rng_for(name):
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def normal(*shape, dtype='float64'):
+    return lambda rng: rng.standard_normal(shape).astype(dtype)
+
+
+def uniform(low, high, *shape, dtype='float64'):
+    return lambda rng: rng.uniform(low, high, shape).astype(dtype)
+
+
+def spd(*shape, dtype='float64'):
+    """Symmetric positive-definite matrices of shape (..., n, n)."""
+    def draw(rng):
+        a = rng.standard_normal(shape)
+        return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+    return draw
+
+
+def lower(*shape, dtype='float64'):
+    """Well-conditioned lower-triangular matrices."""
+    def draw(rng):
+        a = np.tril(rng.standard_normal(shape))
+        idx = np.arange(shape[-1])
+        a[..., idx, idx] = rng.uniform(1.0, 2.0, shape[:-1])
+        return a.astype(dtype)
+    return draw
+
+
+def const(values, dtype='float32'):
+    return lambda rng: np.array(values, dtype=dtype)
+
+
+LINALG = [
+    case('gemm', 'linalg.gemm', [normal(2, 3, 4), normal(2, 4, 5), normal(2, 3, 5)],
+         grad=(0, 1, 2), alpha=0.7, beta=-1.5),
+    case('gemm-transposed', 'linalg.gemm', [normal(4, 3), normal(5, 4), normal(3, 5)],
+         grad=(0, 1, 2), transpose_a=True, transpose_b=True),
+    case('gemm2-axis', 'linalg.gemm2', [normal(2, 4, 3, 5), normal(2, 5, 3, 6)], grad=(0, 1),
+         axis=-3, alpha=2.0),
+    case('gemm2-transpose-a', 'linalg.gemm2', [normal(3, 4, 2), normal(3, 4, 5)], grad=(0, 1),
+         transpose_a=True),
+    case('potrf', 'linalg.potrf', [spd(2, 3, 3)], grad=(0,)),
+    case('potri', 'linalg.potri', [lower(2, 3, 3)], grad=(0,)),
+    case('trmm', 'linalg.trmm', [normal(2, 3, 3), normal(2, 3, 4)], grad=(0, 1), alpha=1.5),
+    case('trmm-right-upper-t', 'linalg.trmm', [normal(3, 3), normal(2, 3)], grad=(0, 1),
+         rightside=True, lower=False, transpose=True),
+    case('trsm', 'linalg.trsm', [lower(2, 3, 3), normal(2, 3, 2)], grad=(0, 1), alpha=0.5),
+    case('trsm-right-transpose', 'linalg.trsm', [lower(3, 3), normal(4, 3)], grad=(0, 1),
+         rightside=True, transpose=True),
+    case('trsm-upper', 'linalg.trsm', [lambda rng: np.swapaxes(lower(3, 3)(rng), 0, 1),
+                                       normal(3, 2)], grad=(0, 1), lower=False),
+    case('syrk', 'linalg.syrk', [normal(2, 3, 4)], grad=(0,), alpha=0.5),
+    case('syrk-transpose', 'linalg.syrk', [normal(3, 4)], grad=(0,), transpose=True),
+    case('gelqf', 'linalg.gelqf', [normal(2, 3, 5)], grad=(0,)),
+    case('syevd', 'linalg.syevd', [spd(2, 4, 4)], grad=(0,)),
+    case('inverse', 'linalg.inverse', [spd(2, 3, 3)], grad=(0,)),
+    case('det', 'linalg.det', [normal(2, 3, 3)], grad=(0,)),
+    case('det-single', 'linalg.det', [normal(3, 3)], grad=(0,)),
+    case('slogdet', 'linalg.slogdet', [normal(3, 3, 3)], grad=(0,), heads=[1]),
+    case('sumlogdiag', 'linalg.sumlogdiag', [spd(2, 3, 3)], grad=(0,)),
+    case('extractdiag', 'linalg.extractdiag', [normal(2, 4, 4)], grad=(0,), offset=-1),
+    case('makediag', 'linalg.makediag', [normal(2, 3)], grad=(0,), offset=2),
+    case('extracttrian', 'linalg.extracttrian', [normal(2, 4, 4)], grad=(0,), offset=1),
+    case('extracttrian-upper', 'linalg.extracttrian', [normal(3, 3)], grad=(0,), lower=False),
+    case('maketrian', 'linalg.maketrian', [normal(2, 6)], grad=(0,), offset=-1),
+    case('maketrian-upper', 'linalg.maketrian', [normal(10)], grad=(0,), lower=False),
+    case('gemm2-float32', 'linalg.gemm2', [normal(2, 3, dtype='float32'),
+                                           normal(3, 2, dtype='float32')], grad=(0, 1)),
+]
+
+FAMILIES = {'linalg': LINALG}
+
+
+def resolve(module, dotted):
+    for part in dotted.split('.'):
+        module = getattr(module, part)
+    return module
+
+
+def run(mx, spec, inputs, heads_in=None, rng=None):
+    """Call the case on framework `mx`; returns (outputs, heads, grads) as NumPy arrays."""
+    fn = resolve(mx.nd, spec['op'])
+    arrays = [mx.nd.array(x, dtype=x.dtype) for x in inputs]
+    for index in spec['grad']:
+        arrays[index].attach_grad()
+    with mx.autograd.record(train_mode=spec['train']):
+        result = fn(*arrays, **spec['kwargs'])
+    outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+    heads, grads = [], []
+    if spec['grad']:
+        chosen = spec['heads'] if spec['heads'] is not None else range(len(outputs))
+        if heads_in is None:
+            heads = [rng.standard_normal(outputs[i].shape).astype(outputs[i].dtype)
+                     for i in chosen]
+        else:
+            heads = heads_in
+        mx.autograd.backward([outputs[i] for i in chosen],
+                             [mx.nd.array(h, dtype=h.dtype) for h in heads])
+        grads = [arrays[i].grad.asnumpy() for i in spec['grad']]
+    return [o.asnumpy() for o in outputs], heads, grads
+
+
+def write_family(mx, name, cases):
+    store = {}
+    for item in cases:
+        rng = rng_for(f'{name}/{item["id"]}')
+        inputs = [x(rng) if callable(x) else np.asarray(x) for x in item['inputs']]
+        spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train')}
+        outputs, heads, grads = run(mx, spec, inputs, rng=rng)
+        key = item['id']
+        store[f'{key}/spec'] = np.frombuffer(json.dumps(spec).encode(), np.uint8)
+        for kind, values in (('in', inputs), ('out', outputs), ('head', heads),
+                             ('grad', grads)):
+            for i, value in enumerate(values):
+                store[f'{key}/{kind}{i}'] = value
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(OUT_DIR / f'{name}.npz', **store)
+    print(f'{name}: {len(cases)} cases')
+
+
+def main(names):
+    import mxnet as mx
+    for name in names or FAMILIES:
+        write_family(mx, name, FAMILIES[name])
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
