@@ -867,8 +867,94 @@ LINALG = [
 ]
 
 
+def resize_rows(out_size, in_size, align_corners=True):
+    """1-D linear interpolation weights (out_size, in_size), MXNet's BilinearResize2D."""
+    dst = np.arange(out_size)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1))
+    else:
+        src = np.maximum((dst + 0.5) * in_size / out_size - 0.5, 0)
+    low = np.minimum(np.floor(src).astype(int), in_size - 1)
+    weights = np.zeros((out_size, in_size))
+    np.add.at(weights, (dst, low), 1 - (src - low))
+    np.add.at(weights, (dst, np.minimum(low + 1, in_size - 1)), src - low)
+    return weights
+
+
+def bins(out_size, in_size):
+    """Adaptive average pooling's averaging weights (out_size, in_size)."""
+    weights = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        start, stop = i * in_size // out_size, -(-(i + 1) * in_size // out_size)
+        weights[i, start:stop] = 1 / (stop - start)
+    return weights
+
+
+def heads_split(x, heads, parts):
+    """(seq, batch, heads*parts*dim) -> parts arrays of (batch*heads, seq, dim)."""
+    seq, batch, width = x.shape
+    dim = width // (heads * parts)
+    split = x.reshape(seq, batch, heads, parts, dim).transpose(3, 1, 2, 0, 4)
+    return split.reshape(parts, batch * heads, seq, dim)
+
+
+def heads_join(x, batch):
+    """(batch*heads, seq, dim) -> (seq, batch, heads*dim)."""
+    return x.reshape(batch, -1, *x.shape[1:]).transpose(2, 0, 1, 3).reshape(x.shape[1], batch,
+                                                                             -1)
+
+
+def index_copy(old, index, new):
+    out = old.copy()
+    out[index.astype(int)] = new
+    return out
+
+
+# gradientmultiplier and the straight-through estimators have defined gradients, not the
+# forward's: tests/test_mxnet_op_fixtures.py checks them against MXNet
+CONTRIB = [
+    Case('_contrib_arange_like', (normal(2, 3),), dict(start=1, step=0.5, repeat=2),
+         ref=lambda x: (1 + 0.5 * (np.arange(6) // 2)).reshape(2, 3)),
+    Case('_contrib_index_array', (normal(2, 3),), ref=lambda x: np.stack(np.indices((2, 3)), -1),
+         grad=()),
+    Case('_contrib_index_copy', (normal(4, 2), const([3, 0]), normal(2, 2)), ref=index_copy,
+         grad=(0, 2)),
+    Case('_contrib_quadratic', (normal(2, 3),), dict(a=0.5, b=-1, c=2),
+         ref=lambda x: 0.5 * x * x - x + 2),
+    Case('_contrib_div_sqrt_dim', (normal(2, 4),), ref=lambda x: x / 2),
+    Case('_contrib_gradientmultiplier', (normal(2, 3),), dict(scalar=-1), ref=lambda x: x,
+         grad=()),
+    Case('_contrib_round_ste', (off_integers(2, 3),), ref=np.round, grad=()),
+    Case('_contrib_sign_ste', (away(2, 3),), ref=np.sign, grad=()),
+    Case('_contrib_BilinearResize2D', (normal(1, 2, 3, 4),), dict(height=4, width=3),
+         ref=lambda x: resize_rows(4, 3) @ x @ resize_rows(3, 4).T),
+    Case('_contrib_BilinearResize2D', (normal(1, 1, 4, 3),),
+         dict(height=3, width=5, align_corners=False),
+         ref=lambda x: resize_rows(3, 4, False) @ x @ resize_rows(5, 3, False).T,
+         tag='half-pixel'),
+    Case('_contrib_BilinearResize2D', (normal(1, 1, 2, 3), normal(1, 1, 3, 2)), dict(mode='like'),
+         ref=lambda x, like: resize_rows(3, 2) @ x @ resize_rows(2, 3).T, grad=(0,),
+         tag='like'),
+    Case('_contrib_AdaptiveAvgPooling2D', (normal(1, 2, 5, 4),), dict(output_size=(2, 3)),
+         ref=lambda x: bins(2, 5) @ x @ bins(3, 4).T),
+    Case('_contrib_interleaved_matmul_selfatt_qk', (normal(3, 2, 12),), dict(heads=2),
+         ref=lambda x: (lambda q, k, v: q @ np.swapaxes(k, 1, 2) / np.sqrt(2))(
+             *heads_split(x, 2, 3))),
+    Case('_contrib_interleaved_matmul_selfatt_valatt', (normal(3, 2, 12), normal(4, 3, 3)),
+         dict(heads=2), ref=lambda x, att: heads_join(att @ heads_split(x, 2, 3)[2], 2)),
+    Case('_contrib_interleaved_matmul_encdec_qk', (normal(2, 2, 4), normal(3, 2, 8)),
+         dict(heads=2), ref=lambda q, kv: heads_split(q, 2, 1)[0] @ np.swapaxes(
+             heads_split(kv, 2, 2)[0], 1, 2) / np.sqrt(2)),
+    Case('_contrib_interleaved_matmul_encdec_valatt', (normal(3, 2, 8), normal(4, 2, 3)),
+         dict(heads=2), ref=lambda kv, att: heads_join(att @ heads_split(kv, 2, 2)[1], 2)),
+    Case('_contrib_BatchNormWithReLU', BN_INPUTS, dict(fix_gamma=False), train=True,
+         grad=(0, 1, 2), rtol=1e-4,
+         ref=lambda *a: np.maximum(batch_norm(*a, fix_gamma=False), 0)),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
-         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG)
+         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {
@@ -951,10 +1037,12 @@ def test_row_ids_are_unique():
 
 
 def _public_differentiable():
-    """Canonical name -> public names of every operator with a gradient that mx.nd exposes."""
+    """Canonical name -> public names of every operator with a gradient that mx.nd exposes
+    (mx.nd.contrib's included)."""
     found = {}
     for name, op in registry.all_ops().items():
-        if not name.startswith('_') and op.gradient is not None and hasattr(mx.nd, name):
+        public = not name.startswith('_') or name.startswith('_contrib_')
+        if public and op.gradient is not None and hasattr(mx.nd, name):
             found.setdefault(op.name, []).append(name)
     return found
 

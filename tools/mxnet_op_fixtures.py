@@ -22,13 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
+F32 = 'float32'
 OUT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'mxnet-1.9.1-ops'
 
 
-def case(id, op, inputs, grad=(), heads=None, train=False, **kwargs):
-    """`inputs`: arrays, or functions of a NumPy Generator that return one."""
-    return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=heads,
-                train=train)
+def case(id, op, inputs, grad=(), grad_outputs=None, train=False, imperative_only=False,
+         **kwargs):
+    """`inputs`: arrays, or functions of a NumPy Generator that return one.
+    `grad_outputs`: the outputs that get head gradients (default all).
+    `imperative_only`: the output's shape depends on values, so there is no symbolic form."""
+    return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=grad_outputs,
+                train=train, imperative_only=imperative_only)
 
 
 def rng_for(name):
@@ -91,7 +95,7 @@ LINALG = [
     case('inverse', 'linalg.inverse', [spd(2, 3, 3)], grad=(0,)),
     case('det', 'linalg.det', [normal(2, 3, 3)], grad=(0,)),
     case('det-single', 'linalg.det', [normal(3, 3)], grad=(0,)),
-    case('slogdet', 'linalg.slogdet', [normal(3, 3, 3)], grad=(0,), heads=[1]),
+    case('slogdet', 'linalg.slogdet', [normal(3, 3, 3)], grad=(0,), grad_outputs=[1]),
     case('sumlogdiag', 'linalg.sumlogdiag', [spd(2, 3, 3)], grad=(0,)),
     case('extractdiag', 'linalg.extractdiag', [normal(2, 4, 4)], grad=(0,), offset=-1),
     case('makediag', 'linalg.makediag', [normal(2, 3)], grad=(0,), offset=2),
@@ -103,7 +107,61 @@ LINALG = [
                                            normal(3, 2, dtype='float32')], grad=(0, 1)),
 ]
 
-FAMILIES = {'linalg': LINALG}
+CONTRIB = [
+    case('arange_like', 'contrib.arange_like', [normal(2, 3, dtype='float32')], start=1.5,
+         step=-2, repeat=2),
+    case('arange_like-axis', 'contrib.arange_like', [const(np.zeros((2, 5), 'int32'), 'int32')],
+         axis=1, start=3),
+    case('index_array', 'contrib.index_array', [normal(2, 3, 2)]),
+    case('index_array-axes', 'contrib.index_array', [normal(2, 3, 2)], axes=(2, 0)),
+    case('index_copy', 'contrib.index_copy', [normal(5, 3), const([4, 1], 'int64'),
+                                              normal(2, 3)], grad=(0, 2)),
+    case('quadratic', 'contrib.quadratic', [normal(3, 4)], grad=(0,), a=1.5, b=-2, c=0.5),
+    case('div_sqrt_dim', 'contrib.div_sqrt_dim', [normal(2, 3, 5)], grad=(0,)),
+    case('gradientmultiplier', 'contrib.gradientmultiplier', [normal(2, 3)], grad=(0,),
+         scalar=-0.5),
+    case('round_ste', 'contrib.round_ste', [const([[-1.5, -0.5, 0.4], [0.5, 1.5, 2.6]],
+                                                  'float64')], grad=(0,)),
+    case('sign_ste', 'contrib.sign_ste', [normal(2, 3)], grad=(0,)),
+    case('allclose', 'contrib.allclose', [const([1.0, 2.0]), const([1.0, 2.00001])]),
+    case('allclose-far', 'contrib.allclose', [const([1.0, np.nan]), const([1.0, np.nan])],
+         equal_nan=False),
+] + [
+    case(name, f'contrib.{name}', [const([1.0, np.inf, -np.inf, np.nan])], imperative_only=True)
+    for name in ('isinf', 'isnan', 'isfinite')
+] + [
+    case('boolean_mask', 'contrib.boolean_mask', [normal(4, 3), const([1, 0, 1, 1], 'int32')],
+         grad=(0,), imperative_only=True),
+    case('resize', 'contrib.BilinearResize2D', [normal(2, 2, 3, 4)], grad=(0,), height=5,
+         width=7),
+    case('resize-half-pixel', 'contrib.BilinearResize2D', [normal(1, 2, 5, 4)], grad=(0,),
+         height=3, width=6, align_corners=False),
+    case('resize-like', 'contrib.BilinearResize2D', [normal(1, 1, 3, 3), normal(1, 1, 4, 5)],
+         grad=(0,), mode='like'),
+    case('resize-odd-scale', 'contrib.BilinearResize2D', [normal(1, 1, 5, 4)], grad=(0,),
+         mode='odd_scale', scale_height=1.5, scale_width=0.5),
+    case('resize-scale', 'contrib.BilinearResize2D', [normal(1, 1, 5, 4)], grad=(0,),
+         scale_height=1.7, scale_width=2.2),
+    case('resize-to-odd-up', 'contrib.BilinearResize2D', [normal(1, 1, 4, 5)], grad=(0,),
+         mode='to_odd_up'),
+    case('adaptive-avg', 'contrib.AdaptiveAvgPooling2D', [normal(2, 2, 5, 7)], grad=(0,),
+         output_size=(3, 4)),
+    case('adaptive-avg-up', 'contrib.AdaptiveAvgPooling2D', [normal(1, 2, 3, 2)], grad=(0,),
+         output_size=4),
+    case('adaptive-avg-global', 'contrib.AdaptiveAvgPooling2D', [normal(2, 3, 4, 4)],
+         grad=(0,)),
+    # MXNet runs these in float32 only on the CPU
+    case('selfatt-qk', 'contrib.interleaved_matmul_selfatt_qk', [normal(4, 2, 12, dtype=F32)],
+         grad=(0,), heads=2),
+    case('selfatt-valatt', 'contrib.interleaved_matmul_selfatt_valatt',
+         [normal(4, 2, 12, dtype=F32), normal(4, 4, 4, dtype=F32)], grad=(0, 1), heads=2),
+    case('encdec-qk', 'contrib.interleaved_matmul_encdec_qk',
+         [normal(3, 2, 6, dtype=F32), normal(5, 2, 12, dtype=F32)], grad=(0, 1), heads=3),
+    case('encdec-valatt', 'contrib.interleaved_matmul_encdec_valatt',
+         [normal(5, 2, 12, dtype=F32), normal(6, 3, 5, dtype=F32)], grad=(0, 1), heads=3),
+]
+
+FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB}
 
 
 def resolve(module, dotted):
@@ -140,8 +198,13 @@ def write_family(mx, name, cases):
     for item in cases:
         rng = rng_for(f'{name}/{item["id"]}')
         inputs = [x(rng) if callable(x) else np.asarray(x) for x in item['inputs']]
-        spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train')}
-        outputs, heads, grads = run(mx, spec, inputs, rng=rng)
+        spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train',
+                                     'imperative_only')}
+        try:
+            outputs, heads, grads = run(mx, spec, inputs, rng=rng)
+        except Exception:
+            print(f'{name}/{item["id"]}: MXNet failed', file=sys.stderr)
+            raise
         key = item['id']
         store[f'{key}/spec'] = np.frombuffer(json.dumps(spec).encode(), np.uint8)
         for kind, values in (('in', inputs), ('out', outputs), ('head', heads),

@@ -4,9 +4,67 @@ contrib functions.
 >>> import ember.ndarray as nd
 >>> nd.contrib.arange_like(nd.zeros((2, 3)), axis=1).asnumpy().tolist()
 [0.0, 1.0, 2.0]
+>>> nd.contrib.boolean_mask(nd.array([[1, 2], [3, 4], [5, 6]]), nd.array([0, 1, 1]))
+<BLANKLINE>
+[[3. 4.]
+ [5. 6.]]
+<NDArray 2x2 @cpu(0)>
 """
+from __future__ import annotations
+
+import math as _math
+
+import numpy as _np
+
 from ember.op import frontend as _frontend
+from ember.op import registry as _registry
+from ember.ndarray.creation import array as _array
+from ember.ndarray.ndarray import NDArray as _NDArray, invoke as _invoke
 from ember.ndarray.register import make_function as _make_function
+
+
+def _call(name, inputs, **attrs):
+    op = _registry.get(name)
+    outputs = _invoke(op, list(inputs), op.parse_attrs(attrs))
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def isinf(data):
+    """1 where `data` is +inf or -inf, else 0 (in data's dtype)."""
+    return _call('_equal_scalar', [_call('abs', [data])], scalar=_math.inf)
+
+
+def isnan(data):
+    """1 where `data` is NaN, else 0 (in data's dtype)."""
+    return _call('broadcast_not_equal', [data, data])
+
+
+def isfinite(data):
+    """1 where `data` is neither infinite nor NaN, else 0 (in data's dtype)."""
+    not_nan = _call('broadcast_equal', [data, data])
+    finite = _call('_not_equal_scalar', [_call('abs', [data])], scalar=_math.inf)
+    return _call('broadcast_logical_and', [not_nan, finite])
+
+
+def boolean_mask(data=None, index=None, axis=0, out=None, name=None, **kwargs):
+    """The slices of `data` along `axis` where `index` (1-D, one entry per slice) is non-zero.
+
+    The result's shape depends on the values of `index`, so the call waits for them; the
+    selection is a ``take``, whose gradient flows back to the selected slices.
+    """
+    if kwargs:
+        raise TypeError(f'boolean_mask: unknown arguments {sorted(kwargs)}; it accepts data, '
+                        f'index, axis')
+    if not isinstance(data, _NDArray) or not isinstance(index, _NDArray):
+        raise TypeError('boolean_mask: data and index must be NDArrays')
+    if index.ndim != 1 or index.shape[0] != data.shape[axis]:
+        raise ValueError(f'boolean_mask: index must be 1-D with one entry per slice of data '
+                         f'along axis {axis} ({data.shape[axis]}), got shape {index.shape}')
+    positions = _array(_np.flatnonzero(index.asnumpy()), ctx=data.context, dtype='int64')
+    take = _registry.get('take')
+    return _invoke(take, [data, positions], take.parse_attrs({'axis': axis}),
+                   out=None if out is None else [out])[0]
+
 
 _generator = _frontend.Submodule(globals(), ('_contrib_',), _make_function, __name__)
 
@@ -16,4 +74,4 @@ def __getattr__(name):
 
 
 _generator.populate()
-__all__ = _generator.names()
+__all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask'])
