@@ -953,13 +953,80 @@ CONTRIB = [
 ]
 
 
+def box_iou(a, b):
+    low = np.maximum(a[:, None, :2], b[None, :, :2])
+    high = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(high - low, 0, None).prod(-1)
+    area = lambda x: (x[:, 2:] - x[:, :2]).prod(-1)
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
+
+
+def roi_align_1x1(data, rois):
+    """ROIAlign with one bin and one sample: bilinear interpolation at each region's centre
+    (regions are at least 1x1)."""
+    out = []
+    for batch, x1, y1, x2, y2 in rois:
+        y, x = y1 + max(y2 - y1, 1) / 2, x1 + max(x2 - x1, 1) / 2
+        top, left = int(y), int(x)
+        fy, fx = y - top, x - left
+        plane = data[int(batch)]
+        out.append((1 - fy) * ((1 - fx) * plane[:, top, left] + fx * plane[:, top, left + 1])
+                   + fy * ((1 - fx) * plane[:, top + 1, left] + fx * plane[:, top + 1, left + 1]))
+    return np.array(out)[:, :, None, None]
+
+
+# Boxes far from every threshold, so that finite differences keep the same decisions.
+NMS_ROWS = [[0, 0.9, 0.1, 0.1, 0.5, 0.5], [0, 0.8, 0.12, 0.1, 0.52, 0.5],
+            [1, 0.7, 0.6, 0.6, 0.9, 0.9], [0, 0.05, 0.6, 0.1, 0.9, 0.3]]
+
+# box_iou, box_decode and MultiBoxPrior pass MXNet's zero gradient, not their derivative; greedy
+# operators are in SKIPPED: tests/test_mxnet_op_fixtures.py checks them all against MXNet
+DETECTION = [
+    Case('_contrib_box_iou', (const([[0, 0, 1, 1], [0.5, 0.5, 2, 1.5]]),
+                              const([[0, 0, 2, 2], [0.5, 0, 1, 1], [0.2, 0.3, 0.9, 1.2]])),
+         ref=box_iou, grad=()),
+    Case('_contrib_box_nms', (const(NMS_ROWS),), dict(overlap_thresh=0.5, valid_thresh=0.1),
+         ref=lambda d: np.concatenate([d[[0, 2]], -np.ones((2, 6))])),
+    Case('_contrib_box_decode', (normal(1, 3, 4), const([[[0.1, 0.2, 0.5, 0.6],
+                                                         [0.3, 0.3, 0.4, 0.9],
+                                                         [0, 0, 1, 1]]])),
+         dict(format='corner', std0=0.5, std1=0.5),
+         ref=lambda d, a: (lambda c, s: np.concatenate([
+             d[..., :2] * 0.5 * s + c - np.exp(d[..., 2:]) * s / 2,
+             d[..., :2] * 0.5 * s + c + np.exp(d[..., 2:]) * s / 2], -1))(
+             (a[..., :2] + a[..., 2:]) / 2, a[..., 2:] - a[..., :2]), grad=()),
+    Case('_contrib_MultiBoxPrior', (normal(1, 1, 1, 2),), dict(sizes=(0.5,), ratios=(1, 4)),
+         ref=lambda x: np.array([[[0.125, 0.25, 0.375, 0.75], [0, 0.375, 0.5, 0.625],
+                                  [0.625, 0.25, 0.875, 0.75], [0.5, 0.375, 1, 0.625]]]),
+         rtol=1e-6, grad=()),
+    Case('_contrib_ROIAlign', (normal(2, 2, 4, 4), const([[1, 0.5, 0.6, 2.3, 2.1],
+                                                          [0, 1.1, 0.2, 2.0, 1.8]])),
+         dict(pooled_size=(1, 1), spatial_scale=1.0, sample_ratio=1), ref=roi_align_1x1,
+         grad=(0,)),
+    Case('_contrib_PSROIPooling', (normal(1, 4, 4, 4), const([[0, 0, 0, 2, 3]])),
+         dict(spatial_scale=1.0, output_dim=1, pooled_size=2),
+         ref=lambda d, r: np.array([[[[d[0, 0, :2, :2].mean(), d[0, 1, :2, 1:3].mean()],
+                                      [d[0, 2, 2:4, :2].mean(), d[0, 3, 2:4, 1:3].mean()]]]]),
+         grad=(0,)),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
-         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB)
+         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB
+         + DETECTION)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {
     'Custom': 'runs user code; tests/test_custom_op.py checks its gradients',
     'CTCLoss': 'tests/test_ctc.py checks it against enumerated alignments and finite differences',
+    '_contrib_bipartite_matching': 'a greedy matching with a zero gradient: checked against '
+                                   'MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiBoxTarget': 'greedy matching and mining with a zero gradient: checked '
+                               'against MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiBoxDetection': 'greedy NMS with a zero gradient: checked against MXNet in '
+                                  'tests/test_mxnet_op_fixtures.py',
+    '_contrib_box_encode': 'training targets with a zero gradient: checked against MXNet in '
+                           'tests/test_mxnet_op_fixtures.py',
 }
 
 

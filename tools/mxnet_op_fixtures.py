@@ -161,7 +161,142 @@ CONTRIB = [
          [normal(5, 2, 12, dtype=F32), normal(6, 3, 5, dtype=F32)], grad=(0, 1), heads=3),
 ]
 
-FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB}
+def boxes(*shape, low=0.0, high=1.0):
+    """Random corner boxes (..., 4) inside [low, high]."""
+    def draw(rng):
+        corners = rng.uniform(low, high, shape + (2, 2))     # (..., point, coordinate)
+        corners.sort(axis=-2)
+        return corners.reshape(shape + (4,)).astype(F32)
+    return draw
+
+
+def detections(batch, count, classes=3):
+    """(batch, count, 6) rows of (class id, score, corners) with distinct scores."""
+    def draw(rng):
+        ids = rng.integers(0, classes, (batch, count, 1))
+        scores = rng.permutation(batch * count).reshape(batch, count, 1) / (batch * count)
+        corners = boxes(batch, count, high=0.6)(rng) + rng.uniform(0, 0.4, (batch, count, 1))
+        return np.concatenate([ids, scores, corners], axis=-1).astype(F32)
+    return draw
+
+
+def scores(*shape):
+    """Distinct scores in [0, 1): no ties for greedy orders."""
+    return lambda rng: (rng.permutation(int(np.prod(shape))).reshape(shape)
+                        / np.prod(shape)).astype(F32)
+
+
+def probabilities(batch, classes, count):
+    def draw(rng):
+        logits = rng.standard_normal((batch, classes, count)) * 2
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+    return draw
+
+
+def labels(batch, count, padding, classes=3):
+    """(batch, count + padding, 5) ground truths (class, corners), -1 rows at the end."""
+    def draw(rng):
+        rows = np.concatenate([rng.integers(0, classes, (batch, count, 1)),
+                               boxes(batch, count)(rng)], axis=-1)
+        return np.concatenate([rows, -np.ones((batch, padding, 5))], axis=1).astype(F32)
+    return draw
+
+
+def anchors(height, width, sizes, ratios):
+    """MultiBoxPrior's anchors, written out here (centres of cells, MXNet's order)."""
+    def draw(rng):
+        cy, cx = np.meshgrid((np.arange(height) + 0.5) / height,
+                             (np.arange(width) + 0.5) / width, indexing='ij')
+        pairs = [(s, ratios[0]) for s in sizes] + [(sizes[0], r) for r in ratios[1:]]
+        out = [np.stack([cx - s * np.sqrt(r) * height / width / 2, cy - s / np.sqrt(r) / 2,
+                         cx + s * np.sqrt(r) * height / width / 2, cy + s / np.sqrt(r) / 2],
+                        -1) for s, r in pairs]
+        return np.stack(out, axis=2).reshape(1, -1, 4).astype(F32)
+    return draw
+
+
+DETECTION = [
+    case('box_iou', 'contrib.box_iou', [boxes(2, 3), boxes(4)], grad=(0,)),
+    case('box_iou-center', 'contrib.box_iou', [boxes(5), boxes(3)], format='center'),
+    case('box_nms', 'contrib.box_nms', [detections(2, 12)], grad=(0,), overlap_thresh=0.3,
+         valid_thresh=0.1),
+    case('box_nms-classes', 'contrib.box_nms', [detections(1, 16)], grad=(0,),
+         overlap_thresh=0.2, id_index=0, topk=10),
+    case('box_nms-background', 'contrib.box_nms', [detections(2, 10)], id_index=0,
+         background_id=1, overlap_thresh=0.4, out_format='center'),
+    case('box_nms-force', 'contrib.box_nms', [detections(1, 16)], id_index=0,
+         force_suppress=True, overlap_thresh=0.25, in_format='center', out_format='center'),
+    case('box_nms-layout', 'contrib.box_nms', [lambda rng: detections(1, 9)(rng)[..., [2, 3, 4, 5, 1, 0]]],
+         coord_start=0, score_index=4, id_index=5, overlap_thresh=0.3),
+    case('bipartite_matching', 'contrib.bipartite_matching', [scores(2, 5, 4)], threshold=0.2),
+    case('bipartite_matching-ascend', 'contrib.bipartite_matching', [scores(4, 6)],
+         threshold=0.7, is_ascend=True),
+    case('bipartite_matching-topk', 'contrib.bipartite_matching', [scores(6, 5)],
+         threshold=0.1, topk=2),
+    case('box_encode', 'contrib.box_encode',
+         [lambda rng: rng.choice([-1, 0, 1], (2, 6)).astype(F32),
+          lambda rng: rng.integers(0, 3, (2, 6)).astype(F32), boxes(2, 6), boxes(2, 3),
+          const([0.1, -0.1, 0.0, 0.2]), const([0.1, 0.1, 0.2, 0.2])]),
+    case('box_decode', 'contrib.box_decode', [normal(2, 5, 4, dtype=F32), boxes(1, 5)],
+         std0=0.1, std1=0.1, std2=0.2, std3=0.2, format='corner'),
+    case('box_decode-center-clip', 'contrib.box_decode',
+         [lambda rng: rng.normal(0, 3, (1, 4, 4)).astype(F32), boxes(1, 4)], clip=1.5),
+    case('prior', 'contrib.MultiBoxPrior', [normal(1, 2, 3, 4, dtype=F32)],
+         sizes=(0.5, 0.25), ratios=(1, 2, 0.5)),
+    case('prior-steps-clip', 'contrib.MultiBoxPrior', [normal(2, 1, 2, 2, dtype=F32)],
+         sizes=(0.7,), ratios=(1, 3), steps=(0.4, 0.3), offsets=(0.2, 0.7), clip=True),
+    case('target', 'contrib.MultiBoxTarget',
+         [anchors(4, 4, (0.4, 0.2), (1, 2)), labels(2, 3, 1),
+          normal(2, 4, 48, dtype=F32)]),
+    case('target-mining', 'contrib.MultiBoxTarget',
+         [anchors(4, 4, (0.4, 0.2), (1, 2)), labels(2, 2, 2),
+          normal(2, 4, 48, dtype=F32)], negative_mining_ratio=3, overlap_threshold=0.4,
+         ignore_label=-2, variances=(0.2, 0.2, 0.1, 0.1)),
+    case('target-min-negatives', 'contrib.MultiBoxTarget',
+         [anchors(3, 3, (0.5,), (1,)), labels(1, 1, 0), normal(1, 2, 9, dtype=F32)],
+         negative_mining_ratio=1, minimum_negative_samples=4),
+    case('target-no-truth', 'contrib.MultiBoxTarget',
+         [anchors(2, 2, (0.5,), (1,)), const(-np.ones((1, 2, 5))), normal(1, 2, 4, dtype=F32)],
+         negative_mining_ratio=1, minimum_negative_samples=2),
+    case('detection', 'contrib.MultiBoxDetection',
+         [probabilities(2, 4, 32), normal(2, 128, dtype=F32), anchors(4, 4, (0.4, 0.2), (1,))],
+         threshold=0.3),
+    case('detection-topk-force', 'contrib.MultiBoxDetection',
+         [probabilities(1, 3, 32), normal(1, 128, dtype=F32), anchors(4, 4, (0.4, 0.2), (1,))],
+         nms_topk=6, force_suppress=True, nms_threshold=0.3, clip=False),
+]
+
+def rois(count, batch, size, scale=1.0):
+    """(count, 5) regions (batch index, corners) over a size x size image; some reach past
+    its border."""
+    def draw(rng):
+        corners = rng.uniform(-0.2 * size, 1.1 * size, (count, 2, 2))
+        corners.sort(axis=1)
+        index = rng.integers(0, batch, (count, 1))
+        return np.concatenate([index, corners.reshape(count, 4) * scale], 1).astype(F32)
+    return draw
+
+
+ROI = [
+    case('roi_align', 'contrib.ROIAlign', [normal(2, 3, 8, 8, dtype=F32), rois(5, 2, 8)],
+         grad=(0,), pooled_size=(3, 2), spatial_scale=1.0),
+    case('roi_align-scaled', 'contrib.ROIAlign', [normal(1, 2, 6, 7, dtype=F32),
+                                                  rois(4, 1, 24, scale=1.0)],
+         grad=(0,), pooled_size=(2, 2), spatial_scale=0.25, sample_ratio=2),
+    case('roi_align-aligned', 'contrib.ROIAlign', [normal(2, 2, 5, 5, dtype=F32), rois(4, 2, 5)],
+         grad=(0,), pooled_size=(2, 3), spatial_scale=1.0, aligned=True),
+    case('roi_align-position-sensitive', 'contrib.ROIAlign',
+         [normal(1, 8, 6, 6, dtype=F32), rois(3, 1, 6)], grad=(0,), pooled_size=(2, 2),
+         spatial_scale=1.0, position_sensitive=True),
+    case('psroi', 'contrib.PSROIPooling', [normal(2, 18, 7, 7, dtype=F32), rois(4, 2, 7)],
+         grad=(0,), spatial_scale=1.0, output_dim=2, pooled_size=3),
+    case('psroi-group', 'contrib.PSROIPooling', [normal(1, 8, 10, 10, dtype=F32),
+                                                 rois(3, 1, 20)],
+         grad=(0,), spatial_scale=0.5, output_dim=2, pooled_size=4, group_size=2),
+]
+
+FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI}
 
 
 def resolve(module, dotted):

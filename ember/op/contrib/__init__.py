@@ -1,3 +1,3 @@
 """MXNet's contrib operators (registered as ``_contrib_*``, exposed as ``mx.nd.contrib``), one
 module per family; importing the package registers them."""
-from ember.op.contrib import attention, resize, tensor  # noqa: F401  (registration side effects)
+from ember.op.contrib import attention, detection, resize, roi, tensor  # noqa: F401  (registration side effects)

@@ -1,0 +1,283 @@
+"""Region-of-interest pooling: ROIAlign and PSROIPooling (position-sensitive, R-FCN).
+
+A region is ``(batch index, x1, y1, x2, y2)`` in image coordinates, scaled to the feature map
+by ``spatial_scale``. Both operators average over each bin of a region, and the average is
+separable: bin (i, j) of a plane is ``Rows[i] @ plane @ Cols[j].T`` with per-region row and
+column weights (bilinear samples for ROIAlign, box filters for PSROIPooling). The forward is
+two matrix products per region and the backward their transposes, with no loop over bins.
+
+>>> import numpy as np
+>>> from ember.op.contrib.roi import align_weights
+>>> align_weights(np.array([0.5]), np.array([2.5]), 2, 4, 1)[0].round(3)
+array([[0.   , 0.875, 0.125, 0.   ],
+       [0.   , 0.   , 0.625, 0.375]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_shape,
+                               register, same_type)
+
+__all__ = ['align_weights', 'box_weights']
+
+# Regions pooled at once: bounds the (regions, channels, bins, width) intermediate.
+_CHUNK = 64
+
+
+def align_weights(start, length, bins, size, grid):
+    """(regions, bins, size) weights of ROIAlign along one axis: the mean over `grid` (per
+    region; MXNet's ceil(length / bins) where ``sample_ratio`` <= 0) bilinear samples per bin,
+    each 0 outside [-1, size] and clamped to the border inside it."""
+    grid = np.broadcast_to(np.asarray(grid), start.shape)
+    most = int(grid.max()) if grid.size else 1
+    step = length / bins
+    sample = np.arange(most)
+    pos = (start[:, None, None] + np.arange(bins)[None, :, None] * step[:, None, None]
+           + (sample[None, None, :] + 0.5) * (step / grid)[:, None, None])
+    used = (sample[None, None, :] < grid[:, None, None]) & (pos >= -1.0) & (pos <= size)
+    pos = np.clip(pos, 0, None)
+    low = np.floor(pos).astype(np.int64)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    frac = np.where(at_end, 0.0, pos - low)
+    weights = np.zeros(start.shape + (bins, size))
+    region, bin_index = np.indices(pos.shape[:2])
+    for s in range(most):
+        scale = used[..., s] / grid[:, None]
+        np.add.at(weights, (region, bin_index, low[..., s]), (1 - frac[..., s]) * scale)
+        np.add.at(weights, (region, bin_index, high[..., s]), frac[..., s] * scale)
+    return weights
+
+
+def box_weights(start, stop, size):
+    """(regions, bins, size) averaging weights of the integer windows [start, stop) (empty
+    windows average to 0)."""
+    cells = np.arange(size)
+    inside = (cells >= start[..., None]) & (cells < stop[..., None])
+    counts = np.maximum(stop - start, 1)[..., None]
+    return inside / counts
+
+
+def _pool(data, batch, rows, cols, out):
+    """out[r] = rows[r] @ data[batch[r]] @ cols[r].T for every channel, regions in chunks."""
+    for first in range(0, len(batch), _CHUNK):
+        part = slice(first, first + _CHUNK)
+        planes = data[batch[part]]                                  # (R, C, H, W)
+        out[part] = np.matmul(np.matmul(rows[part][:, None], planes),
+                              np.swapaxes(cols[part], 1, 2)[:, None])
+
+
+def _unpool(grad, batch, rows, cols, out):
+    """The transpose of _pool: out[batch[r]] += rows[r].T @ grad[r] @ cols[r]."""
+    out[...] = 0
+    for first in range(0, len(batch), _CHUNK):
+        part = slice(first, first + _CHUNK)
+        planes = np.matmul(np.matmul(np.swapaxes(rows[part], 1, 2)[:, None], grad[part]),
+                           cols[part][:, None])
+        np.add.at(out, batch[part], planes.astype(out.dtype, copy=False))
+
+
+def _batch_indices(rois, count):
+    batch = rois[:, 0].astype(np.int64)
+    valid = (batch >= 0) & (batch < count)
+    return np.where(valid, batch, 0), valid
+
+
+def _check_rois(shape):
+    if len(shape) != 2 or shape[1] != 5:
+        raise ShapeError(f'rois must be (regions, 5) rows of (batch index, x1, y1, x2, y2), '
+                         f'got {shape}')
+
+
+# ----------------------------------------------------------------------------------------------
+# ROIAlign.
+
+_ALIGN = (Param('pooled_size', p_shape, REQUIRED, 'Output bins (height, width).'),
+          Param('spatial_scale', p_float, REQUIRED, 'Image to feature-map scale.'),
+          Param('sample_ratio', p_int, -1, 'Samples per bin side (<= 0: ceil(roi/bins)).'),
+          Param('position_sensitive', p_bool, False,
+                'Bin (i, j) reads its own channel group (R-FCN).'),
+          Param('aligned', p_bool, False, 'Shift by half a pixel (pixel centres).'))
+
+
+def _align_shape(attrs, in_shapes):
+    data, rois = in_shapes
+    if data is None or rois is None:
+        return list(in_shapes), [None]
+    if len(data) != 4:
+        raise ShapeError(f'data must be NCHW, got {data}')
+    _check_rois(rois)
+    ph, pw = _bins(attrs)
+    channels = data[1]
+    if attrs['position_sensitive']:
+        if channels % (ph * pw):
+            raise ShapeError(f'position_sensitive needs channels ({channels}) divisible by the '
+                             f'bins {ph}x{pw}')
+        channels //= ph * pw
+    return list(in_shapes), [(rois[0], channels, ph, pw)]
+
+
+def _bins(attrs):
+    size = attrs['pooled_size']
+    if len(size) != 2 or min(size) < 1:
+        raise ShapeError(f'pooled_size={size}: expected (height, width) of positive sizes')
+    return size
+
+
+def _align_weights(attrs, rois, height, width):
+    ph, pw = _bins(attrs)
+    offset = 0.5 if attrs['aligned'] else 0.0
+    corners = rois[:, 1:5].astype(np.float64) * attrs['spatial_scale'] - offset
+    size = corners[:, 2:4] - corners[:, :2]
+    if not attrs['aligned']:
+        size = np.maximum(size, 1.0)
+    ratio = attrs['sample_ratio']
+    grids = [np.full(len(rois), ratio) if ratio > 0 else np.ceil(size[:, k] / bins)
+             .astype(np.int64) for k, bins in ((1, ph), (0, pw))]
+    rows = align_weights(corners[:, 1], size[:, 1], ph, height, np.maximum(grids[0], 1))
+    cols = align_weights(corners[:, 0], size[:, 0], pw, width, np.maximum(grids[1], 1))
+    return rows, cols
+
+
+def _sensitive(attrs, full, channels):
+    """Bin (i, j) of output channel c from input channel (c*ph + i)*pw + j."""
+    ph, pw = _bins(attrs)
+    c, i, j = np.indices((channels, ph, pw))
+    return full[:, (c * ph + i) * pw + j, i, j]
+
+
+def _align_kernel(attrs, ins, outs, ctx):
+    data, rois = ins
+    batch, valid = _batch_indices(rois, data.shape[0])
+    rows, cols = (w.astype(data.dtype) for w in _align_weights(attrs, rois, *data.shape[2:]))
+    ph, pw = _bins(attrs)
+    full = np.empty((len(rois), data.shape[1], ph, pw), data.dtype)
+    _pool(data, batch, rows, cols, full)
+    out = _sensitive(attrs, full, outs[0].shape[1]) if attrs['position_sensitive'] else full
+    outs[0][...] = out * valid[:, None, None, None]
+
+
+def _align_backward(attrs, ins, outs, ctx):
+    grad, _, rois = ins
+    data_grad = outs[0]
+    batch, valid = _batch_indices(rois, data_grad.shape[0])
+    rows, cols = (w.astype(grad.dtype) for w in _align_weights(attrs, rois,
+                                                                 *data_grad.shape[2:]))
+    grad = grad * valid[:, None, None, None]
+    if attrs['position_sensitive']:
+        ph, pw = _bins(attrs)
+        full = np.zeros((len(rois), data_grad.shape[1], ph, pw), grad.dtype)
+        c, i, j = np.indices(grad.shape[1:])
+        full[:, (c * ph + i) * pw + j, i, j] = grad
+        grad = full
+    _unpool(grad, batch, rows, cols, data_grad)
+    outs[1][...] = 0
+
+
+register('_contrib_ROIAlign', _align_kernel, inputs=('data', 'rois'), infer_shape=_align_shape,
+         infer_type=same_type, params=_ALIGN,
+         gradient=lambda F, attrs, ins, outs, og: list(F._backward_ROIAlign(og[0], *ins,
+                                                                            **attrs)),
+         doc='Region features by bilinear sampling (Mask R-CNN): (regions, channels, '
+             'pooled height, pooled width).')
+register('_backward_ROIAlign', _align_backward, inputs=('out_grad', 'data', 'rois'),
+         outputs=('data_grad', 'rois_grad'), params=_ALIGN,
+         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
+         infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
+         doc='The gradient of ROIAlign (none for the regions).')
+
+
+# ----------------------------------------------------------------------------------------------
+# PSROIPooling.
+
+_PSROI = (Param('spatial_scale', p_float, REQUIRED, 'Image to feature-map scale.'),
+          Param('output_dim', p_int, REQUIRED, 'Output channels.'),
+          Param('pooled_size', p_int, REQUIRED, 'Bins per side.'),
+          Param('group_size', p_int, 0, 'Position-sensitive groups per side (0: pooled_size).'))
+
+
+def _group(attrs):
+    return attrs['group_size'] or attrs['pooled_size']
+
+
+def _psroi_shape(attrs, in_shapes):
+    data, rois = in_shapes
+    if data is None or rois is None:
+        return list(in_shapes), [None]
+    _check_rois(rois)
+    group = _group(attrs)
+    if len(data) != 4 or data[1] != attrs['output_dim'] * group * group:
+        raise ShapeError(f'data must be NCHW with output_dim * group_size^2 = '
+                         f'{attrs["output_dim"] * group * group} channels, got {data}')
+    size = attrs['pooled_size']
+    return list(in_shapes), [(rois[0], attrs['output_dim'], size, size)]
+
+
+def _round_half_away(x):
+    x = x.astype(np.float64)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+
+
+def _psroi_windows(attrs, rois, size, axis):
+    """Integer [start, stop) windows (regions, bins) along x (axis 0) or y (axis 1)."""
+    scale, bins = attrs['spatial_scale'], attrs['pooled_size']
+    start = _round_half_away(rois[:, 1 + axis]) * scale
+    end = (_round_half_away(rois[:, 3 + axis]) + 1.0) * scale
+    step = np.maximum(end - start, 0.1) / bins
+    index = np.arange(bins)
+    low = np.floor(index * step[:, None] + start[:, None])
+    high = np.ceil((index + 1) * step[:, None] + start[:, None])
+    return np.clip(low, 0, size).astype(np.int64), np.clip(high, 0, size).astype(np.int64)
+
+
+def _psroi_weights(attrs, rois, height, width):
+    rows = box_weights(*_psroi_windows(attrs, rois, height, 1), height)
+    cols = box_weights(*_psroi_windows(attrs, rois, width, 0), width)
+    return rows, cols
+
+
+def _psroi_channels(attrs):
+    """Input channel of each (output channel, bin row, bin column)."""
+    size, group = attrs['pooled_size'], _group(attrs)
+    c, i, j = np.indices((attrs['output_dim'], size, size))
+    gi = np.clip(i * group // size, 0, group - 1)
+    gj = np.clip(j * group // size, 0, group - 1)
+    return (c * group + gi) * group + gj, i, j
+
+
+def _psroi_kernel(attrs, ins, outs, ctx):
+    data, rois = ins
+    batch, valid = _batch_indices(rois, data.shape[0])
+    rows, cols = (w.astype(data.dtype) for w in _psroi_weights(attrs, rois, *data.shape[2:]))
+    size = attrs['pooled_size']
+    full = np.empty((len(rois), data.shape[1], size, size), data.dtype)
+    _pool(data, batch, rows, cols, full)
+    channel, i, j = _psroi_channels(attrs)
+    outs[0][...] = full[:, channel, i, j] * valid[:, None, None, None]
+
+
+def _psroi_backward(attrs, ins, outs, ctx):
+    grad, data, rois = ins
+    batch, valid = _batch_indices(rois, data.shape[0])
+    rows, cols = (w.astype(grad.dtype) for w in _psroi_weights(attrs, rois, *data.shape[2:]))
+    size = attrs['pooled_size']
+    full = np.zeros((len(rois), data.shape[1], size, size), grad.dtype)
+    channel, i, j = _psroi_channels(attrs)
+    full[:, channel, i, j] = grad * valid[:, None, None, None]
+    _unpool(full, batch, rows, cols, outs[0])
+    outs[1][...] = 0
+
+
+register('_contrib_PSROIPooling', _psroi_kernel, inputs=('data', 'rois'),
+         infer_shape=_psroi_shape, infer_type=same_type, params=_PSROI,
+         gradient=lambda F, attrs, ins, outs, og: list(F._backward__contrib_PSROIPooling(
+             og[0], *ins, **attrs)),
+         doc='Position-sensitive region pooling (R-FCN): bin (i, j) of output channel c '
+             'averages its own input channel group.')
+register('_backward__contrib_PSROIPooling', _psroi_backward, inputs=('out_grad', 'data', 'rois'),
+         outputs=('data_grad', 'rois_grad'), params=_PSROI,
+         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
+         infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
+         doc='The gradient of PSROIPooling (none for the regions).')
