@@ -1011,9 +1011,62 @@ DETECTION = [
 ]
 
 
+def sample_bilinear(data, grid):
+    """BilinearSampler one point at a time: zeros outside the input."""
+    n, c, h, w = data.shape
+    out = np.zeros((n, c) + grid.shape[2:])
+    for b, i, j in np.ndindex(n, *grid.shape[2:]):
+        x, y = (grid[b, 0, i, j] + 1) * (w - 1) / 2, (grid[b, 1, i, j] + 1) * (h - 1) / 2
+        for row in (math.floor(y), math.floor(y) + 1):
+            for col in (math.floor(x), math.floor(x) + 1):
+                if 0 <= row < h and 0 <= col < w:
+                    out[b, :, i, j] += (1 - abs(y - row)) * (1 - abs(x - col)) * data[b, :, row,
+                                                                                        col]
+    return out
+
+
+def affine_grid(theta, height, width):
+    y, x = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing='ij')
+    base = np.stack([x.ravel(), y.ravel(), np.ones(x.size)])
+    return (theta.reshape(-1, 2, 3) @ base).reshape(-1, 2, height, width)
+
+
+def correlation(a, b, displacement):
+    """Correlation with kernel 1, strides 1 and pad = max displacement."""
+    pad = displacement
+    a, b = (np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) for x in (a, b))
+    h, w = a.shape[2] - 2 * pad, a.shape[3] - 2 * pad
+    out = []
+    for dy in range(-displacement, displacement + 1):
+        for dx in range(-displacement, displacement + 1):
+            out.append((a[:, :, pad:pad + h, pad:pad + w]
+                        * b[:, :, pad + dy:pad + dy + h, pad + dx:pad + dx + w]).mean(axis=1))
+    return np.stack(out, axis=1)
+
+
+SPATIAL = [
+    Case('GridGenerator', (normal(2, 6),), dict(transform_type='affine', target_shape=(2, 3)),
+         ref=lambda t: affine_grid(t, 2, 3)),
+    Case('GridGenerator', (normal(1, 2, 2, 3),), dict(transform_type='warp'),
+         ref=lambda f: f / np.array([1.0, 0.5]).reshape(1, 2, 1, 1)
+         + affine_grid(np.array([1.0, 0, 0, 0, 1, 0]), 2, 3), tag='warp'),
+    Case('BilinearSampler', (normal(1, 2, 3, 4), uniform(-1.1, 1.1, 1, 2, 2, 3)),
+         ref=sample_bilinear),
+    Case('SpatialTransformer', (normal(1, 1, 3, 3), const([[0.9, 0.1, 0.05, -0.1, 0.7, 0.13]])),
+         dict(target_shape=(2, 2), transform_type='affine', sampler_type='bilinear'),
+         ref=lambda d, t: sample_bilinear(d, affine_grid(t, 2, 2))),
+    Case('Correlation', (normal(1, 2, 3, 4), normal(1, 2, 3, 4)),
+         dict(max_displacement=1, pad_size=1), ref=lambda a, b: correlation(a, b, 1)),
+    Case('Crop', (normal(1, 2, 4, 5),), dict(h_w=(2, 3), offset=(1, 1)),
+         ref=lambda x: x[:, :, 1:3, 1:4]),
+    Case('Crop', (normal(1, 1, 5, 4), normal(1, 1, 3, 2)), dict(num_args=2, center_crop=True),
+         ref=lambda x, like: x[:, :, 1:4, 1:3], grad=(0,), tag='like'),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
          + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB
-         + DETECTION)
+         + DETECTION + SPATIAL)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {

@@ -296,7 +296,37 @@ ROI = [
          grad=(0,), spatial_scale=0.5, output_dim=2, pooled_size=4, group_size=2),
 ]
 
-FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI}
+def affine(batch):
+    """Affine maps near the identity (N, 6), so that samples land inside and outside."""
+    return lambda rng: (np.array([1, 0, 0, 0, 1, 0]) + rng.normal(0, 0.3, (batch, 6))).astype(F32)
+
+
+SPATIAL = [
+    case('grid-affine', 'GridGenerator', [affine(2)], grad=(0,), transform_type='affine',
+         target_shape=(3, 4)),
+    case('grid-warp', 'GridGenerator', [normal(2, 2, 3, 4, dtype=F32)], grad=(0,),
+         transform_type='warp'),
+    case('sampler', 'BilinearSampler', [normal(2, 3, 4, 5, dtype=F32),
+                                        uniform(-1.2, 1.2, 2, 2, 3, 4, dtype=F32)], grad=(0, 1)),
+    case('transformer', 'SpatialTransformer', [normal(2, 2, 5, 5, dtype=F32), affine(2)],
+         grad=(0, 1), target_shape=(4, 3), transform_type='affine', sampler_type='bilinear'),
+    case('correlation', 'Correlation', [normal(1, 3, 6, 7, dtype=F32),
+                                        normal(1, 3, 6, 7, dtype=F32)], grad=(0, 1),
+         max_displacement=2, pad_size=2),
+    case('correlation-kernel-strides', 'Correlation',
+         [normal(2, 2, 9, 9, dtype=F32), normal(2, 2, 9, 9, dtype=F32)], grad=(0, 1),
+         kernel_size=3, max_displacement=2, stride1=2, stride2=2, pad_size=1),
+    case('correlation-absolute', 'Correlation', [normal(1, 2, 5, 5, dtype=F32),
+                                                 normal(1, 2, 5, 5, dtype=F32)],
+         grad=(0, 1), max_displacement=1, pad_size=1, is_multiply=False),
+    case('crop', 'Crop', [normal(1, 2, 5, 6, dtype=F32)], grad=(0,), h_w=(3, 2), offset=(1, 2)),
+    case('crop-like-center', 'Crop', [normal(2, 1, 6, 5, dtype=F32),
+                                      normal(2, 1, 3, 3, dtype=F32)], grad=(0,),
+         num_args=2, center_crop=True),
+]
+
+FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
+            'spatial': SPATIAL}
 
 
 def resolve(module, dotted):
