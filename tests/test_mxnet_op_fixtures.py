@@ -26,6 +26,9 @@ def _cases():
 def _load(path, case_id):
     with np.load(path) as store:
         spec = json.loads(store[f'{case_id}/spec'].tobytes())
+        # JSON keeps tuples as lists; MXNet was called with tuples
+        spec['kwargs'] = {k: tuple(v) if isinstance(v, list) else v
+                          for k, v in spec['kwargs'].items()}
         arrays = {kind: [store[f'{case_id}/{kind}{i}'] for i in range(64)
                          if f'{case_id}/{kind}{i}' in store.files]
                   for kind in ('in', 'out', 'head', 'grad')}
@@ -39,12 +42,20 @@ def _resolve(dotted):
     return target
 
 
+def _split(spec, values):
+    """The inputs passed positionally, and those passed by keyword (spec['keywords'])."""
+    keywords = spec.get('keywords') or [None] * len(values)
+    return ([v for v, k in zip(values, keywords) if k is None],
+            {k: v for v, k in zip(values, keywords) if k is not None})
+
+
 def _run(spec, arrays):
     inputs = [mx.nd.array(x, dtype=x.dtype) for x in arrays['in']]
     for index in spec['grad']:
         inputs[index].attach_grad()
+    positional, named = _split(spec, inputs)
     with mx.autograd.record(train_mode=spec['train']):
-        result = _resolve(spec['op'])(*inputs, **spec['kwargs'])
+        result = _resolve(spec['op'])(*positional, **named, **spec['kwargs'])
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]
     grads = []
     if spec['grad']:
@@ -61,7 +72,8 @@ def _run_symbolic(spec, arrays):
     target = mx.sym
     for part in spec['op'].split('.'):
         target = getattr(target, part)
-    result = target(*[mx.sym.var(n) for n in names], **spec['kwargs'])
+    positional, named = _split(spec, [mx.sym.var(n) for n in names])
+    result = target(*positional, **named, **spec['kwargs'])
     chosen = spec['heads'] if spec['heads'] is not None else range(len(result))
     grad_req = {n: 'write' if i in spec['grad'] else 'null' for i, n in enumerate(names)}
     args = {n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(names, arrays['in'])}

@@ -1064,9 +1064,77 @@ SPATIAL = [
 ]
 
 
+def group_norm(x, gamma, beta, groups, eps=1e-5):
+    split = x.reshape(x.shape[0], groups, -1)
+    normal = (split - split.mean(-1, keepdims=True)) / np.sqrt(split.var(-1, keepdims=True)
+                                                               + eps)
+    per_group = normal.reshape(x.shape[0], groups, x.shape[1] // groups, -1)
+    return (per_group * gamma.reshape(1, -1, 1, 1)
+            + beta.reshape(1, -1, 1, 1)).reshape(x.shape)
+
+
+def zero_padded_pool(x, kernel, stride):
+    """Pooling_v1's max: windows over zero padding up to whole windows ('full')."""
+    rows = -(-(x.shape[2] - kernel) // stride) + 1
+    cols = -(-(x.shape[3] - kernel) // stride) + 1
+    padded = np.pad(x, ((0, 0), (0, 0), (0, (rows - 1) * stride + kernel - x.shape[2]),
+                        (0, (cols - 1) * stride + kernel - x.shape[3])))
+    return pool(padded, kernel=(kernel, kernel), stride=(stride, stride))
+
+
+# IdentityAttachKLSparseReg's gradient is a penalty, not the forward's: tests/test_ops_contrib.py
+LEGACY = [
+    Case('Convolution_v1', (normal(1, 2, 4, 4), normal(2, 2, 3, 3), normal(2)),
+         dict(kernel=(3, 3), num_filter=2, pad=(1, 1)),
+         ref=lambda x, w, b: conv(x, w, b, kernel=(3, 3), pad=(1, 1))),
+    Case('Pooling_v1', (distinct(1, 1, 5, 5),), dict(kernel=(2, 2), stride=(2, 2),
+                                                     pooling_convention='full'),
+         ref=lambda x: zero_padded_pool(x, 2, 2)),
+    Case('Pooling_v1', (normal(1, 2, 4, 4),), dict(kernel=(2, 2), pool_type='avg'),
+         ref=lambda x: pool(x, kernel=(2, 2), pool_type='avg'), tag='avg'),
+    Case('BatchNorm_v1', BN_INPUTS, dict(fix_gamma=False), train=True, grad=(0, 1, 2),
+         ref=lambda *a: batch_norm(*a, fix_gamma=False), rtol=1e-4),
+    Case('choose_element_0index', (normal(3, 4), const([0, 3, 3])),
+         ref=lambda a, i: a[np.arange(3), i.astype(int)], grad=(0,)),
+    Case('SoftmaxActivation', (normal(2, 4),), ref=softmax),
+    Case('SoftmaxActivation', (normal(2, 3, 2),), dict(mode='channel'),
+         ref=lambda x: softmax(x, axis=1), tag='channel'),
+    Case('GroupNorm', (normal(2, 4, 3), positive(2), normal(2)), dict(num_groups=2),
+         ref=lambda x, g, b: group_norm(x, g, b, 2), rtol=1e-4),
+]
+
+
+def im2col(x, kernel):
+    """Windows (stride 1, no padding) as columns: (N, C*kh*kw, windows)."""
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    cols = [x[:, :, i:i + h - kh + 1, j:j + w - kw + 1].reshape(n, c, -1)
+            for i in range(kh) for j in range(kw)]
+    return np.stack(cols, axis=2).reshape(n, c * kh * kw, -1)
+
+
+NUMERIC = [
+    binary('broadcast_hypot', np.hypot, lhs=away(2, 1), rhs=away(1, 3)),
+    Case('cumsum', (normal(2, 3),), dict(axis=1), ref=lambda x: np.cumsum(x, axis=1)),
+    Case('cumsum', (normal(2, 3),), ref=lambda x: np.cumsum(x), tag='flat'),
+    Case('ravel_multi_index', (const([[1, 2], [3, 0]]),), dict(shape=(3, 4)),
+         ref=lambda i: np.ravel_multi_index(i.astype(int), (3, 4)).astype(float), grad=()),
+    Case('unravel_index', (const([7, 8]),), dict(shape=(3, 4)),
+         ref=lambda i: np.stack(np.unravel_index(i.astype(int), (3, 4))).astype(float),
+         grad=()),
+    Case('im2col', (normal(1, 2, 3, 4),), dict(kernel=(2, 2)), ref=lambda x: im2col(x, (2, 2))),
+    Case('col2im', (normal(1, 4, 9),), dict(output_size=(3, 4), kernel=(1, 2)),
+         ref=lambda c: (np.pad(c.reshape(1, 2, 2, 3, 3)[:, :, 0], [(0, 0)] * 3 + [(0, 1)])
+                        + np.pad(c.reshape(1, 2, 2, 3, 3)[:, :, 1], [(0, 0)] * 3 + [(1, 0)]))),
+    Case('amp_cast', (normal(2, 3),), dict(dtype='float32'), ref=lambda x: x.astype(np.float32),
+         grad=()),
+    Case('amp_multicast', (normal(2), normal(3)), dict(num_outputs=2), ref=lambda a, b: [a, b]),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
          + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB
-         + DETECTION + SPATIAL)
+         + DETECTION + SPATIAL + LEGACY + NUMERIC)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {
@@ -1078,6 +1146,8 @@ SKIPPED: dict[str, str] = {
                                'against MXNet in tests/test_mxnet_op_fixtures.py',
     '_contrib_MultiBoxDetection': 'greedy NMS with a zero gradient: checked against MXNet in '
                                   'tests/test_mxnet_op_fixtures.py',
+    'IdentityAttachKLSparseReg': 'its gradient adds a sparseness penalty: '
+                                 'tests/test_ops_contrib.py checks it',
     '_contrib_box_encode': 'training targets with a zero gradient: checked against MXNet in '
                            'tests/test_mxnet_op_fixtures.py',
 }

@@ -27,12 +27,14 @@ OUT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'mxnet-1.9.1-
 
 
 def case(id, op, inputs, grad=(), grad_outputs=None, train=False, imperative_only=False,
-         **kwargs):
+         keywords=None, **kwargs):
     """`inputs`: arrays, or functions of a NumPy Generator that return one.
     `grad_outputs`: the outputs that get head gradients (default all).
-    `imperative_only`: the output's shape depends on values, so there is no symbolic form."""
+    `imperative_only`: the output's shape depends on values, so there is no symbolic form.
+    `keywords`: per input, the keyword it is passed by (None: positionally)."""
     return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=grad_outputs,
-                train=train, imperative_only=imperative_only)
+                train=train, imperative_only=imperative_only,
+                keywords=keywords or [None] * len(inputs))
 
 
 def rng_for(name):
@@ -325,8 +327,69 @@ SPATIAL = [
          num_args=2, center_crop=True),
 ]
 
+LEGACY = [
+    case('group_norm', 'GroupNorm', [normal(2, 6, 3, 2), normal(3), normal(3)],
+         grad=(0, 1, 2), num_groups=3, output_mean_var=True, eps=1e-3),
+    case('group_norm-one', 'GroupNorm', [normal(3, 4, 5), normal(1), normal(1)],
+         grad=(0, 1, 2)),
+    # MXNet's backward of instance mode sums over axis 1, not the last axis its forward uses:
+    # right for 2-D data only (Ember's gradient is the forward's, for any shape)
+    case('softmax_activation', 'SoftmaxActivation', [normal(3, 4, dtype=F32)], grad=(0,)),
+    case('softmax_activation-channel', 'SoftmaxActivation', [normal(2, 3, 2, 2, dtype=F32)],
+         grad=(0,),
+         mode='channel'),
+    case('convolution_v1', 'Convolution_v1', [normal(1, 2, 5, 5, dtype=F32),
+                                              normal(3, 2, 3, 3, dtype=F32),
+                                              normal(3, dtype=F32)],
+         grad=(0, 1, 2), kernel=(3, 3), num_filter=3, pad=(1, 1), stride=(2, 1)),
+    case('pooling_v1', 'Pooling_v1', [normal(1, 2, 5, 5, dtype=F32)], grad=(0,), kernel=(2, 2),
+         stride=(2, 2), pooling_convention='full', pool_type='avg'),
+    case('pooling_v1-max', 'Pooling_v1', [normal(2, 1, 4, 4, dtype=F32)], grad=(0,),
+         kernel=(3, 3), pool_type='max', pad=(1, 1)),
+    case('batch_take', 'batch_take', [normal(3, 4), const([3, 0, 2], 'int32')]),
+    case('choose_element_0index', 'choose_element_0index', [normal(3, 4), const([3, 0, 2])],
+         grad=(0,)),
+    case('fill_element_0index', 'fill_element_0index',
+         [normal(3, 4, dtype=F32), normal(3, dtype=F32), const([1, 3, 0])]),
+]
+
+NUMERIC = [
+    case('eye', 'eye', [], N=3, M=5, k=-1, imperative_only=True),
+    case('linspace', 'linspace', [], start=-1, stop=2, num=7, imperative_only=True),
+    case('linspace-open', 'linspace', [], start=0, stop=1, num=4, endpoint=False,
+         imperative_only=True),
+    case('histogram', 'histogram', [const([0.1, 0.5, 0.5, 0.9, 1.0, 2.0, -1.0])], bins=4,
+         range=(0, 1), imperative_only=True),
+    case('histogram-edges', 'histogram', [normal(20, dtype=F32), const([-1, 0, 0.5, 2])],
+         imperative_only=True),
+    case('broadcast_hypot', 'broadcast_hypot', [normal(2, 1), normal(1, 3)], grad=(0, 1)),
+    case('cumsum', 'cumsum', [normal(2, 3)], grad=(0,)),
+    case('cumsum-axis', 'cumsum', [normal(2, 3, 2)], grad=(0,), axis=1),
+    case('cumsum-int', 'cumsum', [const([[1, 2], [3, 4]], 'int32')], axis=0),
+    case('ravel_multi_index', 'ravel_multi_index', [const([[3, 6, 6], [4, 5, 1]])],
+         shape=(7, 6)),
+    case('unravel_index', 'unravel_index', [const([22, 41, 37])], shape=(7, 6)),
+    case('split_v2', 'split_v2', [normal(4, 6)], grad=(0,), indices_or_sections=(1, 4), axis=1,
+         imperative_only=True),
+    case('split_v2-sections-squeeze', 'split_v2', [normal(3, 2)], grad=(0,),
+         indices_or_sections=3, squeeze_axis=True, imperative_only=True),
+    case('im2col', 'im2col', [normal(2, 2, 5, 4)], grad=(0,), kernel=(3, 2), stride=(2, 1),
+         pad=(1, 0), dilate=(1, 2)),
+    case('col2im', 'col2im', [normal(1, 6, 16)], grad=(0,), output_size=(4, 5),
+         kernel=(3, 1), pad=(1, 1), stride=(1, 2)),
+    case('all_finite', 'all_finite', [const([1.0, np.inf])]),
+    case('all_finite-yes', 'all_finite', [normal(3)]),
+    case('multi_all_finite', 'multi_all_finite', [normal(2, dtype=F32), const([np.nan])],
+         num_arrays=2),
+    case('multi_sum_sq', 'multi_sum_sq', [normal(3, dtype=F32), normal(2, 2, dtype=F32)],
+         num_arrays=2),
+    case('amp_cast', 'amp_cast', [normal(3, dtype=F32)], grad=(0,), dtype='float16'),
+    case('amp_cast-int', 'amp_cast', [const([1, 2], 'int32')], dtype='float16'),
+    # amp_multicast fails inside MXNet 1.9.1's CPU build (oneDNN) for any dtype but float32
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
-            'spatial': SPATIAL}
+            'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC}
 
 
 def resolve(module, dotted):
@@ -335,14 +398,22 @@ def resolve(module, dotted):
     return module
 
 
+def split_inputs(spec, values):
+    """The inputs passed positionally, and those passed by keyword."""
+    keywords = spec['keywords']
+    return ([v for v, k in zip(values, keywords) if k is None],
+            {k: v for v, k in zip(values, keywords) if k is not None})
+
+
 def run(mx, spec, inputs, heads_in=None, rng=None):
     """Call the case on framework `mx`; returns (outputs, heads, grads) as NumPy arrays."""
     fn = resolve(mx.nd, spec['op'])
     arrays = [mx.nd.array(x, dtype=x.dtype) for x in inputs]
     for index in spec['grad']:
         arrays[index].attach_grad()
+    positional, named = split_inputs(spec, arrays)
     with mx.autograd.record(train_mode=spec['train']):
-        result = fn(*arrays, **spec['kwargs'])
+        result = fn(*positional, **named, **spec['kwargs'])
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]
     heads, grads = [], []
     if spec['grad']:
@@ -364,7 +435,7 @@ def write_family(mx, name, cases):
         rng = rng_for(f'{name}/{item["id"]}')
         inputs = [x(rng) if callable(x) else np.asarray(x) for x in item['inputs']]
         spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train',
-                                     'imperative_only')}
+                                     'imperative_only', 'keywords')}
         try:
             outputs, heads, grads = run(mx, spec, inputs, rng=rng)
         except Exception:

@@ -23,6 +23,8 @@ from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
 from ember.ndarray import indexing, random  # noqa: F401
 from ember.ndarray import contrib, linalg  # noqa: F401
+from ember.ndarray import functions as _functions
+from ember.ndarray.functions import *  # noqa: F401,F403
 from ember.ndarray.register import make_function as _make_function
 
 if _importlib_util.find_spec('ember.ndarray.io') is not None:
@@ -42,7 +44,7 @@ _generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'contrib',
                   'linalg']
-                 + list(_creation.__all__)
+                 + list(_creation.__all__) + list(_functions.__all__)
                  + (['save', 'load', 'load_frombuffer'] if 'save' in globals() else [])
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
