@@ -1132,9 +1132,49 @@ NUMERIC = [
 ]
 
 
+def pdf_of(dist, params):
+    """A scipy density of samples (P..., draws) for parameters of shape (P...), given to
+    scipy as params(*parameters)."""
+    from scipy import stats
+
+    def density(x, *values):
+        law = getattr(stats, dist)
+        args = params(*[v[..., None] for v in values])
+        return law.pmf(x, *args) if dist in ('poisson', 'nbinom') else law.pdf(x, *args)
+    return density
+
+
+def dirichlet_pdf(x, alpha):
+    from scipy import stats
+    return np.array([stats.dirichlet.pdf(xi, ai) for xi, ai in zip(x, alpha)])
+
+
+# The discrete densities' gradient for their samples is 0 (MXNet's), not a derivative
+RANDOM = [
+    Case('random_pdf_normal', (normal(2, 3), normal(2), positive(2)),
+         ref=pdf_of('norm', lambda mu, sigma: (mu, sigma))),
+    Case('random_pdf_uniform', (uniform(0.1, 0.9, 2, 2), uniform(-1, 0, 2), uniform(1, 2, 2)),
+         ref=lambda x, low, high: 1 / (high - low)[:, None] + 0 * x),
+    Case('random_pdf_gamma', (positive(2, 2), positive(2), positive(2)),
+         ref=pdf_of('gamma', lambda a, rate: (a, 0, 1 / rate))),
+    Case('random_pdf_exponential', (positive(3, 2), positive(3)), dict(is_log=True),
+         ref=lambda x, lam: np.log(lam)[:, None] - lam[:, None] * x),
+    Case('random_pdf_poisson', (indices(5, 2, 3), positive(2)),
+         ref=pdf_of('poisson', lambda lam: (lam,)), grad=(1,)),
+    Case('random_pdf_negative_binomial', (indices(5, 2, 2), positive(2, low=1, high=4),
+                                          uniform(0.2, 0.8, 2)),
+         ref=pdf_of('nbinom', lambda k, p: (k, p)), grad=(1, 2)),
+    Case('random_pdf_generalized_negative_binomial', (indices(5, 2, 2), positive(2),
+                                                      positive(2, low=0.2, high=1)),
+         ref=pdf_of('nbinom', lambda mu, a: (1 / a, 1 / (1 + a * mu))), grad=(1, 2)),
+    Case('random_pdf_dirichlet', (const([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]]), positive(2, 3)),
+         ref=dirichlet_pdf),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
          + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB
-         + DETECTION + SPATIAL + LEGACY + NUMERIC)
+         + DETECTION + SPATIAL + LEGACY + NUMERIC + RANDOM)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {
@@ -1146,6 +1186,8 @@ SKIPPED: dict[str, str] = {
                                'against MXNet in tests/test_mxnet_op_fixtures.py',
     '_contrib_MultiBoxDetection': 'greedy NMS with a zero gradient: checked against MXNet in '
                                   'tests/test_mxnet_op_fixtures.py',
+    '_sample_multinomial': 'draws at random: tests/test_ops_contrib.py checks its draws and the '
+                           'gradient of their log-probabilities',
     'IdentityAttachKLSparseReg': 'its gradient adds a sparseness penalty: '
                                  'tests/test_ops_contrib.py checks it',
     '_contrib_box_encode': 'training targets with a zero gradient: checked against MXNet in '

@@ -27,14 +27,15 @@ OUT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'mxnet-1.9.1-
 
 
 def case(id, op, inputs, grad=(), grad_outputs=None, train=False, imperative_only=False,
-         keywords=None, **kwargs):
+         keywords=None, rtol=None, **kwargs):
     """`inputs`: arrays, or functions of a NumPy Generator that return one.
     `grad_outputs`: the outputs that get head gradients (default all).
     `imperative_only`: the output's shape depends on values, so there is no symbolic form.
-    `keywords`: per input, the keyword it is passed by (None: positionally)."""
+    `keywords`: per input, the keyword it is passed by (None: positionally).
+    `rtol`: a looser relative tolerance, where MXNet's own arithmetic is coarser."""
     return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=grad_outputs,
                 train=train, imperative_only=imperative_only,
-                keywords=keywords or [None] * len(inputs))
+                keywords=keywords or [None] * len(inputs), rtol=rtol)
 
 
 def rng_for(name):
@@ -388,8 +389,37 @@ NUMERIC = [
     # amp_multicast fails inside MXNet 1.9.1's CPU build (oneDNN) for any dtype but float32
 ]
 
+def counts(*shape, high=6):
+    return lambda rng: rng.integers(0, high, shape).astype('float64')
+
+
+RANDOM = [
+    case('pdf_normal', 'random_pdf_normal', [normal(2, 3), normal(2), uniform(0.5, 2, 2)],
+         grad=(0, 1, 2)),
+    case('pdf_normal-log', 'random_pdf_normal', [normal(2, 2, 3), normal(2, 2),
+                                                 uniform(0.5, 2, 2, 2)],
+         grad=(0, 1, 2), is_log=True),
+    case('pdf_uniform', 'random_pdf_uniform', [uniform(0, 1, 3, 2), uniform(-1, 0, 3),
+                                               uniform(1, 2, 3)], grad=(0, 1, 2)),
+    # MXNet's digamma is good to about 1e-6 relative
+    case('pdf_gamma', 'random_pdf_gamma', [uniform(0.2, 3, 2, 4), uniform(0.5, 3, 2),
+                                           uniform(0.5, 2, 2)], grad=(0, 1, 2), rtol=1e-5),
+    case('pdf_exponential', 'random_pdf_exponential', [uniform(0, 3, 3, 2), uniform(0.5, 2, 3)],
+         grad=(0, 1), is_log=True),
+    case('pdf_poisson', 'random_pdf_poisson', [counts(2, 3), uniform(0.5, 4, 2)],
+         grad=(0, 1)),
+    case('pdf_negative_binomial', 'random_pdf_negative_binomial',
+         [counts(2, 3), uniform(1, 5, 2), uniform(0.2, 0.8, 2)], grad=(0, 1, 2)),
+    case('pdf_generalized_negative_binomial', 'random_pdf_generalized_negative_binomial',
+         [counts(3, 2), uniform(0.5, 4, 3), uniform(0.1, 1.5, 3)], grad=(0, 1, 2),
+         is_log=True),
+    case('pdf_dirichlet', 'random_pdf_dirichlet',
+         [lambda rng: rng.dirichlet([1, 2, 3], (2, 4)), uniform(0.5, 3, 2, 3)], grad=(0, 1),
+         rtol=1e-5),
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
-            'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC}
+            'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM}
 
 
 def resolve(module, dotted):
@@ -435,7 +465,7 @@ def write_family(mx, name, cases):
         rng = rng_for(f'{name}/{item["id"]}')
         inputs = [x(rng) if callable(x) else np.asarray(x) for x in item['inputs']]
         spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train',
-                                     'imperative_only', 'keywords')}
+                                     'imperative_only', 'keywords', 'rtol')}
         try:
             outputs, heads, grads = run(mx, spec, inputs, rng=rng)
         except Exception:

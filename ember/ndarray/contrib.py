@@ -18,6 +18,7 @@ import numpy as _np
 
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
+from ember.ndarray import random as _random
 from ember.ndarray.creation import array as _array
 from ember.ndarray.ndarray import NDArray as _NDArray, invoke as _invoke
 from ember.ndarray.register import make_function as _make_function
@@ -66,6 +67,27 @@ def boolean_mask(data=None, index=None, axis=0, out=None, name=None, **kwargs):
                    out=None if out is None else [out])[0]
 
 
+def rand_zipfian(true_classes, num_sampled, range_max, ctx=None):
+    """Draw `num_sampled` classes from the log-uniform (Zipfian) distribution over
+    [0, range_max), with replacement, for sampled softmax: returns (sampled classes (int64),
+    expected counts of true_classes, expected counts of the sampled classes)."""
+    device = true_classes.context if ctx is None else ctx
+    log_range = _math.log(range_max + 1)
+    draws = _random.uniform(0, log_range, shape=(num_sampled,), dtype='float64', ctx=device)
+    sampled = _call('_mod_scalar', [_call('Cast', [_call('expm1', [draws])], dtype='int64')],
+                    scalar=range_max)
+    return (sampled, _expected_count(_call('Cast', [true_classes.as_in_context(device)],
+                                           dtype='float64'), log_range, num_sampled),
+            _expected_count(_call('Cast', [sampled], dtype='float64'), log_range, num_sampled))
+
+
+def _expected_count(classes, log_range, num_sampled):
+    """num_sampled * P(class) under the log-uniform distribution: log((c+2)/(c+1))/log_range."""
+    ratio = _call('broadcast_div', [_call('_plus_scalar', [classes], scalar=2.0),
+                                    _call('_plus_scalar', [classes], scalar=1.0)])
+    return _call('_mul_scalar', [_call('log', [ratio])], scalar=num_sampled / log_range)
+
+
 _generator = _frontend.Submodule(globals(), ('_contrib_',), _make_function, __name__)
 
 
@@ -74,4 +96,5 @@ def __getattr__(name):
 
 
 _generator.populate()
-__all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask'])
+__all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask',
+                                        'rand_zipfian'])

@@ -1,0 +1,172 @@
+"""Operators whose behaviour the operator table and MXNet's fixtures cannot check alone: random
+draws, penalties added to gradients, in-place resets, value-dependent shapes and errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as mx
+from ember.base import EmberError
+from ember.op.registry import ShapeError
+
+
+# ----------------------------------------------------------------------------------------------
+# Random draws with array parameters, shaped like an input, and multinomial.
+
+def test_sample_normal_draws_per_parameter_element():
+    mx.random.seed(3)
+    draws = mx.nd.random.normal(mx.nd.array([0.0, 10.0]), mx.nd.array([1.0, 0.1]),
+                                shape=4000).asnumpy()
+    assert draws.shape == (2, 4000) and draws.dtype == np.float32
+    assert abs(draws[0].mean()) < 0.1 and abs(draws[0].std() - 1) < 0.1
+    assert abs(draws[1].mean() - 10) < 0.01 and abs(draws[1].std() - 0.1) < 0.01
+
+
+@pytest.mark.parametrize('name,params,mean', [
+    ('uniform', (2.0, 4.0), 3.0), ('gamma', (2.0, 3.0), 6.0), ('exponential', (0.5,), 2.0),
+    ('poisson', (4.0,), 4.0), ('negative_binomial', (3.0, 0.6), 2.0),
+    ('generalized_negative_binomial', (2.5, 0.3), 2.5)])
+def test_sample_operators_have_the_right_mean(name, params, mean):
+    mx.random.seed(5)
+    arrays = [mx.nd.array([p]) for p in params]
+    draws = getattr(mx.nd, f'sample_{name}')(*arrays, shape=20000).asnumpy()
+    assert draws.shape == (1, 20000)
+    assert abs(draws.mean() - mean) < 0.05 * mean
+
+
+def test_random_functions_refuse_mixed_parameters():
+    with pytest.raises(TypeError, match='all be NDArrays or all numbers'):
+        mx.nd.random.normal(mx.nd.array([0.0]), 1.0)
+
+
+def test_like_draws_take_the_shape_and_dtype_of_their_input():
+    mx.random.seed(1)
+    out = mx.nd.random.uniform_like(mx.nd.zeros((3, 2), dtype='float64'), low=5, high=6)
+    assert out.shape == (3, 2) and out.dtype == np.float64
+    assert ((out.asnumpy() >= 5) & (out.asnumpy() < 6)).all()
+    assert mx.nd.random.poisson_like(mx.nd.zeros((4,)), lam=2).shape == (4,)
+
+
+def test_randn_and_multinomial_in_mx_random():
+    mx.random.seed(2)
+    assert mx.random.randn(2, 3).shape == (2, 3)
+    picks = mx.random.multinomial(mx.nd.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]),
+                                  shape=5).asnumpy()
+    assert picks.dtype == np.int32 and (picks == [[1] * 5, [0] * 5]).all()
+
+
+def test_multinomial_log_probabilities_and_their_gradient():
+    mx.random.seed(4)
+    probs = mx.nd.array([[0.2, 0.3, 0.5]], dtype='float64')
+    probs.attach_grad()
+    with mx.autograd.record():
+        picks, log_prob = mx.nd.random.multinomial(probs, shape=6, get_prob=True)
+    log_prob.backward()
+    chosen = picks.asnumpy()[0]
+    np.testing.assert_allclose(log_prob.asnumpy()[0], np.log([0.2, 0.3, 0.5])[chosen],
+                               rtol=1e-6)
+    expected = np.bincount(chosen, minlength=3) / np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(probs.grad.asnumpy()[0], expected, rtol=1e-12)
+
+
+def test_unique_zipfian_draws_are_distinct():
+    mx.random.seed(7)
+    samples, tries = mx.nd._internal._sample_unique_zipfian(range_max=20, shape=(3, 8))
+    rows = samples.asnumpy()
+    assert all(len(set(row)) == 8 for row in rows) and (rows < 20).all()
+    assert (tries.asnumpy() >= 8).all()
+
+
+def test_rand_zipfian_expected_counts():
+    mx.random.seed(9)
+    sampled, true_count, sampled_count = mx.nd.contrib.rand_zipfian(mx.nd.array([0, 4]), 5, 10)
+    assert sampled.dtype == np.int64 and sampled.shape == (5,)
+    log_range = np.log(11)
+    np.testing.assert_allclose(true_count.asnumpy(),
+                               np.log([2 / 1, 6 / 5]) / log_range * 5, rtol=1e-12)
+    classes = sampled.asnumpy()
+    np.testing.assert_allclose(sampled_count.asnumpy(),
+                               np.log((classes + 2) / (classes + 1)) / log_range * 5,
+                               rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Penalties, resets and value-dependent shapes.
+
+def test_kl_sparse_reg_updates_its_average_and_adds_the_penalty():
+    data = mx.sym.var('data')
+    net = mx.sym.IdentityAttachKLSparseReg(data, sparseness_target=0.2, penalty=0.5,
+                                           momentum=0.9, name='kl')
+    assert net.list_auxiliary_states() == ['kl_moving_avg']
+    values = np.array([[0.1, 0.4], [0.3, 0.8]])
+    exe = net.simple_bind(mx.cpu(), data=(2, 2), type_dict={'data': np.float64})
+    exe.aux_dict['kl_moving_avg'][:] = 0.5
+    exe.forward(is_train=True, data=mx.nd.array(values, dtype='float64'))
+    np.testing.assert_allclose(exe.outputs[0].asnumpy(), values)
+    head = np.ones((2, 2))
+    exe.backward(mx.nd.array(head, dtype='float64'))
+    average = 0.9 * 0.5 + 0.1 * values.mean(axis=0)
+    np.testing.assert_allclose(exe.aux_dict['kl_moving_avg'].asnumpy(), average)
+    penalty = 0.5 * (-0.2 / average + 0.8 / (1 - average))
+    np.testing.assert_allclose(exe.grad_dict['data'].asnumpy(), head + penalty)
+
+
+def test_reset_arrays_zeroes_in_place():
+    a, b = mx.nd.ones((2, 3)), mx.nd.ones((4,), dtype='int32')
+    assert mx.nd.reset_arrays(a, b, num_arrays=2) == []
+    assert not a.asnumpy().any() and not b.asnumpy().any()
+
+
+def test_boolean_mask_selects_rows_and_passes_their_gradient():
+    data = mx.nd.array(np.arange(8.0).reshape(4, 2))
+    data.attach_grad()
+    with mx.autograd.record():
+        picked = mx.nd.contrib.boolean_mask(data, mx.nd.array([0, 1, 0, 1]))
+    picked.backward(mx.nd.ones_like(picked))
+    assert picked.asnumpy().tolist() == [[2, 3], [6, 7]]
+    assert data.grad.asnumpy()[:, 0].tolist() == [0, 1, 0, 1]
+
+
+def test_concatenate_and_onehot_encode():
+    joined = mx.nd.concatenate([mx.nd.ones((1, 2)), mx.nd.zeros((2, 2))])
+    assert joined.asnumpy().tolist() == [[1, 1], [0, 0], [0, 0]]
+    out = mx.nd.zeros((2, 3))
+    mx.nd.onehot_encode(mx.nd.array([2, 0]), out)
+    assert out.asnumpy().tolist() == [[0, 0, 1], [1, 0, 0]]
+
+
+def test_gluon_group_norm_trains_hybridized():
+    net = mx.gluon.nn.GroupNorm(num_groups=2)
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.array(np.random.default_rng(0).normal(size=(2, 4, 3)))
+    with mx.autograd.record():
+        y = net(x)
+    y.backward(mx.nd.array(np.random.default_rng(1).normal(size=(2, 4, 3))))
+    assert net.gamma.shape == (2,) and net.gamma.grad().shape == (2,)
+    grouped = y.asnumpy().reshape(2, 2, -1)
+    np.testing.assert_allclose(grouped.mean(-1), 0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors name the operator, the value and what is accepted.
+
+def test_linalg_refuses_integers():
+    with pytest.raises(ShapeError, match='float32 and float64, got int32'):
+        mx.nd.linalg.potrf(mx.nd.ones((2, 2), dtype='int32'))
+
+
+def test_linalg_names_mismatched_matrices():
+    with pytest.raises(ShapeError, match='op\\(A\\) has 3 columns and op\\(B\\) has 4 rows'):
+        mx.nd.linalg.gemm2(mx.nd.ones((2, 3)), mx.nd.ones((4, 5)))
+
+
+def test_potrf_of_an_indefinite_matrix_fails_at_the_wait():
+    result = mx.nd.linalg.potrf(mx.nd.array([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(EmberError, match='not symmetric positive definite'):
+        result.asnumpy()
+
+
+def test_box_nms_names_a_short_row():
+    with pytest.raises(ShapeError, match='at least 6 values per box'):
+        mx.nd.contrib.box_nms(mx.nd.ones((3, 5)))
