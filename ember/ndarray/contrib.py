@@ -88,6 +88,82 @@ def _expected_count(classes, log_range, num_sampled):
     return _call('_mul_scalar', [_call('log', [ratio])], scalar=num_sampled / log_range)
 
 
+def _listed(value, what):
+    """(list of arrays, whether a single array was given)."""
+    if isinstance(value, _NDArray):
+        return [value], True
+    if isinstance(value, (list, tuple)) and all(isinstance(v, _NDArray) for v in value):
+        return list(value), False
+    raise TypeError(f'{what} must be an NDArray or a list of NDArrays, got '
+                    f'{type(value).__name__}')
+
+
+def _stack(items):
+    return _call('stack', list(items), axis=0, num_args=len(items))
+
+
+def foreach(body, data, init_states):
+    """Run `body(data slice, states) -> (outputs, new states)` over the first axis of `data`
+    (imperatively, one call per step, recorded by autograd); returns (the outputs stacked
+    along a new first axis, the final states), shaped as body and init_states give them.
+
+    >>> import ember.ndarray as nd
+    >>> outs, final = nd.contrib.foreach(lambda x, s: (x + s, x + s), nd.array([1, 2, 3]),
+    ...                                  nd.array([10]))
+    >>> outs.asnumpy().ravel().tolist(), final.asnumpy().tolist()
+    ([11.0, 13.0, 16.0], [16.0])
+    """
+    data_list, single_data = _listed(data, 'data')
+    states, single_state = _listed(init_states, 'init_states')
+    steps, single_out = [], True
+    for step in range(data_list[0].shape[0]):
+        slices = [x[step] for x in data_list]
+        outs, new_states = body(slices[0] if single_data else slices,
+                                states[0] if single_state else states)
+        outs, single_out = _listed(outs, 'the outputs of body')
+        states, _ = _listed(new_states, 'the states body returns')
+        steps.append(outs)
+    stacked = [_stack(items) for items in zip(*steps)]
+    return (stacked[0] if single_out and stacked else stacked), \
+        (states[0] if single_state else states)
+
+
+def while_loop(cond, func, loop_vars, max_iterations=None):
+    """Run `func(*loop_vars) -> (outputs, new loop_vars)` while `cond(*loop_vars)` holds (at
+    most `max_iterations` times); returns (the outputs stacked, padded with zeros to
+    max_iterations when given, and the final loop variables)."""
+    loop, single_var = _listed(loop_vars, 'loop_vars')
+    steps, single_out = [], False
+    while (max_iterations is None or len(steps) < max_iterations) and \
+            bool(_as_scalar(cond(*loop))):
+        outs, new_vars = func(*loop)
+        outs, single_out = ([], False) if outs is None or (isinstance(outs, (list, tuple))
+                                                           and not outs) else \
+            _listed(outs, 'the outputs of func')
+        loop, _ = _listed(new_vars, 'the loop variables func returns')
+        steps.append(outs)
+    stacked = [_padded(_stack(items), max_iterations) for items in zip(*steps)]
+    return (stacked[0] if single_out and stacked else stacked), \
+        (loop[0] if single_var else loop)
+
+
+def _as_scalar(value):
+    return value.asnumpy().reshape(-1)[0] if isinstance(value, _NDArray) else value
+
+
+def _padded(stacked, length):
+    if length is None or stacked.shape[0] == length:
+        return stacked
+    pad = _call('_zeros', [], shape=(length - stacked.shape[0],) + stacked.shape[1:],
+                dtype=stacked.dtype, ctx=stacked.context)
+    return _call('Concat', [stacked, pad], dim=0, num_args=2)
+
+
+def cond(pred, then_func, else_func):
+    """`then_func()` if `pred` (a one-element NDArray) is non-zero, else `else_func()`."""
+    return then_func() if bool(_as_scalar(pred)) else else_func()
+
+
 _generator = _frontend.Submodule(globals(), ('_contrib_',), _make_function, __name__)
 
 
@@ -97,4 +173,4 @@ def __getattr__(name):
 
 _generator.populate()
 __all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask',
-                                        'rand_zipfian'])
+                                        'rand_zipfian', 'foreach', 'while_loop', 'cond'])

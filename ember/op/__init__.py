@@ -4,6 +4,7 @@ from ember.op import elemwise, reduce, matrix, init  # noqa: F401  (registration
 from ember.op import nn, optimizer_ops  # noqa: F401
 from ember.op import extra, sequence  # noqa: F401
 from ember.op import fused  # noqa: F401
-from ember.op import contrib, group_norm, legacy, linalg, numeric, sampling, spatial  # noqa: F401,E501
+from ember.op import contrib, control_flow, group_norm, legacy, linalg  # noqa: F401
+from ember.op import numeric, sampling, spatial  # noqa: F401
 
 __all__ = ['registry']
