@@ -54,6 +54,8 @@ def _run(spec, arrays):
     for index in spec['grad']:
         inputs[index].attach_grad()
     positional, named = _split(spec, inputs)
+    if spec.get('out') is not None:
+        named['out'] = [inputs[i] for i in spec['out']]
     with mx.autograd.record(train_mode=spec['train']):
         result = _resolve(spec['op'])(*positional, **named, **spec['kwargs'])
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]

@@ -170,3 +170,57 @@ def test_potrf_of_an_indefinite_matrix_fails_at_the_wait():
 def test_box_nms_names_a_short_row():
     with pytest.raises(ShapeError, match='at least 6 values per box'):
         mx.nd.contrib.box_nms(mx.nd.ones((3, 5)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-tensor optimizer updates against their formulas.
+
+def _lamb(weight, grad, mean, var, lr, wd, t, beta1=0.9, beta2=0.999, eps=1e-6):
+    mean = beta1 * mean + (1 - beta1) * grad
+    var = beta2 * var + (1 - beta2) * grad * grad
+    step = (mean / (1 - beta1 ** t)) / (np.sqrt(var / (1 - beta2 ** t)) + eps) + wd * weight
+    ratio = np.linalg.norm(weight) / np.linalg.norm(step)
+    return weight - lr * ratio * step, mean, var
+
+
+def test_multi_lamb_update_follows_lamb():
+    rng = np.random.default_rng(11)
+    weights = [rng.normal(size=3), rng.normal(size=(2, 2))]
+    grads = [rng.normal(size=3), rng.normal(size=(2, 2))]
+    arrays = [[mx.nd.array(v) for v in group] for group in
+              (weights, grads, [np.zeros(3), np.zeros((2, 2))], [np.zeros(3), np.zeros((2, 2))])]
+    new = mx.nd.contrib.multi_lamb_update(*arrays, step_count=[1, 3], lrs=[0.1, 0.2],
+                                          wds=[0.01, 0.0])
+    for i, (lr, wd, t) in enumerate([(0.1, 0.01, 1), (0.2, 0.0, 3)]):
+        weight, mean, var = _lamb(weights[i], grads[i], 0, 0, lr, wd, t)
+        np.testing.assert_allclose(new[i].asnumpy(), weight, rtol=1e-5)
+        np.testing.assert_allclose(arrays[2][i].asnumpy(), mean, rtol=1e-5)
+        np.testing.assert_allclose(arrays[3][i].asnumpy(), var, rtol=1e-5)
+
+
+def test_multi_adamw_update_skips_on_a_bad_scale_and_updates_otherwise():
+    weights = [mx.nd.array([1.0, 2.0]), mx.nd.array([3.0])]
+    grads = [mx.nd.array([0.5, -0.5]), mx.nd.array([1.0])]
+    means, variances = [mx.nd.zeros(2), mx.nd.zeros(1)], [mx.nd.zeros(2), mx.nd.zeros(1)]
+    skipped = mx.nd.contrib.multi_adamw_update(weights, grads, means, variances, float('nan'),
+                                               lrs=[0.1, 0.2], wds=[0.01, 0.0], etas=[1, 0.5])
+    assert skipped[0].asnumpy().tolist() == [1.0, 2.0]
+    new = mx.nd.contrib.multi_adamw_update(weights, grads, means, variances, 1.0,
+                                           lrs=[0.1, 0.2], wds=[0.01, 0.0], etas=[1, 0.5])
+    mean, var = 0.1 * np.array([0.5, -0.5]), 0.001 * np.array([0.25, 0.25])
+    expected = np.array([1, 2]) - (0.1 * mean / (np.sqrt(var) + 1e-8) + 0.01 * np.array([1, 2]))
+    np.testing.assert_allclose(new[0].asnumpy(), expected, rtol=1e-5)
+
+
+def test_mixed_precision_lamb_updates_the_master_copy():
+    weight16 = mx.nd.array([1.0, 2.0], dtype='float16')
+    grad16 = mx.nd.array([0.5, -0.5], dtype='float16')
+    weight32, mean, var = mx.nd.array([1.0, 2.0]), mx.nd.zeros(2), mx.nd.zeros(2)
+    step = mx.nd.mp_lamb_update_phase1(weight16, grad16, mean, var, weight32, t=1, wd=0.1)
+    assert step.dtype == np.float32
+    new = mx.nd.mp_lamb_update_phase2(weight16, step, mx.nd.array([2.0]), mx.nd.array([1.0]),
+                                      weight32, lr=0.1)
+    assert new.dtype == np.float16
+    expected = np.array([1.0, 2.0]) - 0.1 * 2.0 * step.asnumpy()
+    np.testing.assert_allclose(weight32.asnumpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(new.asnumpy(), expected, rtol=1e-3)

@@ -27,15 +27,16 @@ OUT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'mxnet-1.9.1-
 
 
 def case(id, op, inputs, grad=(), grad_outputs=None, train=False, imperative_only=False,
-         keywords=None, rtol=None, **kwargs):
+         keywords=None, rtol=None, out=None, **kwargs):
     """`inputs`: arrays, or functions of a NumPy Generator that return one.
     `grad_outputs`: the outputs that get head gradients (default all).
     `imperative_only`: the output's shape depends on values, so there is no symbolic form.
     `keywords`: per input, the keyword it is passed by (None: positionally).
-    `rtol`: a looser relative tolerance, where MXNet's own arithmetic is coarser."""
+    `rtol`: a looser relative tolerance, where MXNet's own arithmetic is coarser.
+    `out`: indices of inputs passed as out= (updates that MXNet runs only in place)."""
     return dict(id=id, op=op, inputs=inputs, kwargs=kwargs, grad=list(grad), heads=grad_outputs,
                 train=train, imperative_only=imperative_only,
-                keywords=keywords or [None] * len(inputs), rtol=rtol)
+                keywords=keywords or [None] * len(inputs), rtol=rtol, out=out)
 
 
 def rng_for(name):
@@ -418,8 +419,33 @@ RANDOM = [
          rtol=1e-5),
 ]
 
+def weights_and_states(count, *shapes, states=2, low=None):
+    """Inputs of a multi-weight update: per weight (weight, grad, states...), interleaved."""
+    def draw(index):
+        def one(rng):
+            shape = shapes[index // (2 + states)]
+            kind = index % (2 + states)
+            value = rng.normal(size=shape) if kind < 2 else rng.uniform(0.01, 0.5, shape)
+            return value.astype(low if low is not None and kind < 2 else F32)
+        return one
+    return [draw(i) for i in range(count * (2 + states))]
+
+
+OPTIMIZER = [
+    case('multi_lars', 'multi_lars', [uniform(0.1, 1, 3, dtype=F32), const([4.0, 0.0, 9.0]),
+                                      const([1.0, 1.0, 0.0]), const([0.01, 0.02, 0.0])],
+         eta=0.001, eps=1e-8, rescale_grad=2.0),
+    case('preloaded_sgd', 'preloaded_multi_sgd_update',
+         weights_and_states(2, (3,), (2, 2), states=0) + [const([0.1, 0.2]), const([0.0, 0.5])],
+         num_weights=2, rescale_grad=0.5, clip_gradient=0.3, out=[0, 2], imperative_only=True),
+    case('preloaded_sgd_mom', 'preloaded_multi_sgd_mom_update',
+         weights_and_states(2, (3,), (2,), states=1) + [const([0.1, 0.2]), const([0.0, 0.5])],
+         num_weights=2, momentum=0.9, out=[0, 3], imperative_only=True),
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
-            'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM}
+            'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM,
+            'optimizer': OPTIMIZER}
 
 
 def resolve(module, dotted):
@@ -442,6 +468,8 @@ def run(mx, spec, inputs, heads_in=None, rng=None):
     for index in spec['grad']:
         arrays[index].attach_grad()
     positional, named = split_inputs(spec, arrays)
+    if spec['out'] is not None:
+        named['out'] = [arrays[i] for i in spec['out']]
     with mx.autograd.record(train_mode=spec['train']):
         result = fn(*positional, **named, **spec['kwargs'])
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -465,7 +493,7 @@ def write_family(mx, name, cases):
         rng = rng_for(f'{name}/{item["id"]}')
         inputs = [x(rng) if callable(x) else np.asarray(x) for x in item['inputs']]
         spec = {k: item[k] for k in ('op', 'kwargs', 'grad', 'heads', 'train',
-                                     'imperative_only', 'keywords', 'rtol')}
+                                     'imperative_only', 'keywords', 'rtol', 'out')}
         try:
             outputs, heads, grads = run(mx, spec, inputs, rng=rng)
         except Exception:

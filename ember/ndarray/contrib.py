@@ -164,6 +164,59 @@ def cond(pred, then_func, else_func):
     return then_func() if bool(_as_scalar(pred)) else else_func()
 
 
+def _rescale_array(rescale_grad, device):
+    if isinstance(rescale_grad, _NDArray):
+        return rescale_grad
+    return _array([rescale_grad], ctx=device)
+
+
+def _grouped(*lists):
+    return [x for group in zip(*lists) for x in group]
+
+
+def _outputs(op_name, inputs, out, **attrs):
+    op = _registry.get(op_name)
+    return _invoke(op, inputs, op.parse_attrs(attrs), out=None if out is None else list(out))
+
+
+def multi_adamw_update(weights, grads, mean, var, rescale_grad, lrs, wds, etas, out=None,
+                       name=None, size=0, **kwargs):
+    """AdamW on lists of weights (with their gradients and moments); rescale_grad is a number
+    or a one-element NDArray. Returns the new weights (written into `out` when given)."""
+    size = size or len(weights)
+    inputs = _grouped(weights, grads, mean, var) + [_rescale_array(rescale_grad,
+                                                                   weights[0].context)]
+    return _outputs('_multi_adamw_update', inputs, out, num_weights=size, lrs=lrs, wds=wds,
+                    etas=etas, **kwargs)
+
+
+def multi_mp_adamw_update(weights, grads, mean, var, weights32, rescale_grad, lrs, wds, etas,
+                          out=None, name=None, size=0, **kwargs):
+    """multi_adamw_update on float32 master copies of (float16) weights."""
+    size = size or len(weights)
+    inputs = _grouped(weights, grads, mean, var, weights32) + [
+        _rescale_array(rescale_grad, weights[0].context)]
+    return _outputs('_multi_mp_adamw_update', inputs, out, num_weights=size, lrs=lrs, wds=wds,
+                    etas=etas, **kwargs)
+
+
+def multi_lamb_update(weights, grads, mean, var, step_count, lrs, wds, out=None,
+                      num_tensors=0, **kwargs):
+    """LAMB on lists of weights (with their gradients and moments); step_count, lrs and wds
+    hold one value per weight. Returns the new weights (written into `out` when given)."""
+    return _outputs('_multi_lamb_update', _grouped(weights, grads, mean, var), out,
+                    num_tensors=num_tensors or len(weights), step_count=step_count,
+                    learning_rates=lrs, wds=wds, **kwargs)
+
+
+def multi_mp_lamb_update(weights, grads, mean, var, weights32, step_count, lrs, wds, out=None,
+                         num_tensors=0, **kwargs):
+    """multi_lamb_update on float32 master copies of (float16) weights."""
+    return _outputs('_multi_mp_lamb_update', _grouped(weights, grads, mean, var, weights32),
+                    out, num_tensors=num_tensors or len(weights), step_count=step_count,
+                    learning_rates=lrs, wds=wds, **kwargs)
+
+
 _generator = _frontend.Submodule(globals(), ('_contrib_',), _make_function, __name__)
 
 
@@ -173,4 +226,6 @@ def __getattr__(name):
 
 _generator.populate()
 __all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask',
-                                        'rand_zipfian', 'foreach', 'while_loop', 'cond'])
+                                        'rand_zipfian', 'foreach', 'while_loop', 'cond',
+                                        'multi_adamw_update', 'multi_mp_adamw_update',
+                                        'multi_lamb_update', 'multi_mp_lamb_update'])
