@@ -1190,6 +1190,10 @@ SKIPPED: dict[str, str] = {
                            'gradient of their log-probabilities',
     'IdentityAttachKLSparseReg': 'its gradient adds a sparseness penalty: '
                                  'tests/test_ops_contrib.py checks it',
+    '_contrib_Proposal': 'RPN proposals (greedy NMS) with a zero gradient: checked against '
+                         'MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiProposal': 'RPN proposals (greedy NMS) with a zero gradient: checked '
+                              'against MXNet in tests/test_mxnet_op_fixtures.py',
     '_contrib_box_encode': 'training targets with a zero gradient: checked against MXNet in '
                            'tests/test_mxnet_op_fixtures.py',
 }

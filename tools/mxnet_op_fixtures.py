@@ -443,9 +443,41 @@ OPTIMIZER = [
          num_weights=2, momentum=0.9, out=[0, 3], imperative_only=True),
 ]
 
+def rpn_scores(batch, anchors, height, width):
+    """(batch, 2A, H, W) background/foreground probabilities with distinct foregrounds."""
+    def draw(rng):
+        fg = (rng.permutation(batch * anchors * height * width).reshape(
+            batch, anchors, height, width) + 0.5) / (batch * anchors * height * width)
+        return np.concatenate([1 - fg, fg], axis=1).astype(F32)
+    return draw
+
+
+PROPOSAL = [
+    case('proposal', 'contrib.Proposal',
+         [rpn_scores(1, 6, 5, 6), lambda rng: rng.normal(0, 0.2, (1, 24, 5, 6)).astype(F32),
+          const([[80, 96, 1.0]])],
+         scales=(2, 4), ratios=(0.5, 1, 2), feature_stride=16, rpn_pre_nms_top_n=40,
+         rpn_post_nms_top_n=12, rpn_min_size=8, threshold=0.6, output_score=True),
+    case('proposal-padded', 'contrib.Proposal',
+         [rpn_scores(1, 3, 3, 3), lambda rng: rng.normal(0, 0.1, (1, 12, 3, 3)).astype(F32),
+          const([[40, 40, 0.5]])],
+         scales=(4,), ratios=(0.5, 1, 2), feature_stride=16, rpn_pre_nms_top_n=20,
+         rpn_post_nms_top_n=30, rpn_min_size=16, threshold=0.5),
+    case('multi_proposal', 'contrib.MultiProposal',
+         [rpn_scores(2, 3, 4, 4), lambda rng: rng.normal(0, 0.3, (2, 12, 4, 4)).astype(F32),
+          const([[64, 60, 1.0], [50, 64, 2.0]])],
+         scales=(2, 3, 4), ratios=(1,), feature_stride=16, rpn_pre_nms_top_n=30,
+         rpn_post_nms_top_n=8, rpn_min_size=4, threshold=0.7, output_score=True),
+    case('proposal-iou-loss', 'contrib.Proposal',
+         [rpn_scores(1, 2, 3, 3), lambda rng: rng.normal(0, 2, (1, 8, 3, 3)).astype(F32),
+          const([[48, 48, 1.0]])],
+         scales=(2,), ratios=(0.5, 2), feature_stride=16, rpn_pre_nms_top_n=10,
+         rpn_post_nms_top_n=5, rpn_min_size=2, iou_loss=True),
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
             'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM,
-            'optimizer': OPTIMIZER}
+            'optimizer': OPTIMIZER, 'proposal': PROPOSAL}
 
 
 def resolve(module, dotted):

@@ -18,7 +18,9 @@ import numpy as _np
 
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
+from ember.device import current_context  # noqa: F401  (MXNet's contrib module has it)
 from ember.ndarray import random as _random
+from ember.ndarray.random import uniform  # noqa: F401  (so does mx.nd.contrib)
 from ember.ndarray.creation import array as _array
 from ember.ndarray.ndarray import NDArray as _NDArray, invoke as _invoke
 from ember.ndarray.register import make_function as _make_function

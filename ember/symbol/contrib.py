@@ -10,6 +10,7 @@ import math as _math
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
 from ember.symbol import random as _random
+from ember.symbol.random import uniform  # noqa: F401  (MXNet's contrib module has it)
 from ember.symbol.control_flow import cond, foreach, while_loop  # noqa: F401
 from ember.symbol.register import make_function as _make_function
 from ember.symbol.symbol import create as _create
