@@ -1172,9 +1172,61 @@ RANDOM = [
 ]
 
 
+def bilinear_read(plane, y, x, clamped):
+    """plane (C, H, W) read at (y, x) arrays: DCN's clamped rule or DCNv2's zero border."""
+    height, width = plane.shape[1:]
+    if clamped:
+        if not (0 <= y < height and 0 <= x < width):
+            return np.zeros(plane.shape[0])
+        y, x = min(y, height - 1), min(x, width - 1)
+    elif not (-1 < y < height and -1 < x < width):
+        return np.zeros(plane.shape[0])
+    total = np.zeros(plane.shape[0])
+    for row in (math.floor(y), math.floor(y) + 1):
+        for col in (math.floor(x), math.floor(x) + 1):
+            if 0 <= row < height and 0 <= col < width:
+                total += (1 - abs(y - row)) * (1 - abs(x - col)) * plane[:, row, col]
+    return total
+
+
+def deformable_conv(x, offset, weight, mask=None, pad=1, clamped=True):
+    """One deformable group, stride 1: every tap reads at its place plus its offset."""
+    n, _, height, width = x.shape
+    kh, kw = weight.shape[2:]
+    out = np.zeros((n, weight.shape[0], height + 2 * pad - kh + 1, width + 2 * pad - kw + 1))
+    for b, i, j in np.ndindex(n, *out.shape[2:]):
+        for k, (ti, tj) in enumerate(np.ndindex(kh, kw)):
+            y = i - pad + ti + offset[b, 2 * k, i, j]
+            xx = j - pad + tj + offset[b, 2 * k + 1, i, j]
+            value = bilinear_read(x[b], y, xx, clamped)
+            if mask is not None:
+                value = value * mask[b, k, i, j]
+            out[b, :, i, j] += weight[:, :, ti, tj] @ value
+    return out
+
+
+def offsets(*shape):
+    """Offsets whose reads land 0.1 to 0.4 past whole pixels: clear of bilinear kinks."""
+    return lambda rng: rng.integers(-1, 2, shape) + rng.uniform(0.1, 0.4, shape)
+
+
+DEFORMABLE = [
+    Case('_contrib_DeformableConvolution', (normal(1, 2, 3, 3), offsets(1, 8, 4, 4),
+                                            normal(2, 2, 2, 2)),
+         dict(kernel=(2, 2), pad=(1, 1), num_filter=2, no_bias=True),
+         ref=lambda x, o, w: deformable_conv(x, o, w)),
+    Case('_contrib_ModulatedDeformableConvolution',
+         (normal(1, 2, 3, 3), offsets(1, 8, 4, 4), positive(1, 4, 4, 4), normal(2, 2, 2, 2),
+          normal(2)),
+         dict(kernel=(2, 2), pad=(1, 1), num_filter=2),
+         ref=lambda x, o, m, w, b: deformable_conv(x, o, w, m, pad=1, clamped=False)
+         + b.reshape(1, -1, 1, 1)),
+]
+
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
          + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + LINALG + CONTRIB
-         + DETECTION + SPATIAL + LEGACY + NUMERIC + RANDOM)
+         + DETECTION + SPATIAL + LEGACY + NUMERIC + RANDOM + DEFORMABLE)
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {

@@ -475,9 +475,24 @@ PROPOSAL = [
          rpn_post_nms_top_n=5, rpn_min_size=2, iou_loss=True),
 ]
 
+DEFORMABLE = [
+    case('deformable', 'contrib.DeformableConvolution',
+         [normal(2, 4, 5, 6, dtype=F32),
+          lambda rng: rng.normal(0, 0.8, (2, 18, 5, 6)).astype(F32),
+          normal(3, 4, 3, 3, dtype=F32), normal(3, dtype=F32)],
+         grad=(0, 1, 2, 3), kernel=(3, 3), pad=(1, 1), num_filter=3),
+    case('deformable-groups-stride', 'contrib.DeformableConvolution',
+         [normal(1, 4, 7, 7, dtype=F32),
+          lambda rng: rng.normal(0, 1.5, (1, 16, 3, 3)).astype(F32),
+          normal(4, 2, 2, 2, dtype=F32)],
+         grad=(0, 1, 2), kernel=(2, 2), stride=(2, 2), dilate=(2, 2), num_filter=4,
+         num_group=2, num_deformable_group=2, no_bias=True),
+    # ModulatedDeformableConvolution runs on GPUs only in MXNet 1.9.1
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
             'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM,
-            'optimizer': OPTIMIZER, 'proposal': PROPOSAL}
+            'optimizer': OPTIMIZER, 'proposal': PROPOSAL, 'deformable': DEFORMABLE}
 
 
 def resolve(module, dotted):
