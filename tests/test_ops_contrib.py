@@ -224,3 +224,16 @@ def test_mixed_precision_lamb_updates_the_master_copy():
     expected = np.array([1.0, 2.0]) - 0.1 * 2.0 * step.asnumpy()
     np.testing.assert_allclose(weight32.asnumpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(new.asnumpy(), expected, rtol=1e-3)
+
+
+def test_group_adagrad_keeps_one_history_value_per_row():
+    weight, grad = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.1, 0.2], [0.3, -0.4]])
+    history = mx.nd.zeros((2, 1), dtype='float64')
+    new = mx.nd.contrib.group_adagrad_update(mx.nd.array(weight, dtype='float64'),
+                                             mx.nd.array(grad, dtype='float64'), history,
+                                             lr=0.1, rescale_grad=2.0)
+    g = 2 * grad
+    expected_history = (g * g).mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(history.asnumpy(), expected_history)
+    np.testing.assert_allclose(new.asnumpy(),
+                               weight - 0.1 * g / np.sqrt(expected_history + 1e-5))

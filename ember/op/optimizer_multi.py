@@ -277,3 +277,37 @@ register('multi_lars', _lars_kernel, inputs=('lrs', 'weights_sum_sq', 'grads_sum
                  Param('eps', p_float, REQUIRED, 'Added to the denominator.'), RESCALE),
          doc='LARS learning rates: lr * eta * |w| / (|g| * rescale_grad + wd * |w| + eps) per '
              'layer, lr itself where either norm is 0 (norms from their squared sums).')
+
+
+# ----------------------------------------------------------------------------------------------
+# Group AdaGrad: one accumulated squared gradient per row.
+
+def _group_adagrad_kernel(attrs, ins, outs, ctx):
+    weight, grad, history = ins
+    g = grad * attrs['rescale_grad']
+    if attrs['clip_gradient'] >= 0:
+        g = np.clip(g, -attrs['clip_gradient'], attrs['clip_gradient'])
+    rows = g.reshape(len(g), -1)
+    history[...] += (rows * rows).mean(axis=1).reshape(history.shape)
+    scale = np.sqrt(history.reshape(len(g), *([1] * (g.ndim - 1))) + attrs['epsilon'])
+    outs[0][...] = weight - attrs['lr'] * g / scale
+
+
+def _group_adagrad_shape(attrs, in_shapes):
+    weight = in_shapes[0] or in_shapes[1]
+    if weight is None:
+        return list(in_shapes), [None]
+    history = in_shapes[2] or (weight[0], 1)
+    if history[0] != weight[0] or int(np.prod(history)) != weight[0]:
+        raise ShapeError(f'history must hold one value per row of weight {weight}, got '
+                         f'{history}')
+    return [weight, weight, history], [weight]
+
+
+register('_contrib_group_adagrad_update', _group_adagrad_kernel,
+         inputs=('weight', 'grad', 'history'), mutate=(2,), inplace=((0, 0),),
+         infer_shape=_group_adagrad_shape,
+         params=(Param('lr', p_float, REQUIRED, 'Learning rate.'), RESCALE, CLIP,
+                 Param('epsilon', p_float, 1e-5, 'Added for numerical stability.')),
+         doc='Group AdaGrad: history += mean(g^2) over each row; weight -= lr * g / '
+             'sqrt(history + epsilon), with g = clip(rescale_grad * grad).')

@@ -255,3 +255,59 @@ register('_contrib_allclose', _allclose_kernel, inputs=('a', 'b'), infer_shape=_
                  Param('atol', p_float, 1e-8, 'Absolute tolerance.'),
                  Param('equal_nan', p_bool, True, 'NaNs in the same places are equal.')),
          doc='1 (uint8, shape ()) when |a - b| <= atol + rtol*|b| everywhere, else 0.')
+
+
+# ----------------------------------------------------------------------------------------------
+# count_sketch: project rows of d values onto out_dim buckets with hashed signs.
+
+def _sketch_shape(attrs, in_shapes):
+    data, h, s = in_shapes
+    if data is None:
+        return list(in_shapes), [None]
+    width = data[-1]
+    for name, shape in (('h', h), ('s', s)):
+        if shape is not None and shape[-1] != width:
+            raise ShapeError(f'{name} must hold one entry per input column ({width}), got '
+                             f'{shape}')
+    return list(in_shapes), [tuple(data[:-1]) + (attrs['out_dim'],)]
+
+
+def _buckets(h, out_dim):
+    buckets = h.reshape(-1).astype(np.int64)
+    if buckets.size and (buckets.min() < 0 or buckets.max() >= out_dim):
+        raise IndexError(f'count_sketch: h holds {buckets.min()}..{buckets.max()}, outside '
+                         f'0..{out_dim - 1}')
+    return buckets
+
+
+def _sketch_kernel(attrs, ins, outs, ctx):
+    data, h, s = ins
+    rows = data.reshape(-1, data.shape[-1])
+    out = np.zeros((len(rows), attrs['out_dim']), np.float64)
+    np.add.at(out, (slice(None), _buckets(h, attrs['out_dim'])), rows * s.reshape(-1))
+    outs[0][...] = out.reshape(outs[0].shape)
+
+
+def _sketch_backward(attrs, ins, outs, ctx):
+    grad, h, s = ins
+    rows = grad.reshape(-1, attrs['out_dim'])
+    picked = rows[:, _buckets(h, attrs['out_dim'])] * s.reshape(-1)
+    outs[0][...] = picked.reshape(outs[0].shape)
+
+
+_SKETCH = (Param('out_dim', p_int, doc='Buckets of the output.'),
+           Param('processing_batch_size', p_int, 32, 'Accepted for MXNet\'s sake.'))
+register('_contrib_count_sketch', _sketch_kernel, inputs=('data', 'h', 's'),
+         infer_shape=_sketch_shape,
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]]), params=_SKETCH,
+         gradient=lambda F, attrs, ins, outs, og: [
+             F._backward__contrib_count_sketch(og[0], ins[1], ins[2], **attrs),
+             F.zeros_like(ins[1]), F.zeros_like(ins[2])],
+         doc='Count sketch of the rows of data: out[..., h[i]] += data[..., i] * s[i].')
+register('_backward__contrib_count_sketch', _sketch_backward, inputs=('out_grad', 'h', 's'),
+         params=_SKETCH,
+         infer_shape=lambda attrs, shapes: (list(shapes), [None if shapes[0] is None else
+                                                           tuple(shapes[0][:-1])
+                                                           + (shapes[1][-1],)]),
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]]),
+         doc='The gradient of count_sketch: each column reads its bucket, signed.')
