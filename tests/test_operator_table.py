@@ -951,6 +951,8 @@ CONTRIB = [
          dict(out_dim=4), ref=lambda x, h, s: np.stack([x[:, 0] - x[:, 2], 0 * x[:, 0],
                                                         0 * x[:, 0], -x[:, 1]], axis=1),
          grad=(0,)),
+    Case('_contrib_SyncBatchNorm', BN_INPUTS, dict(fix_gamma=False, key='table'), train=True,
+         grad=(0, 1, 2), rtol=1e-4, ref=lambda *a: batch_norm(*a, fix_gamma=False)),
     Case('_contrib_BatchNormWithReLU', BN_INPUTS, dict(fix_gamma=False), train=True,
          grad=(0, 1, 2), rtol=1e-4,
          ref=lambda *a: np.maximum(batch_norm(*a, fix_gamma=False), 0)),

@@ -237,3 +237,57 @@ def test_group_adagrad_keeps_one_history_value_per_row():
     np.testing.assert_allclose(history.asnumpy(), expected_history)
     np.testing.assert_allclose(new.asnumpy(),
                                weight - 0.1 * g / np.sqrt(expected_history + 1e-5))
+
+
+def test_dlpack_and_numpy_conversions():
+    a = mx.nd.array([[1, 2], [3, 4]], dtype='int32')
+    back = mx.nd.from_dlpack(mx.nd.to_dlpack_for_read(a))
+    assert back.dtype == np.int32 and back.asnumpy().tolist() == [[1, 2], [3, 4]]
+    assert mx.nd.from_dlpack(np.arange(3.0)).asnumpy().tolist() == [0, 1, 2]
+    capsule = mx.nd.to_dlpack_for_write(a)
+    assert type(capsule).__name__ == 'PyCapsule'
+    converted = mx.nd.from_numpy(np.arange(4, dtype=np.int64).reshape(2, 2))
+    assert converted.dtype == np.int64 and converted.shape == (2, 2)
+
+
+def test_cached_op_in_mx_nd():
+    op = mx.nd.CachedOp(mx.sym.relu(mx.sym.var('x')))
+    assert op(mx.nd.array([-1.0, 2.0])).asnumpy().tolist() == [0.0, 2.0]
+
+
+def test_sync_batch_norm_spans_the_devices_batches():
+    rng = np.random.default_rng(5)
+    halves = [rng.normal(size=(2, 3, 4)), rng.normal(size=(3, 3, 4))]
+    heads = [rng.normal(size=h.shape) for h in halves]
+    gamma = rng.uniform(0.5, 1.5, 3)
+    outs, grads, moving = [], [], []
+    with mx.autograd.record(train_mode=True):
+        for i, half in enumerate(halves):
+            device = mx.cpu(i)
+            x = mx.nd.array(half, ctx=device, dtype='float64')
+            x.attach_grad()
+            stats = [mx.nd.zeros(3, ctx=device, dtype='float64'),
+                     mx.nd.ones(3, ctx=device, dtype='float64')]
+            y = mx.nd.contrib.SyncBatchNorm(
+                x, mx.nd.array(gamma, ctx=device, dtype='float64'),
+                mx.nd.zeros(3, ctx=device, dtype='float64'), *stats, fix_gamma=False,
+                eps=1e-5, ndev=2, key='test_sync_bn')
+            outs.append(y)
+            grads.append(x)
+            moving.append(stats)
+    mx.autograd.backward(outs, [mx.nd.array(h, ctx=y.context, dtype='float64')
+                                for h, y in zip(heads, outs)])
+    whole = mx.nd.array(np.concatenate(halves), dtype='float64')
+    whole.attach_grad()
+    with mx.autograd.record(train_mode=True):
+        y = mx.nd.BatchNorm(whole, mx.nd.array(gamma, dtype='float64'),
+                            mx.nd.zeros(3, dtype='float64'), mx.nd.zeros(3, dtype='float64'),
+                            mx.nd.ones(3, dtype='float64'), fix_gamma=False, eps=1e-5)
+    y.backward(mx.nd.array(np.concatenate(heads), dtype='float64'))
+    np.testing.assert_allclose(np.concatenate([o.asnumpy() for o in outs]), y.asnumpy(),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([x.grad.asnumpy() for x in grads]),
+                               whole.grad.asnumpy(), rtol=1e-10, atol=1e-12)
+    mean = np.concatenate(halves).mean(axis=(0, 2))
+    np.testing.assert_allclose(moving[0][0].asnumpy(), 0.1 * mean, rtol=1e-10)
+    np.testing.assert_allclose(moving[1][0].asnumpy(), 0.1 * mean, rtol=1e-10)

@@ -16,9 +16,11 @@ import numpy as np
 
 from ember.base import dtype_of
 from ember.op import registry
+from ember.ndarray.creation import array
 from ember.ndarray.ndarray import NDArray, invoke, parse_device
 
-__all__ = ['eye', 'linspace', 'histogram', 'split_v2', 'concatenate', 'onehot_encode']
+__all__ = ['eye', 'linspace', 'histogram', 'split_v2', 'concatenate', 'onehot_encode',
+           'from_numpy', 'from_dlpack', 'to_dlpack_for_read', 'to_dlpack_for_write']
 
 
 def _call(name, inputs, device=None, out=None, **params):
@@ -81,3 +83,48 @@ def concatenate(arrays, axis=0, always_copy=True) -> NDArray:
 def onehot_encode(indices, out) -> NDArray:
     """Write into `out` (rows, classes) the one-hot rows of `indices`; returns `out`."""
     return _call('_onehot_encode', [indices, out], out=out)
+
+
+def from_numpy(ndarray, zero_copy=True, array_cls=NDArray):
+    """An NDArray with the values of the NumPy array `ndarray`, in its dtype. Ember's arrays
+    live in pooled storage, so the values are copied whatever `zero_copy` says (MXNet forbids
+    changing the source afterwards either way)."""
+    if array_cls is not NDArray:
+        raise TypeError(f'from_numpy: array_cls must be NDArray, got {array_cls!r}')
+    source = np.asarray(ndarray)
+    return array(source, dtype=source.dtype)
+
+
+def to_dlpack_for_read(data):
+    """A DLPack capsule of `data`'s values, once the writes pending on it are done."""
+    data.wait_to_read()
+    return data._data().__dlpack__()
+
+
+def to_dlpack_for_write(data):
+    """A DLPack capsule of `data`'s memory, once every operation pending on it is done: what
+    the consumer writes there is `data`'s new value."""
+    from ember.ndarray.ndarray import waitall
+    waitall()
+    return data._data().__dlpack__()
+
+
+class _Capsule:
+    """What NumPy's from_dlpack needs around a bare DLPack capsule (on the CPU)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def from_dlpack(dlpack):
+    """An NDArray with the values of a DLPack capsule (or of an object with ``__dlpack__``),
+    copied into Ember's storage."""
+    source = dlpack if hasattr(dlpack, '__dlpack__') else _Capsule(dlpack)
+    values = np.from_dlpack(source)
+    return array(values, dtype=values.dtype)
