@@ -490,6 +490,26 @@ DEFORMABLE = [
     # ModulatedDeformableConvolution runs on GPUs only in MXNet 1.9.1
 ]
 
+def rotated_rois(count, batch, size):
+    """(count, 6) rotated regions (batch index, centre, width, height, angle)."""
+    def draw(rng):
+        return np.concatenate([rng.integers(0, batch, (count, 1)),
+                               rng.uniform(-0.1 * size, 1.1 * size, (count, 2)),
+                               rng.uniform(1, size, (count, 2)),
+                               rng.uniform(-180, 180, (count, 1))], axis=1).astype(F32)
+    return draw
+
+
+# MXNet 1.9.1's RROIAlign has no gradient (Ember's is checked by finite differences)
+ROI += [
+    case('rroi_align', 'contrib.RROIAlign', [normal(2, 3, 9, 8, dtype=F32),
+                                             rotated_rois(5, 2, 8)],
+         pooled_size=(2, 3), spatial_scale=1.0),
+    case('rroi_align-scaled', 'contrib.RROIAlign', [normal(1, 2, 6, 6, dtype=F32),
+                                                    rotated_rois(3, 1, 24)],
+         pooled_size=(3, 2), spatial_scale=0.25, sampling_ratio=2),
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
             'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM,
             'optimizer': OPTIMIZER, 'proposal': PROPOSAL, 'deformable': DEFORMABLE}

@@ -281,3 +281,104 @@ register('_backward__contrib_PSROIPooling', _psroi_backward, inputs=('out_grad',
          infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
          infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
          doc='The gradient of PSROIPooling (none for the regions).')
+
+
+# ----------------------------------------------------------------------------------------------
+# RROIAlign: ROIAlign over rotated regions (x_center, y_center, width, height, angle in
+# degrees); the sample points rotate with the region, so each one is read on its own.
+
+_RROI = (Param('pooled_size', p_shape, REQUIRED, 'Output bins (height, width).'),
+         Param('spatial_scale', p_float, REQUIRED, 'Image to feature-map scale.'),
+         Param('sampling_ratio', p_int, -1, 'Samples per bin side (<= 0: ceil(roi/bins)).'))
+
+
+def _rroi_shape(attrs, in_shapes):
+    data, rois = in_shapes
+    if data is None or rois is None:
+        return list(in_shapes), [None]
+    if len(data) != 4 or len(rois) != 2 or rois[1] != 6:
+        raise ShapeError(f'expected data NCHW and rois (regions, 6) of (batch index, x centre, '
+                         f'y centre, width, height, angle), got {data} and {rois}')
+    return list(in_shapes), [(rois[0], data[1]) + tuple(_bins(attrs))]
+
+
+def _rotated_samples(attrs, rois):
+    """Sample positions (R, PH, PW, S) of y and x, their weights (1/count, 0 for padding)."""
+    ph, pw = _bins(attrs)
+    scale = attrs['spatial_scale']
+    center_x, center_y = rois[:, 1] * scale, rois[:, 2] * scale
+    width = np.maximum(rois[:, 3] * scale, 1.0)
+    height = np.maximum(rois[:, 4] * scale, 1.0)
+    theta = rois[:, 5] * np.pi / 180.0
+    ratio = attrs['sampling_ratio']
+    grid_h = np.full(len(rois), ratio) if ratio > 0 else np.ceil(height / ph).astype(np.int64)
+    grid_w = np.full(len(rois), ratio) if ratio > 0 else np.ceil(width / pw).astype(np.int64)
+    grid_h, grid_w = np.maximum(grid_h, 1), np.maximum(grid_w, 1)
+    gy, gx = int(grid_h.max()), int(grid_w.max())
+    iy, ix = np.arange(gy), np.arange(gx)
+    r = (slice(None), None, None, None, None)
+    yy = (-height / 2)[r] + np.arange(ph)[:, None, None, None] * (height / ph)[r] \
+        + (iy[:, None] + 0.5) * (height / ph / grid_h)[r]
+    xx = (-width / 2)[r] + np.arange(pw)[None, :, None, None] * (width / pw)[r] \
+        + (ix[None, :] + 0.5) * (width / pw / grid_w)[r]
+    cos, sin = np.cos(theta)[r], np.sin(theta)[r]
+    x = xx * cos + yy * sin + center_x[r]
+    y = yy * cos - xx * sin + center_y[r]
+    used = (iy[:, None] < grid_h[r]) & (ix[None, :] < grid_w[r])
+    weight = used / (grid_h * grid_w)[r]
+    shape = (len(rois), ph, pw, gy * gx)
+    return (np.broadcast_to(y, shape[:3] + (gy, gx)).reshape(shape),
+            np.broadcast_to(x, shape[:3] + (gy, gx)).reshape(shape),
+            np.broadcast_to(weight, shape[:3] + (gy, gx)).reshape(shape))
+
+
+def _align_corners(y, x, height, width):
+    """ROIAlign's bilinear neighbours of points (y, x): (rows, cols, weights) per corner."""
+    outside = (y < -1.0) | (y > height) | (x < -1.0) | (x > width)
+    y, x = np.clip(y, 0, None), np.clip(x, 0, None)
+    top, left = np.floor(y).astype(np.int64), np.floor(x).astype(np.int64)
+    at_bottom, at_right = top >= height - 1, left >= width - 1
+    top, left = np.where(at_bottom, height - 1, top), np.where(at_right, width - 1, left)
+    fy = np.where(at_bottom, 0.0, y - top)
+    fx = np.where(at_right, 0.0, x - left)
+    bottom, right = np.minimum(top + 1, height - 1), np.minimum(left + 1, width - 1)
+    keep = ~outside
+    return [(top, left, (1 - fy) * (1 - fx) * keep), (top, right, (1 - fy) * fx * keep),
+            (bottom, left, fy * (1 - fx) * keep), (bottom, right, fy * fx * keep)]
+
+
+def _rroi_kernel(attrs, ins, outs, ctx):
+    data, rois = ins
+    batch, valid = _batch_indices(rois, data.shape[0])
+    y, x, weight = _rotated_samples(attrs, rois.astype(np.float64))
+    out = np.zeros(outs[0].shape, np.float64)
+    for rows, cols, corner in _align_corners(y, x, *data.shape[2:]):
+        picked = data[batch[:, None, None, None], :, rows, cols]          # (R, PH, PW, S, C)
+        out += np.moveaxis((picked * (corner * weight)[..., None]).sum(axis=3), -1, 1)
+    outs[0][...] = out * valid[:, None, None, None]
+
+
+def _rroi_backward(attrs, ins, outs, ctx):
+    grad, data, rois = ins
+    batch, valid = _batch_indices(rois, data.shape[0])
+    y, x, weight = _rotated_samples(attrs, rois.astype(np.float64))
+    data_grad = np.zeros(data.shape, np.float64)
+    g = np.moveaxis(grad * valid[:, None, None, None], 1, -1)[:, :, :, None, :]  # (R,PH,PW,1,C)
+    for rows, cols, corner in _align_corners(y, x, *data.shape[2:]):
+        np.add.at(data_grad, (batch[:, None, None, None], slice(None), rows, cols),
+                  g * (corner * weight)[..., None])
+    outs[0][...] = data_grad
+    outs[1][...] = 0
+
+
+register('_contrib_RROIAlign', _rroi_kernel, inputs=('data', 'rois'), infer_shape=_rroi_shape,
+         infer_type=same_type, params=_RROI,
+         gradient=lambda F, attrs, ins, outs, og: list(F._backward_RROIAlign(og[0], *ins,
+                                                                             **attrs)),
+         doc='ROIAlign over rotated regions (batch index, x centre, y centre, width, height, '
+             'angle in degrees).')
+register('_backward_RROIAlign', _rroi_backward, inputs=('out_grad', 'data', 'rois'),
+         outputs=('data_grad', 'rois_grad'), params=_RROI,
+         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
+         infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
+         doc='The gradient of RROIAlign (none for the regions).')
