@@ -510,6 +510,22 @@ ROI += [
          pooled_size=(3, 2), spatial_scale=0.25, sampling_ratio=2),
 ]
 
+ROI += [
+    case('deformable_psroi', 'contrib.DeformablePSROIPooling',
+         [normal(2, 8, 7, 7, dtype=F32), rois(4, 2, 7),
+          lambda rng: rng.normal(0, 1, (4, 2, 2, 2)).astype(F32)],
+         grad=(0, 2), spatial_scale=1.0, output_dim=2, group_size=2, pooled_size=2,
+         sample_per_part=2, trans_std=0.1),
+    case('deformable_psroi-classes', 'contrib.DeformablePSROIPooling',
+         [normal(1, 18, 8, 8, dtype=F32), rois(3, 1, 16),
+          lambda rng: rng.normal(0, 1, (3, 4, 3, 3)).astype(F32)],
+         grad=(0, 2), spatial_scale=0.5, output_dim=2, group_size=3, pooled_size=3,
+         sample_per_part=3, trans_std=0.2),
+    case('deformable_psroi-no-trans', 'contrib.DeformablePSROIPooling',
+         [normal(1, 4, 6, 6, dtype=F32), rois(2, 1, 6)], grad=(0,), spatial_scale=1.0,
+         output_dim=1, group_size=2, pooled_size=4, part_size=2, no_trans=True),
+]
+
 FAMILIES = {'linalg': LINALG, 'contrib': CONTRIB, 'detection': DETECTION, 'roi': ROI,
             'spatial': SPATIAL, 'legacy': LEGACY, 'numeric': NUMERIC, 'random': RANDOM,
             'optimizer': OPTIMIZER, 'proposal': PROPOSAL, 'deformable': DEFORMABLE}

@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
-
 from ember.base import EmberError
 from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_dtype, p_float, p_int,
                                p_optional, p_shape, register)
@@ -236,8 +234,15 @@ def _expand(param, sample, event=0):
                          + param.shape[param.ndim - event:])
 
 
+def _special():
+    # loaded on first use: SciPy brings its own BLAS, which an import of Ember should not load
+    from scipy import special
+    return special
+
+
 def _log_pdf(name, x, p):
     """(log density, d/dx, [d/dparam...]) for samples x and broadcast parameters p."""
+    special = _special()
     if name == 'normal':
         mu, sigma = p
         z = (x - mu) / sigma
@@ -274,6 +279,7 @@ def _log_pdf(name, x, p):
 
 
 def _nb_log_pdf(x, k, prob):
+    special = _special()
     log = (special.gammaln(x + k) - special.gammaln(x + 1) - special.gammaln(k)
            + k * np.log(prob) + x * np.log1p(-prob))
     dk = special.digamma(x + k) - special.digamma(k) + np.log(prob)
@@ -341,6 +347,7 @@ for _name, _params in _PDF_PARAMS.items():
 # Dirichlet: samples (..., K) against alpha (..., K), one density per sample.
 
 def _dirichlet_log_pdf(x, alpha):
+    special = _special()
     log = ((alpha - 1) * np.log(x)).sum(-1) + special.gammaln(alpha.sum(-1)) \
         - special.gammaln(alpha).sum(-1)
     dx = (alpha - 1) / x

@@ -382,3 +382,157 @@ register('_backward_RROIAlign', _rroi_backward, inputs=('out_grad', 'data', 'roi
          infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
          infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
          doc='The gradient of RROIAlign (none for the regions).')
+
+
+# ----------------------------------------------------------------------------------------------
+# DeformablePSROIPooling: PSROIPooling whose bins move by learned offsets (Deformable R-FCN).
+
+_DPSROI = (Param('spatial_scale', p_float, REQUIRED, 'Image to feature-map scale.'),
+           Param('output_dim', p_int, REQUIRED, 'Output channels.'),
+           Param('group_size', p_int, REQUIRED, 'Position-sensitive groups per side.'),
+           Param('pooled_size', p_int, REQUIRED, 'Bins per side.'),
+           Param('part_size', p_int, 0, 'Offset cells per side (0: pooled_size).'),
+           Param('sample_per_part', p_int, 1, 'Samples per bin side.'),
+           Param('trans_std', p_float, 0.0, 'Scale of the offsets.'),
+           Param('no_trans', p_bool, False, 'Ignore the offsets (no trans input).'))
+
+
+def _dpsroi_inputs(attrs):
+    return ['data', 'rois'] if attrs['no_trans'] else ['data', 'rois', 'trans']
+
+
+def _dpsroi_shape(attrs, in_shapes):
+    data, rois = in_shapes[:2]
+    if data is None or rois is None:
+        return list(in_shapes), [None, None]
+    _check_rois(rois)
+    size, group = attrs['pooled_size'], attrs['group_size']
+    if len(data) != 4 or data[1] != attrs['output_dim'] * group * group:
+        raise ShapeError(f'data must be NCHW with output_dim * group_size^2 = '
+                         f'{attrs["output_dim"] * group * group} channels, got {data}')
+    out = (rois[0], attrs['output_dim'], size, size)
+    return list(in_shapes), [out, out]
+
+
+class _DeformedBins:
+    """Sample points of every (region, output channel, bin, sample) and their input
+    channels, with MXNet's rounding, offsets and border."""
+
+    def __init__(self, attrs, rois, trans, data_shape):
+        size, group = attrs['pooled_size'], attrs['group_size']
+        part = attrs['part_size'] or size
+        samples = attrs['sample_per_part']
+        out_dim = attrs['output_dim']
+        classes = 1 if trans is None else trans.shape[1] // 2
+        height, width = data_shape[2:]
+        scale = attrs['spatial_scale']
+        rounded = _round_half_away(rois[:, 1:5])
+        start = rounded[:, :2] * scale - 0.5
+        end = (rounded[:, 2:] + 1.0) * scale - 0.5
+        extent = np.maximum(end - start, 0.1)                        # (R, 2): width, height
+        self.extent = extent
+        c, ph, pw = np.indices((out_dim, size, size))
+        part_h = np.floor(ph / size * part).astype(np.int64)
+        part_w = np.floor(pw / size * part).astype(np.int64)
+        self.trans_index = (c // (out_dim // classes), part_h, part_w)
+        if trans is None:
+            shift_x = shift_y = np.zeros((len(rois), out_dim, size, size))
+        else:
+            cls, rows, cols = self.trans_index
+            shift_x = trans[:, 2 * cls, rows, cols] * attrs['trans_std']
+            shift_y = trans[:, 2 * cls + 1, rows, cols] * attrs['trans_std']
+        r = (slice(None), None, None, None)
+        bin_w, bin_h = extent[:, 0] / size, extent[:, 1] / size
+        w0 = pw * bin_w[r] + start[:, 0][r] + shift_x * extent[:, 0][r]
+        h0 = ph * bin_h[r] + start[:, 1][r] + shift_y * extent[:, 1][r]
+        steps = np.arange(samples)
+        self.x = w0[..., None, None] + (steps[None, :] * (bin_w / samples)[r][..., None, None])
+        self.y = h0[..., None, None] + (steps[:, None] * (bin_h / samples)[r][..., None, None])
+        self.x, self.y = np.broadcast_arrays(self.x, self.y)
+        self.used = ((self.x >= -0.5) & (self.x <= width - 0.5)
+                     & (self.y >= -0.5) & (self.y <= height - 0.5))
+        self.count = self.used.sum(axis=(-1, -2))
+        self.x = np.clip(self.x, 0, width - 1)
+        self.y = np.clip(self.y, 0, height - 1)
+        gh = np.clip(np.floor(ph * group / size), 0, group - 1).astype(np.int64)
+        gw = np.clip(np.floor(pw * group / size), 0, group - 1).astype(np.int64)
+        self.channel = (c * group + gh) * group + gw                 # (C_out, P, P)
+
+    def neighbours(self):
+        """The four neighbours of each point: (rows, cols, weights)."""
+        x1, y1 = np.floor(self.x).astype(np.int64), np.floor(self.y).astype(np.int64)
+        x2, y2 = np.ceil(self.x).astype(np.int64), np.ceil(self.y).astype(np.int64)
+        dx, dy = self.x - x1, self.y - y1
+        return [(y1, x1, (1 - dx) * (1 - dy)), (y2, x1, (1 - dx) * dy),
+                (y1, x2, dx * (1 - dy)), (y2, x2, dx * dy)]
+
+
+def _dpsroi_values(data, batch, bins):
+    index = (batch[:, None, None, None, None, None], bins.channel[None, :, :, :, None, None])
+    return [(data[index + (rows, cols)], weight) for rows, cols, weight in bins.neighbours()]
+
+
+def _dpsroi_kernel(attrs, ins, outs, ctx):
+    data, rois = ins[0], ins[1]
+    trans = None if attrs['no_trans'] else ins[2]
+    batch, valid = _batch_indices(rois, data.shape[0])
+    bins = _DeformedBins(attrs, rois, trans, data.shape)
+    total = sum(value * weight for value, weight in _dpsroi_values(data, batch, bins))
+    summed = (total * bins.used).sum(axis=(-1, -2))
+    with np.errstate(divide='ignore', invalid='ignore'):
+        pooled = np.where(bins.count > 0, summed / bins.count, 0.0)
+    outs[0][...] = pooled * valid[:, None, None, None]
+    outs[1][...] = bins.count
+
+
+def _dpsroi_backward(attrs, ins, outs, ctx):
+    grad, data, rois = ins[0], ins[1], ins[2]
+    trans = None if attrs['no_trans'] else ins[3]
+    batch, valid = _batch_indices(rois, data.shape[0])
+    bins = _DeformedBins(attrs, rois, trans, data.shape)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        per_point = np.where(bins.count > 0, grad * valid[:, None, None, None] / bins.count, 0)
+    per_point = per_point[..., None, None] * bins.used
+    data_grad = np.zeros(data.shape, np.float64)
+    index = (batch[:, None, None, None, None, None], bins.channel[None, :, :, :, None, None])
+    values = {}
+    for corner, (rows, cols, weight) in enumerate(bins.neighbours()):
+        np.add.at(data_grad, index + (rows, cols), per_point * weight)
+        values[corner] = data[index + (rows, cols)]
+    outs[0][...] = data_grad
+    outs[1][...] = 0
+    if trans is None:
+        return
+    x1 = np.floor(bins.x)
+    y1 = np.floor(bins.y)
+    dx, dy = bins.x - x1, bins.y - y1
+    slope_x = (values[2] - values[0]) * (1 - dy) + (values[3] - values[1]) * dy
+    slope_y = (values[1] - values[0]) * (1 - dx) + (values[3] - values[2]) * dx
+    std = attrs['trans_std']
+    move_x = (slope_x * per_point).sum(axis=(-1, -2)) * std * bins.extent[:, 0, None, None, None]
+    move_y = (slope_y * per_point).sum(axis=(-1, -2)) * std * bins.extent[:, 1, None, None, None]
+    trans_grad = np.zeros(trans.shape, np.float64)
+    cls, rows, cols = bins.trans_index
+    region = np.arange(len(rois))[:, None, None, None]
+    np.add.at(trans_grad, (region, 2 * cls, rows, cols), move_x)
+    np.add.at(trans_grad, (region, 2 * cls + 1, rows, cols), move_y)
+    outs[2][...] = trans_grad
+
+
+def _dpsroi_grad(F, attrs, ins, outs, og):
+    grads = F._backward__contrib_DeformablePSROIPooling(og[0], *ins, **attrs)
+    return list(grads)
+
+
+register('_contrib_DeformablePSROIPooling', _dpsroi_kernel, inputs=_dpsroi_inputs,
+         outputs=('output', 'top_count'), visible_outputs=1, infer_shape=_dpsroi_shape,
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]] * 2), params=_DPSROI,
+         gradient=_dpsroi_grad,
+         doc='Position-sensitive region pooling whose bins move by the offsets trans '
+             '(Deformable R-FCN): each bin averages sample_per_part^2 bilinear reads.')
+register('_backward__contrib_DeformablePSROIPooling', _dpsroi_backward,
+         inputs=lambda attrs: ['out_grad'] + _dpsroi_inputs(attrs),
+         outputs=lambda attrs: [f'{n}_grad' for n in _dpsroi_inputs(attrs)], params=_DPSROI,
+         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
+         infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
+         doc='The gradients of DeformablePSROIPooling (for data and trans).')
