@@ -402,6 +402,13 @@ RANDOM = [
          grad=(0, 1, 2), is_log=True),
     case('pdf_uniform', 'random_pdf_uniform', [uniform(0, 1, 3, 2), uniform(-1, 0, 3),
                                                uniform(1, 2, 3)], grad=(0, 1, 2)),
+    case('hawkesll', 'contrib.hawkesll',
+         [uniform(0.5, 1, 3, 2, dtype=F32), uniform(0.1, 0.5, 2, dtype=F32),
+          uniform(0.5, 2, 2, dtype=F32), uniform(0, 1, 3, 2, dtype=F32),
+          uniform(0.1, 1, 3, 5, dtype=F32),
+          lambda rng: rng.integers(0, 2, (3, 5)).astype('int32'), const([5, 2, 0]),
+          const([6.0, 3.0, 1.5])],
+         grad=(0, 1, 2), grad_outputs=[0]),
     # MXNet's digamma is good to about 1e-6 relative
     case('pdf_gamma', 'random_pdf_gamma', [uniform(0.2, 3, 2, 4), uniform(0.5, 3, 2),
                                            uniform(0.5, 2, 2)], grad=(0, 1, 2), rtol=1e-5),
