@@ -67,25 +67,14 @@ def _batch_of(shape):
     return tuple(shape[:-2]) or (1,)
 
 
-def _known(infer):
-    """Shape inference that runs once every input shape is known."""
+def _known(infer, outputs=1):
+    """Shape inference that runs once every input shape is known: infer(attrs, *shapes)
+    returns the list of output shapes."""
     def wrapped(attrs, in_shapes):
         if any(s is None for s in in_shapes):
-            return list(in_shapes), [None] * _count_outputs(infer)
+            return list(in_shapes), [None] * outputs
         return list(in_shapes), [tuple(s) for s in infer(attrs, *in_shapes)]
-    wrapped.outputs = getattr(infer, 'outputs', 1)
     return wrapped
-
-
-def _count_outputs(infer):
-    return getattr(infer, 'outputs', 1)
-
-
-def _outputs(count):
-    def mark(fn):
-        fn.outputs = count
-        return fn
-    return mark
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,8 +341,6 @@ def _lq_shape(attrs, a):
     return a, a[:-2] + (a[-2], a[-2])
 
 
-_lq_shape = _outputs(2)(_lq_shape)
-
 
 def _gelqf_kernel(attrs, ins, outs, ctx):
     q, r = np.linalg.qr(np.swapaxes(ins[0], -1, -2))
@@ -373,8 +360,6 @@ def _syevd_shape(attrs, a):
     _square(a)
     return a, a[:-1]
 
-
-_syevd_shape = _outputs(2)(_syevd_shape)
 
 
 def _syevd_kernel(attrs, ins, outs, ctx):
@@ -429,7 +414,7 @@ register('_linalg_potri', _potri_kernel, inputs=('A',), infer_shape=_known(
 register('_backward_linalg_potri', _potri_backward, inputs=('out_grad', 'A', 'inverse'),
          infer_shape=_same_as(1), infer_type=_backward_type(1), doc='The gradient of potri.')
 register('_linalg_gelqf', _gelqf_kernel, inputs=('A',), outputs=('Q', 'L'),
-         infer_shape=_known(_lq_shape), infer_type=_float_type(2),
+         infer_shape=_known(_lq_shape, 2), infer_type=_float_type(2),
          gradient=lambda F, attrs, ins, outs, og: [F._backward_linalg_gelqf(
              og[0], og[1], outs[0], outs[1])],
          aliases=('linalg_gelqf',),
@@ -438,7 +423,7 @@ register('_linalg_gelqf', _gelqf_kernel, inputs=('A',), outputs=('Q', 'L'),
 register('_backward_linalg_gelqf', _gelqf_backward, inputs=('dQ', 'dL', 'Q', 'L'),
          infer_shape=_same_as(2), infer_type=_backward_type(2), doc='The gradient of gelqf.')
 register('_linalg_syevd', _syevd_kernel, inputs=('A',), outputs=('U', 'L'),
-         infer_shape=_known(_syevd_shape), infer_type=_float_type(2),
+         infer_shape=_known(_syevd_shape, 2), infer_type=_float_type(2),
          gradient=lambda F, attrs, ins, outs, og: [F._backward_linalg_syevd(
              og[0], og[1], outs[0], outs[1])],
          aliases=('linalg_syevd',),
@@ -501,10 +486,7 @@ def _sumlogdiag_backward(attrs, ins, outs, ctx):
 
 
 def _per_matrix(count=1):
-    def infer(attrs, a):
-        return [_batch_of(_square(a))] * count
-    infer.outputs = count
-    return _known(infer)
+    return _known(lambda attrs, a: [_batch_of(_square(a))] * count, count)
 
 
 register('_linalg_inverse', _inverse_kernel, inputs=('A',),
