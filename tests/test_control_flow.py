@@ -195,3 +195,37 @@ def test_nested_foreach():
     np.testing.assert_allclose(got[0], want[0])
     np.testing.assert_allclose(got[1], [15.0])
     np.testing.assert_allclose(got_grads[0], want_grads[0])
+
+
+class Halving(mx.gluon.HybridBlock):
+    """Halves its input while its sum exceeds a bound (at most 6 times), then doubles it back
+    where the result went negative."""
+
+    def hybrid_forward(self, F, x):
+        _, (steps, value) = F.contrib.while_loop(
+            lambda i, v: F.sum(v) > 1.0, lambda i, v: ([], [i + 1, v * 0.5]),
+            [F.zeros((1,)), x], max_iterations=6)
+        return F.contrib.cond(F.sum(value) < 0, lambda: value * 2, lambda: value + steps)
+
+
+@pytest.mark.parametrize('values', [[3.0, 5.0], [-2.0, 0.5]])
+def test_while_loop_and_cond_hybridize(values):
+    results = []
+    for hybridize in (False, True):
+        net = Halving()
+        if hybridize:
+            net.hybridize()
+        x = mx.nd.array(values)
+        x.attach_grad()
+        with mx.autograd.record():
+            y = net(x)
+        y.backward(mx.nd.ones_like(y))
+        results.append((y.asnumpy(), x.grad.asnumpy()))
+    np.testing.assert_allclose(results[1][0], results[0][0])
+    np.testing.assert_allclose(results[1][1], results[0][1])
+
+
+def test_symbol_files_holding_control_flow_say_they_cannot_load():
+    outs, _ = mx.sym.contrib.foreach(lambda x, s: (x + s, s), mx.sym.var('d'), mx.sym.var('s'))
+    with pytest.raises(mx.base.EmberError, match='cannot be loaded yet'):
+        mx.sym.load_json(outs.tojson())
