@@ -22,7 +22,6 @@ runs backward.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ember.base import EmberError
 from ember.op import registry

@@ -13,7 +13,6 @@ array([[1. , 0. ],
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
