@@ -6,12 +6,9 @@ apart); the box deltas move them, the boxes are clipped to the image, boxes smal
 through NMS and the first ``rpn_post_nms_top_n`` survivors are the regions, repeated in turn
 when fewer survive. Boxes are in pixels, with MXNet's (and py-faster-rcnn's) +1 widths.
 
->>> import numpy as np
 >>> from ember.op.contrib.proposal import base_anchors
->>> base_anchors(16, (0.5, 1, 2), (8,))
-array([[ -84.,  -40.,   99.,   55.],
-       [ -56.,  -56.,   71.,   71.],
-       [ -36.,  -80.,   51.,   95.]])
+>>> base_anchors(16, (0.5, 1, 2), (8,)).tolist()
+[[-84.0, -40.0, 99.0, 55.0], [-56.0, -56.0, 71.0, 71.0], [-36.0, -80.0, 51.0, 95.0]]
 """
 from __future__ import annotations
 
