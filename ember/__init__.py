@@ -38,7 +38,7 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image')
 
 
 def __getattr__(name):
@@ -49,6 +49,8 @@ def __getattr__(name):
     if name == 'AttrScope':
         from ember.attribute import AttrScope
         return AttrScope
+    if name == 'img':
+        return __getattr__('image')
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind

@@ -272,7 +272,6 @@ GPU = NOT_YET + 'needs the GPU backend (CuPy), which is not built yet'
 KV = NOT_YET + 'honoured by the KVStore (distributed issue)'
 COMPILER = NOT_YET + 'honoured by the graph compiler (compiler issue)'
 GLUON = NOT_YET + 'honoured by Gluon (operators issue)'
-DATA = NOT_YET + 'honoured by the Gluon data loader (data issue)'
 
 _THREADS, _MEMORY, _ENGINE, _EXEC = 'threads', 'memory', 'engine', 'execution'
 _KVSTORE, _MIRROR, _PROFILER, _API = 'kvstore', 'memonger', 'profiler', 'python interface'
@@ -318,10 +317,11 @@ int_var('MXNET_CPU_PRIORITY_NTHREADS', 4, 'Threads of the CPU pool that runs ope
         'with a priority, highest first.', _THREADS, 'engine', low=1, read='startup')
 int_var('MXNET_CPU_NNPACK_NTHREADS', 4, 'Threads of the Winograd convolution kernel (at most '
         "the operator's kernel threads).", _THREADS, 'op', low=1)
-int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each data-loader worker '
-        'process.', _THREADS, 'gluon', low=1, status=DATA)
-int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, 'Image-decoding threads in each data-loader worker '
-        'process (below 1: single-threaded).', _THREADS, 'gluon', status=DATA)
+int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each DataLoader worker '
+        'process (its kernels run on one thread, as OpenMP is off in workers).', _THREADS,
+        'gluon', low=1)
+int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, "OpenCV's threads in each DataLoader worker "
+        'process and any other forked child (below 1: single-threaded).', _THREADS, 'gluon')
 
 # Memory
 bool_var('MXNET_EXEC_ENABLE_INPLACE', True, 'Let a graph operator write its output over an input '
