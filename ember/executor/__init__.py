@@ -17,6 +17,6 @@ from ember.passes import gradient as _gradient
 from ember.symbol import control_flow as _control_flow
 
 # control-flow subgraphs differentiate their bodies with the gradient pass
-_control_flow.set_gradient_pass(_gradient.run)
+_control_flow.set_gradient_pass(_gradient.with_gradients)
 
 __all__ = ['Executor', 'pipeline']

@@ -37,7 +37,7 @@ _gradient_pass = None
 
 
 def set_gradient_pass(run) -> None:
-    """Install the gradient pass (``ember.passes.gradient.run``) that subgraphs use."""
+    """Install the gradient pass (``ember.passes.gradient.with_gradients``) subgraphs use."""
     global _gradient_pass
     _gradient_pass = run
 
