@@ -291,3 +291,37 @@ def test_sync_batch_norm_spans_the_devices_batches():
     mean = np.concatenate(halves).mean(axis=(0, 2))
     np.testing.assert_allclose(moving[0][0].asnumpy(), 0.1 * mean, rtol=1e-10)
     np.testing.assert_allclose(moving[1][0].asnumpy(), 0.1 * mean, rtol=1e-10)
+
+
+class _DeviceArray(np.ndarray):
+    """An array of a pretend device: NumPy kernels must not see it."""
+
+    def get(self):
+        return np.array(self)
+
+
+class _DeviceModule:
+    ndarray = _DeviceArray
+
+    @staticmethod
+    def asarray(values):
+        return np.array(values).view(_DeviceArray)
+
+
+def test_numpy_kernels_run_through_the_host_on_other_devices():
+    from ember.op import registry
+    from ember.op.host import on_host
+    seen = []
+
+    def kernel(attrs, ins, outs, ctx):
+        seen.append((type(ins[0]), ctx.xp))
+        ins[1][...] += 1                       # an input updated in place
+        outs[0][...] = ins[0] * 2
+
+    x = np.arange(3.0).view(_DeviceArray)
+    state = np.zeros(3).view(_DeviceArray)
+    out = np.empty(3).view(_DeviceArray)
+    on_host(kernel, mutate=(1,))({}, [x, state], [out],
+                                 registry.KernelContext(None, xp=_DeviceModule))
+    assert seen == [(np.ndarray, np)]
+    assert out.tolist() == [0.0, 2.0, 4.0] and state.tolist() == [1.0, 1.0, 1.0]

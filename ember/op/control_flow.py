@@ -33,6 +33,7 @@ import types
 
 import numpy as np
 
+from ember import backend
 from ember.op.registry import REQUIRED, KernelContext, Param, ShapeError, p_int, register
 
 __all__ = ['p_subgraph']
@@ -53,9 +54,12 @@ def p_subgraph(value):
 # Running subgraphs.
 
 def _step_context(ctx, seed, step):
-    """The context of one step: the call's device, mode and workspace, and a generator
-    seeded by (seed, step) so that a replay draws the same numbers."""
-    stream = types.SimpleNamespace(generator=np.random.default_rng([int(seed), step]))
+    """The context of one step: the call's device, mode and workspace, and a generator of
+    the device seeded by (seed, step) so that a replay draws the same numbers."""
+    sequence = np.random.SeedSequence([int(seed), step])
+    generator = backend.for_device(ctx.device).make_generator(sequence) \
+        if ctx.device is not None else np.random.default_rng(sequence)
+    stream = types.SimpleNamespace(generator=generator)
     return KernelContext(ctx.device, ctx.is_train, ctx.xp, temp=ctx.temp, random=stream,
                          safe_accumulation=ctx.safe_accumulation,
                          deterministic=ctx.deterministic)
@@ -199,7 +203,7 @@ def _foreach_backward(attrs, ins, outs, ctx):
         for k in range(data):
             if grads[k] is not None:
                 _step_slice(outs[k], step)[...] = grads[k]
-        state_grads = [g if g is not None else np.zeros_like(s) for g, s in
+        state_grads = [g if g is not None else ctx.xp.zeros_like(s) for g, s in
                        zip(grads[data:data + states], step_inputs[data:data + states])]
         rest = [_add(total, g) for total, g in zip(rest, grads[data + states:])]
     for k in range(states):
@@ -298,7 +302,7 @@ def _while_steps(attrs, inputs, seed, ctx):
     current = list(inputs)
     for step in range(attrs['max_iterations']):
         step_ctx = _step_context(ctx, seed, step)
-        if not bool(np.asarray(attrs['cond'].run(current, step_ctx)[0]).reshape(-1)[0]):
+        if not bool(attrs['cond'].run(current, step_ctx)[0].reshape(-1)[0]):
             return
         result = attrs['func'].run(current, step_ctx)
         yield step, current, result
@@ -331,7 +335,7 @@ def _while_backward(attrs, ins, outs, ctx):
     for step, current in reversed(history):
         grads = func.vjp(current, [h[step] for h in heads[:outputs]] + carried,
                          _step_context(ctx, seed, step))
-        carried = [g if g is not None else np.zeros_like(v) for g, v in
+        carried = [g if g is not None else ctx.xp.zeros_like(v) for g, v in
                    zip(grads[:count], current[:count])]
         rest = [_add(total, g) for total, g in zip(rest, grads[count:])]
     for k in range(count):
@@ -390,7 +394,7 @@ def _cond_type(attrs, in_dtypes):
 
 def _branch(attrs, inputs, ctx):
     holds = attrs['cond'].run(inputs, ctx)[0]
-    return attrs['then_branch'] if bool(np.asarray(holds).reshape(-1)[0]) else \
+    return attrs['then_branch'] if bool(holds.reshape(-1)[0]) else \
         attrs['else_branch']
 
 

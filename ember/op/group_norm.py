@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.registry import Param, ShapeError, p_bool, p_float, p_int, register
+from ember.op.host import register
+from ember.op.registry import Param, ShapeError, p_bool, p_float, p_int
 
 __all__ = []
 

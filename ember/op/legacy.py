@@ -23,7 +23,8 @@ from dataclasses import fields
 import numpy as np
 
 from ember.op import registry
-from ember.op.registry import OpDef, Param, ShapeError, p_enum, p_float, register, same_shape
+from ember.op.host import register
+from ember.op.registry import OpDef, Param, ShapeError, p_enum, p_float, same_shape
 
 __all__ = []
 
@@ -33,7 +34,8 @@ def _renamed(old_name, new_name, doc):
     op = registry.get(new_name)
     copied = {f.name: getattr(op, f.name) for f in fields(OpDef)
               if f.name not in ('name', 'kernel', 'aliases', 'doc')}
-    register(old_name, op.kernel, doc=doc, **copied)
+    # the successor's kernel handles every device itself
+    registry.register(old_name, op.kernel, doc=doc, **copied)
 
 
 _renamed('Convolution_v1', 'Convolution', 'The legacy convolution: Convolution.')
@@ -71,8 +73,8 @@ def _v1_padding(attrs, spatial):
     return padding
 
 
-def _v1_padded(attrs, x):
-    return np.pad(x, [(0, 0), (0, 0)] + _v1_padding(attrs, x.shape[2:]))
+def _v1_padded(xp, attrs, x):
+    return xp.pad(x, [(0, 0), (0, 0)] + _v1_padding(attrs, x.shape[2:]))
 
 
 def _pool_v1_shape(attrs, in_shapes):
@@ -85,25 +87,26 @@ def _pool_v1_shape(attrs, in_shapes):
 
 
 def _pool_v1_kernel(attrs, ins, outs, ctx):
-    _POOLING.kernel(_pooling_attrs(attrs), [_v1_padded(attrs, ins[0])], outs, ctx)
+    _POOLING.kernel(_pooling_attrs(attrs), [_v1_padded(ctx.xp, attrs, ins[0])], outs, ctx)
 
 
 def _pool_v1_backward(attrs, ins, outs, ctx):
     grad, data, out = ins
-    padded = _v1_padded(attrs, data)
-    padded_grad = np.empty_like(padded)
+    padded = _v1_padded(ctx.xp, attrs, data)
+    padded_grad = ctx.xp.empty_like(padded)
     _POOLING_BACKWARD.kernel(_pooling_attrs(attrs), [grad, padded, out], [padded_grad], ctx)
     crop = tuple(slice(before, before + n) for n, (before, _) in
                  zip(data.shape[2:], _v1_padding(attrs, data.shape[2:])))
     outs[0][...] = padded_grad[(slice(None), slice(None)) + crop]
 
 
-register('Pooling_v1', _pool_v1_kernel, infer_shape=_pool_v1_shape, params=_POOL_V1,
+# Pooling's kernels handle every device; these only pad (with the device's pad) and crop
+registry.register('Pooling_v1', _pool_v1_kernel, infer_shape=_pool_v1_shape, params=_POOL_V1,
          resources=('temp',),
          gradient=lambda F, attrs, ins, outs, og: [F._backward_Pooling_v1(og[0], ins[0], outs[0],
                                                                           **attrs)],
          doc='The legacy pooling: zero padding (max pooling too), averages over whole windows.')
-register('_backward_Pooling_v1', _pool_v1_backward, inputs=('out_grad', 'data', 'output'),
+registry.register('_backward_Pooling_v1', _pool_v1_backward, inputs=('out_grad', 'data', 'output'),
          params=_POOL_V1, resources=('temp',),
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),

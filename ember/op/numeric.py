@@ -20,8 +20,9 @@ import numpy as np
 from ember.op.elemwise import apply_ufunc, broadcast_shapes
 from ember.op.init import CTX
 from ember.op.optimizer_ops import _p_floats
-from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_dtype, p_float,
-                               p_int, p_optional, p_shape, register, same_shape, same_type)
+from ember.op.host import register
+from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_dtype, p_float, p_int,
+                               p_optional, p_shape, same_shape, same_type)
 
 __all__ = ['conv_positions']
 

@@ -21,8 +21,9 @@ import numpy as np
 from ember.op.optimizer_ops import (BETA1, BETA2, CLIP, MOMENTUM, RESCALE, _adamw_step,
                                     _lamb_phase1_kernel, _lamb_phase2_step, _master_copy,
                                     _p_floats, _sgd_mom_step, _sgd_step)
-from ember.op.registry import (REQUIRED, KernelContext, Param, ShapeError, p_bool, p_float,
-                               p_int, register, same_shape)
+from ember.op.host import register
+from ember.op.registry import (REQUIRED, KernelContext, Param, ShapeError, p_bool, p_float, p_int,
+                               same_shape)
 
 __all__ = []
 

@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 from ember.base import EmberError
+from ember.op.host import register
 from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_dtype, p_float, p_int,
-                               p_optional, p_shape, register)
+                               p_optional, p_shape)
 
 __all__ = ['DISTRIBUTIONS']
 

@@ -17,8 +17,9 @@ import math
 
 import numpy as np
 
-from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_enum, p_int,
-                               p_optional, p_shape, register, same_type)
+from ember.op.host import register
+from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional,
+                               p_shape, same_type)
 
 __all__ = ['affine_grid', 'bilinear_sample']
 

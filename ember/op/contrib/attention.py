@@ -20,7 +20,8 @@ import math
 
 import numpy as np
 
-from ember.op.registry import Param, ShapeError, p_int, register, same_type
+from ember.op.host import register
+from ember.op.registry import Param, ShapeError, p_int, same_type
 
 __all__ = []
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_enum, p_int,
-                               p_optional, p_shape, register, same_type)
+from ember.op.host import register
+from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_enum, p_int, p_optional,
+                               p_shape, same_type)
 
 __all__ = []
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.registry import (Param, ShapeError, p_bool, p_enum, p_float, p_int, register,
-                               same_type)
+from ember.op.host import register
+from ember.op.registry import Param, ShapeError, p_bool, p_enum, p_float, p_int, same_type
 from ember.op.optimizer_ops import _p_floats
 
 __all__ = ['iou', 'to_corners', 'nms_order']

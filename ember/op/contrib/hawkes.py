@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.registry import ShapeError, register
+from ember.op.host import register
+from ember.op.registry import ShapeError
 
 __all__ = ['log_likelihood']
 

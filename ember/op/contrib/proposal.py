@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ember.op.optimizer_ops import _p_floats
-from ember.op.registry import Param, ShapeError, p_bool, p_float, p_int, register
+from ember.op.host import register
+from ember.op.registry import Param, ShapeError, p_bool, p_float, p_int
 
 __all__ = ['base_anchors']
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.op.host import register
 from ember.op.registry import (Param, ShapeError, p_bool, p_enum, p_float, p_int, p_optional,
-                               p_shape, register)
+                               p_shape)
 
 __all__ = ['bilinear_matrix', 'average_matrix']
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.op.host import register
 from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_shape,
-                               register, same_type)
+                               same_type)
 
 __all__ = ['align_weights', 'box_weights']
 

@@ -22,7 +22,8 @@ import threading
 import numpy as np
 
 from ember.base import EmberError
-from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_str, register
+from ember.op.host import register
+from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_str
 
 __all__ = ['allreduce']
 

@@ -17,8 +17,9 @@ import numpy as np
 
 from ember.op.elemwise import apply_ufunc
 from ember.op.init import CTX
+from ember.op.host import register
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_float, p_int, p_optional,
-                               register, same_shape)
+                               same_shape)
 
 __all__ = []
 
