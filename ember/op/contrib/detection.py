@@ -200,21 +200,27 @@ def _matching_shape(attrs, in_shapes):
 
 
 def _match_one(scores, attrs, rows_out, cols_out):
+    """MXNet's greedy matching: pairs in order of score (ties in row-major order), each row
+    and column used once, scores beyond the threshold left out. Each step takes the best
+    pair left, so the loop runs once per match."""
     rows_out[...] = -1
     cols_out[...] = -1
-    flat = scores.reshape(-1)
-    order = np.argsort(flat if attrs['is_ascend'] else -flat, kind='stable')
-    good = flat[order] < attrs['threshold'] if attrs['is_ascend'] else \
-        flat[order] > attrs['threshold']
+    ascend = attrs['is_ascend']
+    work = np.where(scores < attrs['threshold'] if ascend else scores > attrs['threshold'],
+                    scores.astype(np.float64), np.inf if ascend else -np.inf)
     count, limit = 0, attrs['topk']
-    for position in order[good]:
-        row, col = divmod(int(position), scores.shape[1])
-        if rows_out[row] == -1 and cols_out[col] == -1:
-            rows_out[row], cols_out[col] = col, row
-            count += 1
-            # MXNet stops once it has made one match more than topk
-            if 0 < limit < count:
-                break
+    while True:
+        flat = int(np.argmin(work) if ascend else np.argmax(work))
+        row, col = divmod(flat, scores.shape[1])
+        if not np.isfinite(work[row, col]):
+            return
+        rows_out[row], cols_out[col] = col, row
+        work[row, :] = np.inf if ascend else -np.inf
+        work[:, col] = np.inf if ascend else -np.inf
+        count += 1
+        # MXNet stops once it has made one match more than topk
+        if 0 < limit < count:
+            return
 
 
 def _matching_kernel(attrs, ins, outs, ctx):
