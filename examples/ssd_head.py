@@ -18,7 +18,6 @@ try:
 except ImportError:          # Ember implements MXNet 1.x's API
     import ember as mx
 
-from_numpy = mx.nd.array
 nn = mx.gluon.nn
 
 NUM_CLASSES = 2
@@ -75,14 +74,14 @@ def set_weights(net, rng):
     for name in sorted(params.keys()):
         param = params[name]
         scale = 0.0 if name.endswith('bias') else 0.2
-        param.set_data(from_numpy(rng.normal(0, scale, param.shape).astype('float32')))
+        param.set_data(mx.nd.array(rng.normal(0, scale, param.shape).astype('float32')))
 
 
 def make_batch(rng):
     images = rng.uniform(0, 1, (2, 3, 32, 32)).astype('float32')
     labels = np.array([[[0, 0.10, 0.15, 0.45, 0.50], [1, 0.55, 0.50, 0.90, 0.95]],
                        [[1, 0.20, 0.20, 0.60, 0.70], [-1, -1, -1, -1, -1]]], dtype='float32')
-    return from_numpy(images), from_numpy(labels)
+    return mx.nd.array(images), mx.nd.array(labels)
 
 
 def show(title, rows, digits=3):
