@@ -12,10 +12,12 @@ from __future__ import annotations
 from ember import resource
 from ember.ndarray.ndarray import parse_device
 from ember.ndarray.random import (exponential, gamma, generalized_negative_binomial,
-                                  negative_binomial, normal, poisson, randint, shuffle, uniform)
+                                  multinomial, negative_binomial, normal, poisson, randint,
+                                  randn, shuffle, uniform)
 
 __all__ = ['seed', 'uniform', 'normal', 'randint', 'exponential', 'gamma', 'poisson',
-           'negative_binomial', 'generalized_negative_binomial', 'shuffle']
+           'negative_binomial', 'generalized_negative_binomial', 'shuffle', 'multinomial',
+           'randn']
 
 
 def seed(seed_state, ctx='all') -> None:

@@ -24,6 +24,9 @@ from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
 from ember.ndarray import image, indexing, io, random  # noqa: F401
 from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
+from ember.ndarray import contrib, linalg  # noqa: F401
+from ember.ndarray import functions as _functions
+from ember.ndarray.functions import *  # noqa: F401,F403
 from ember.ndarray.register import make_function as _make_function
 
 _ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
@@ -38,8 +41,9 @@ def __getattr__(name):
 
 _generator.populate()
 
-__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image']
-                 + list(_creation.__all__)
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
+                  'contrib', 'linalg']
+                 + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

@@ -5,5 +5,7 @@ from ember.op import nn, optimizer_ops  # noqa: F401  (registration side effects
 from ember.op import sequence  # noqa: F401
 from ember.op import fused  # noqa: F401
 from ember.op import image  # noqa: F401
+from ember.op import contrib, control_flow, group_norm, legacy, linalg  # noqa: F401
+from ember.op import numeric, optimizer_multi, same_shape_binary, sampling, spatial  # noqa: F401
 
 __all__ = ['registry']

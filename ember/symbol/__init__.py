@@ -32,6 +32,9 @@ from ember.symbol.symbol import (Group, NotImplementedForSymbol, Symbol, Variabl
 from ember.symbol import creation as _creation
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
+from ember.symbol import contrib, linalg, random  # noqa: F401
+from ember.symbol import functions as _functions
+from ember.symbol.functions import *  # noqa: F401,F403
 
 _symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call into mx.sym
 
@@ -47,7 +50,8 @@ def __getattr__(name):
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
-                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image']
-                 + list(_creation.__all__)
+                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
+                  'contrib', 'linalg', 'random']
+                 + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

@@ -25,7 +25,7 @@ from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn.activations import Activation
 
 __all__ = ['Sequential', 'HybridSequential', 'Dense', 'Dropout', 'Embedding', 'BatchNorm',
-           'InstanceNorm', 'LayerNorm', 'Flatten', 'Lambda', 'HybridLambda']
+           'InstanceNorm', 'LayerNorm', 'GroupNorm', 'Flatten', 'Lambda', 'HybridLambda']
 
 
 def _indent(text, spaces=2):
@@ -330,6 +330,35 @@ class LayerNorm(HybridBlock):
     def __repr__(self):
         content = ', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())
         return f'{type(self).__name__}({content}, in_channels={self.gamma.shape[0]})'
+
+
+class GroupNorm(HybridBlock):
+    """Normalize each sample over groups of channels (axis 1), then scale and shift each
+    group (MXNet 1.x: one gamma and one beta per group).
+
+    >>> import ember as mx
+    >>> norm = mx.gluon.nn.GroupNorm(num_groups=2)
+    >>> norm.initialize()
+    >>> norm(mx.nd.array([[[1.0], [3.0], [5.0], [9.0]]])).asnumpy().round(3).ravel().tolist()
+    [-1.0, 1.0, -1.0, 1.0]
+    """
+
+    def __init__(self, num_groups=1, epsilon=1e-5, center=True, scale=True,
+                 beta_initializer='zeros', gamma_initializer='ones', **kwargs):
+        super().__init__(**kwargs)
+        self._kwargs = {'eps': epsilon, 'num_groups': num_groups, 'center': center,
+                        'scale': scale}
+        self._num_groups = num_groups
+        self._epsilon = epsilon
+        self.gamma = _channel_param(self, 'gamma', num_groups, gamma_initializer, scale)
+        self.beta = _channel_param(self, 'beta', num_groups, beta_initializer, center)
+
+    def hybrid_forward(self, F, x, gamma, beta):
+        return F.GroupNorm(x, gamma, beta, num_groups=self._num_groups, eps=self._epsilon)
+
+    def __repr__(self):
+        content = ', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())
+        return f'{type(self).__name__}({content})'
 
 
 class Embedding(HybridBlock):
