@@ -17,6 +17,8 @@ import numpy as np
 from ember import ndarray as nd
 from ember.device import cpu_pinned
 from ember.gluon.data import sampler as _sampler
+from ember.numpy.multiarray import wrap as as_np_inplace
+from ember.util import is_np_array
 
 __all__ = ['DataLoader', 'default_batchify_fn', 'default_mp_batchify_fn']
 
@@ -29,7 +31,8 @@ def default_batchify_fn(data):
     if isinstance(data[0], tuple):
         return [default_batchify_fn(list(field)) for field in zip(*data)]
     array = np.asarray(data)
-    return nd.array(array, dtype=array.dtype)
+    batch = nd.array(array, dtype=array.dtype)
+    return as_np_inplace(batch) if is_np_array() else batch     # mx.np under npx.set_np()
 
 
 # Workers are threads in this process, so batches need no shared-memory transfer.

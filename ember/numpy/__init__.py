@@ -1,0 +1,89 @@
+"""``mx.np``: MXNet's NumPy-compatible interface on Ember's engine and autograd.
+
+Arrays are :class:`ndarray` (an NDArray with NumPy's interface); functions follow NumPy's
+signatures and results, with MXNet's deliberate differences (float32 as the default float,
+see :mod:`ember.op.np_rules`). NumPy functions that MXNet offers without an operator of its
+own run on host copies (:mod:`ember.numpy.fallback`). ``mx.nd.np`` and ``mx.sym.np`` are the
+same functions, the latter making creation functions (``zeros``, ``arange``) graph nodes for
+``hybrid_forward(F, ...)``.
+
+>>> import ember as mx
+>>> from ember import numpy as np
+>>> x = np.array([[1., 2.], [3., 4.]])
+>>> x.attach_grad()
+>>> with mx.autograd.record():
+...     y = (np.sin(x) * x).sum()
+>>> y.backward()
+>>> np.allclose(x.grad, np.cos(x) * x + np.sin(x))
+True
+"""
+from __future__ import annotations
+
+import sys as _sys
+import types as _types
+
+from ember.numpy import _op, multiarray, utils
+from ember.numpy import fallback as _fallback_module
+from ember.numpy.multiarray import ndarray, array
+from ember.numpy.utils import *  # noqa: F401,F403
+from ember.numpy import linalg, random, fallback, fallback_linalg  # noqa: F401
+from ember.numpy import arrayprint, function_base, io, stride_tricks  # noqa: F401
+from ember.numpy.io import genfromtxt  # noqa: F401
+
+_PUBLIC_OPS = sorted(n for n, v in vars(_op).items()
+                     if not n.startswith('_') and callable(v)
+                     and getattr(v, '__module__', '') == 'ember.numpy._op'
+                     and n not in ('where_',))
+
+for _name in _PUBLIC_OPS:
+    globals()[_name] = getattr(_op, _name)
+for _name in _fallback_module.__all__:
+    if _name not in globals():
+        globals()[_name] = getattr(_fallback_module, _name)
+
+__all__ = sorted(set(['ndarray', 'array', 'random', 'linalg', 'fallback', 'fallback_linalg',
+                      'arrayprint', 'function_base', 'io', 'multiarray', 'stride_tricks',
+                      'utils', 'genfromtxt'] + list(utils.__all__) + _PUBLIC_OPS
+                     + list(_fallback_module.__all__)))
+
+
+# ----------------------------------------------------------------------------------------------
+# ``mx.nd.np`` and ``mx.sym.np``: the namespaces ``hybrid_forward(F, ...)`` reaches as F.np.
+
+_CREATION = ('zeros', 'ones', 'full', 'empty', 'eye', 'identity', 'arange', 'linspace',
+             'logspace', 'indices', 'hanning', 'hamming', 'blackman')
+
+
+def _namespace(module_name, symbolic):
+    namespace = _types.ModuleType(module_name, f'``mx.np`` for hybrid_forward(F, ...): '
+                                               f'{"graph nodes" if symbolic else "arrays"}.')
+    for name in __all__:
+        setattr(namespace, name, globals()[name])
+    if symbolic:
+        for name in _CREATION:
+            setattr(namespace, name, _symbolic_creation(globals()[name]))
+    return namespace
+
+
+def _symbolic_creation(function):
+    def creation(*args, **kwargs):
+        kwargs.pop('ctx', None)
+        return function(*args, symbolic=True, **kwargs)
+    creation.__name__ = creation.__qualname__ = function.__name__
+    creation.__doc__ = function.__doc__
+    return creation
+
+
+ndarray_namespace = _namespace('ember.ndarray.numpy', symbolic=False)
+symbol_namespace = _namespace('ember.symbol.numpy', symbolic=True)
+
+
+def _attach():
+    from ember import ndarray as _nd
+    from ember import symbol as _sym
+    _nd.np, _sym.np = ndarray_namespace, symbol_namespace
+    _sys.modules.setdefault('ember.ndarray.numpy', ndarray_namespace)
+    _sys.modules.setdefault('ember.symbol.numpy', symbol_namespace)
+
+
+_attach()
