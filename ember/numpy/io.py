@@ -1,4 +1,4 @@
-"""MXNet's ``mxnet.numpy.io``: ``genfromtxt`` giving ``mx.np`` arrays (on `ctx`).
+r"""MXNet's ``mxnet.numpy.io``: ``genfromtxt`` giving ``mx.np`` arrays (on `ctx`).
 
 >>> import io
 >>> from ember import numpy as np

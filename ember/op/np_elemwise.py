@@ -280,6 +280,11 @@ def _compute_dtype(rule, name, dtype):
         if dtype.kind not in 'biu':
             raise ShapeError(f'{name} takes integer or bool arrays, got {dtype}')
         return dtype, dtype
+    if name == 'float_power':
+        return np.dtype(np.float64), np.dtype(np.float64)    # as NumPy's, always
+    if name == 'ldexp':
+        dtype = float_of(dtype)
+        return dtype, dtype
     if rule == 'float':
         dtype = float_of(dtype)
     elif name in ('add', 'multiply', 'maximum', 'minimum') or dtype.kind != 'b':
@@ -308,10 +313,18 @@ def _call(xp, name, a, b, out):
         getattr(xp, name)(a, b, out=out)
 
 
+def _cast_operands(name, compute, a, b):
+    """Both operands in the computing dtype (ldexp's exponent stays an integer)."""
+    a = a.astype(compute, copy=False)
+    if name == 'ldexp':
+        return a, (b if np.asarray(b).dtype.kind in 'iu' else np.asarray(b).astype(np.int64))
+    return a, (b.astype(compute, copy=False) if hasattr(b, 'astype') else b)
+
+
 def _binary_kernel(name, rule):
     def kernel(attrs, ins, outs, ctx):
         compute = _compute_dtype(rule, name, promote(ins[0].dtype, ins[1].dtype))[0]
-        a, b = (x.astype(compute, copy=False) for x in ins)
+        a, b = _cast_operands(name, compute, ins[0], ins[1])
         _call(ctx.xp, name, a, b, outs[0])
     return kernel
 

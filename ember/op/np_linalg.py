@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (broadcast_all, float_of, normalize_axis, p_any, p_int_tuple,
+from ember.op.np_rules import (unknown as _unknown, broadcast_all, float_of, normalize_axis, p_any, p_int_tuple,
                                promote, reduced_shape, sum_to_shape)
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, p_optional, p_str,
                                register)
@@ -655,7 +655,7 @@ def _backward_solve_kernel(attrs, ins, outs, ctx):
 
 register('_npi_solve', _solve_kernel, inputs=('a', 'b'), infer_shape=_solve_shape,
          infer_type=lambda attrs, dtypes: (list(dtypes), [
-             None if None in dtypes else float_of(promote(*dtypes))]),
+             None if _unknown(dtypes) else float_of(promote(*dtypes))]),
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_solve(og[0], outs[0], ins[0],
                                                                          ins[1]),
          doc='``np.linalg.solve``: x with a @ x = b.')

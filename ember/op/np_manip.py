@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (broadcast_all, eval_shapes, normalize_axis, p_any, p_int_tuple,
+from ember.op.np_rules import (unknown as _unknown, broadcast_all, eval_shapes, normalize_axis, p_any, p_int_tuple,
                                p_scalar, p_shape_or_int, promote_all, promote_scalar, scalar_as)
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_int, p_optional, p_shape,
                                p_str, register)
@@ -158,18 +158,17 @@ def _joined_shape(stack):
     def infer(attrs, in_shapes):
         if any(s is None for s in in_shapes):
             return list(in_shapes), [None]
-        first = in_shapes[0]
+        first, axis = in_shapes[0], attrs['axis']
+        if not stack and axis is None:
+            return list(in_shapes), [(sum(int(np.prod(s)) for s in in_shapes),)]
         if any(len(s) != len(first) for s in in_shapes) or (
                 stack and any(tuple(s) != tuple(first) for s in in_shapes)):
             raise ShapeError(f'arrays of shapes {[tuple(s) for s in in_shapes]} cannot be '
                              f'{"stacked" if stack else "joined"}')
-        axis = attrs['axis']
         if stack:
             axis = normalize_axis(axis, len(first) + 1)[0]
             return list(in_shapes), [tuple(first[:axis]) + (len(in_shapes),)
                                      + tuple(first[axis:])]
-        if axis is None:
-            return list(in_shapes), [(sum(int(np.prod(s)) for s in in_shapes),)]
         axis = normalize_axis(axis, len(first))[0]
         for s in in_shapes:
             if any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis):
@@ -333,7 +332,7 @@ def _where_shape(attrs, in_shapes):
 
 gather('_npi_where', _where, inputs=('condition', 'x', 'y'), diff=(1, 2),
        infer_shape=_where_shape,
-       infer_type=lambda attrs, dtypes: (list(dtypes), [None if None in dtypes[1:] else
+       infer_type=lambda attrs, dtypes: (list(dtypes), [None if _unknown(dtypes[1:]) else
                                                         promote_all(list(dtypes[1:]))]),
        doc='``np.where(condition, x, y)``: elements of x where the condition holds, else y.')
 

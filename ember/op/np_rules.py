@@ -25,13 +25,18 @@ import numpy as np
 
 from ember.op.registry import ShapeError, _literal
 
-__all__ = ['FLOAT32', 'BOOL', 'INT64', 'promote', 'promote_all', 'promote_scalar', 'float_of',
+__all__ = ['unknown', 'FLOAT32', 'BOOL', 'INT64', 'promote', 'promote_all', 'promote_scalar', 'float_of',
            'p_scalar', 'p_any', 'p_int_tuple', 'p_shape_or_int', 'scalar_as', 'normalize_axis',
            'reduced_shape', 'sum_to_shape', 'broadcast_all', 'eval_shapes', 'is_float']
 
 FLOAT32 = np.dtype(np.float32)
 BOOL = np.dtype(np.bool_)
 INT64 = np.dtype(np.int64)
+
+
+def unknown(dtypes) -> bool:
+    """Whether any of `dtypes` is None (``None in dtypes`` is wrong: a dtype equals None)."""
+    return any(d is None for d in dtypes)
 
 
 def is_float(dtype) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import INT64, float_of, normalize_axis, p_any, promote
+from ember.op.np_rules import unknown as _unknown, INT64, float_of, normalize_axis, p_any, promote
 from ember.op.registry import Param, ShapeError, p_bool, p_int, p_optional, p_str, register
 
 __all__ = []
@@ -92,7 +92,7 @@ def _polyval_shape(attrs, shapes):
 
 register('_npi_polyval', _polyval_kernel, inputs=('p', 'x'), infer_shape=_polyval_shape,
          infer_type=lambda attrs, dtypes: (list(dtypes), [
-             None if None in dtypes else promote(*dtypes)]),
+             None if _unknown(dtypes) else promote(*dtypes)]),
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_polyval(og[0], ins[0],
                                                                           ins[1]),
          doc='``np.polyval``: the polynomial with coefficients p (highest power first) at x.')
