@@ -299,9 +299,9 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0, 
 
 
 def indices(dimensions, dtype=None, ctx=None, **kwargs):
-    """``np.indices``: the index grid of a shape (int64 unless `dtype`)."""
+    """``np.indices``: the index grid of a shape (int32 unless `dtype`, as MXNet)."""
     return _creation('_npi_indices', {'dimensions': _shape_of(dimensions),
-                                      'dtype': _dtype_attr(dtype) or onp.dtype(onp.int64)},
+                                      'dtype': _dtype_attr(dtype) or onp.dtype(onp.int32)},
                      ctx, **kwargs)
 
 
@@ -409,7 +409,7 @@ def _reduce(name, a, axis=None, keepdims=False, out=None, **attrs):
 
 
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):  # noqa
-    """``np.sum`` (an integer array keeps its dtype; bools sum to float32, as MXNet)."""
+    """``np.sum`` (an integer array keeps its dtype, as MXNet; bools sum to int64)."""
     a = _where_masked(_array_arg(a), where, 0)
     return _reduce('sum', a, axis, keepdims, out, dtype=_dtype_attr(dtype), initial=initial)
 
@@ -486,7 +486,6 @@ def _logical(name):
 
 all = _logical('all')  # noqa: A001
 any = _logical('any')  # noqa: A001
-alltrue, sometrue = all, any
 
 
 def _arg(name):
@@ -1127,14 +1126,15 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
 
 
 def bincount(x, weights=None, minlength=0):
-    """``np.bincount``: counts of each non-negative integer (float32 sums with weights)."""
+    """``np.bincount``: counts of each non-negative integer, in x's dtype as MXNet (sums of the
+    weights with `weights`)."""
     values = _host('bincount', x)
     if values.dtype.kind not in 'iub':
         raise TypeError(f'bincount: expected integers, got {values.dtype}')
     weight_values = None if weights is None else _host('bincount', weights)
     counts = onp.bincount(values.astype(onp.int64), weight_values, minlength)
-    dtype = onp.int64 if weights is None else (weight_values.dtype if weight_values.dtype.kind
-                                               == 'f' else onp.float32)
+    dtype = values.dtype if weights is None else (weight_values.dtype if weight_values.dtype.kind
+                                                  == 'f' else onp.float32)
     return _from_host(counts.astype(dtype), _device_of(x))
 
 
@@ -1157,11 +1157,12 @@ def histogram(a, bins=10, range=None, normed=None, weights=None, density=None): 
 
 
 def unravel_index(indices, shape, order='C'):
-    """``np.unravel_index``: flat positions as a tuple of coordinate arrays."""
+    """``np.unravel_index``: flat positions as a tuple of coordinate arrays (of the positions'
+    dtype, as MXNet)."""
     values = _host('unravel_index', indices)
     device = _device_of(indices)
     found = onp.unravel_index(values.astype(onp.int64), shape, order)
-    return tuple(_from_host(f.astype(onp.int64), device) for f in found)
+    return tuple(_from_host(f.astype(values.dtype), device) for f in found)
 
 
 def diag_indices_from(arr):

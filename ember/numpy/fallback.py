@@ -26,7 +26,7 @@ __all__ = ['allclose', 'alltrue', 'apply_along_axis', 'apply_over_axes', 'argpar
            'poly', 'polyadd', 'polydiv', 'polyfit', 'polyint', 'polymul', 'polysub', 'positive',
            'ppmt', 'promote_types', 'ptp', 'pv', 'rate', 'real', 'result_type', 'rollaxis',
            'roots', 'searchsorted', 'select', 'setdiff1d', 'setxor1d', 'signbit', 'size',
-           'spacing', 'take_along_axis', 'trapz', 'tril_indices_from', 'trim_zeros',
+           'sometrue', 'spacing', 'take_along_axis', 'trapz', 'tril_indices_from', 'trim_zeros',
            'triu_indices_from', 'union1d', 'unpackbits', 'unwrap', 'vander']
 
 
@@ -117,7 +117,7 @@ def _msort(a):
     return onp.sort(a, axis=0)
 
 
-_WRITTEN = {'alltrue': onp.all, 'in1d': _in1d, 'npv': _npv, 'pv': _pv, 'ppmt': _ppmt,
+_WRITTEN = {'alltrue': onp.all, 'sometrue': onp.any, 'in1d': _in1d, 'npv': _npv, 'pv': _pv, 'ppmt': _ppmt,
             'rate': _rate, 'mirr': _mirr, 'msort': _msort,
             'trapz': getattr(onp, 'trapezoid', None)}
 

@@ -31,7 +31,7 @@ from ember.ndarray import indexing as _indexing
 from ember.ndarray.ndarray import (NDArray, fill_fresh, invoke, parse_device, view_of,
                                    empty as _nd_empty)
 from ember.op import registry
-from ember.op.np_rules import BOOL, FLOAT32
+from ember.op.np_rules import FLOAT32
 
 __all__ = ['ndarray', 'apply', 'array', 'as_np', 'wrap', 'is_symbol', 'NotForSymbol']
 
@@ -121,20 +121,18 @@ def _write_out(result, out):
 # ----------------------------------------------------------------------------------------------
 # Making arrays
 
-def _default_dtype(values):
-    """MXNet's default for Python data: float32, or bool for booleans only."""
-    return BOOL if values.dtype == onp.bool_ else FLOAT32
 
 
 def array(object, dtype=None, ctx=None):
     """An ``mx.np.ndarray`` with the values of `object`.
 
-    Python data gives float32 (bool for booleans) unless `dtype` is given; NumPy and Ember
-    arrays keep their dtype.
+    Python data gives float32 (MXNet's default, booleans included) unless `dtype` is given;
+    NumPy and Ember arrays keep their dtype.
 
+    >>> import numpy
     >>> from ember import numpy as np
-    >>> np.array([1, 2]).dtype, np.array([True]).dtype, np.array(onp_int64()).dtype
-    (dtype('float32'), dtype('bool'), dtype('int64'))
+    >>> np.array([1, 2]).dtype, np.array([True]).dtype, np.array(numpy.arange(2)).dtype
+    (dtype('float32'), dtype('float32'), dtype('int64'))
     """
     if isinstance(object, NDArray):
         dtype = object.dtype if dtype is None else dtype_of(dtype)
@@ -152,7 +150,7 @@ def array(object, dtype=None, ctx=None):
         if values.dtype == object_dtype:
             raise TypeError(f'array: {object!r} is not numeric data')
         if dtype is None:
-            dtype = _default_dtype(values)
+            dtype = FLOAT32         # MXNet's default for Python data, booleans included
     dtype = values.dtype if dtype is None else dtype_of(dtype)
     if dtype.kind in 'cOUS':
         raise TypeError(f'array: dtype {dtype} is not supported (numbers and bools only)')
@@ -162,10 +160,6 @@ def array(object, dtype=None, ctx=None):
 
 
 object_dtype = onp.dtype(object)
-
-
-def onp_int64():
-    return onp.arange(2)
 
 
 def _scalar_or_array(value, like=None):

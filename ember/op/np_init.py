@@ -114,8 +114,8 @@ def _indices_shape(attrs):
 
 
 _creation('_npi_indices', lambda xp, dimensions, dtype: xp.indices(dimensions), _indices_shape,
-          (Param('dimensions', p_shape), Param('dtype', p_optional(p_dtype), np.dtype('int64'))),
-          doc='``np.indices``: the index grid of a shape (int64 by default).')
+          (Param('dimensions', p_shape), Param('dtype', p_optional(p_dtype), np.dtype('int32'))),
+          doc='``np.indices``: the index grid of a shape (int32 by default, as MXNet).')
 
 for _window in ('hanning', 'hamming', 'blackman'):
     _creation(f'_npi_{_window}',

@@ -2,7 +2,7 @@
 cumsum, over any axes, with NumPy's ``keepdims`` and zero-dim results.
 
 Dtypes follow :mod:`ember.op.np_rules` (MXNet's choices): sums keep an integer dtype and make
-float32 of bools, means and deviations make float32 of integers, arg-reductions give int64.
+int64 of bools, means and deviations make float32 of integers, arg-reductions give int64.
 Gradients come from ``_backward_npi_reduce``, which works them out in NumPy from the input and
 the output: max and min pass the gradient to every element equal to the result, as MXNet does.
 
@@ -56,7 +56,7 @@ def _out_dtype(rule, dtype, asked):
     if asked is not None:
         return asked
     if rule == 'sum':
-        return FLOAT32 if dtype.kind == 'b' else dtype
+        return INT64 if dtype.kind == 'b' else dtype
     return float_of(dtype)
 
 

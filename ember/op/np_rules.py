@@ -9,8 +9,7 @@ Ember's ``mx.np`` follows NumPy's results except where MXNet deliberately chose 
   (``int64 + float16 -> float16``), while floats and integers among themselves promote as NumPy;
 - a Python scalar never widens an array: ``int32 + 2 -> int32``, ``float16 * 2.5 -> float16``,
   ``int32 + 2.5 -> float32`` (the default float), ``bool + 1 -> int64``;
-- sums and products keep an integer array's dtype (NumPy widens to int64) and make float32 of
-  a bool array.
+- sums and products keep an integer array's dtype (NumPy widens to int64; bools give int64).
 
 >>> import numpy as np
 >>> promote(np.dtype('int64'), np.dtype('float16')), promote_scalar(np.dtype('int32'), 2.5)
