@@ -79,9 +79,15 @@ symbol_namespace = _namespace('ember.symbol.numpy', symbolic=True)
 
 
 def _attach():
+    """``mx.nd.np``, ``mx.sym.np``, and the conversions MXNet's NDArray and Symbol have."""
     from ember import ndarray as _nd
     from ember import symbol as _sym
+    from ember.numpy.symbol import as_np_symbol
     _nd.np, _sym.np = ndarray_namespace, symbol_namespace
+    _nd.NDArray.as_np_ndarray = multiarray.as_np
+    _nd.NDArray.as_nd_ndarray = lambda self: self
+    _sym.Symbol.as_np_ndarray = as_np_symbol
+    _sym.Symbol.as_nd_ndarray = lambda self: self
     _sys.modules.setdefault('ember.ndarray.numpy', ndarray_namespace)
     _sys.modules.setdefault('ember.symbol.numpy', symbol_namespace)
 

@@ -616,9 +616,13 @@ class ndarray(NDArray):
         return _ops.invert(self)
 
     def __eq__(self, other):
+        if other is None:
+            return _ops.full(self.shape, False, ctx=self.context)
         return _ops.equal(self, other)
 
     def __ne__(self, other):
+        if other is None:
+            return _ops.full(self.shape, True, ctx=self.context)
         return _ops.not_equal(self, other)
 
     def __gt__(self, other):
