@@ -1045,6 +1045,8 @@ def tensordot(a, b, axes=2):
 
 def dot(a, b, out=None):
     """``np.dot``: products of matrices, vectors and scalars."""
+    if _is_number(a) or _is_number(b):
+        return _finish(multiply(a, b), None, True, out)
     a = _array_arg(a)
     result = apply('_npi_dot', [a, _array_arg(b, a)])
     return _finish(result, None, True, out)

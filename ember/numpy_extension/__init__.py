@@ -60,7 +60,7 @@ def _call(op_name, inputs, params, public):
         from ember import symbol
         from ember.numpy.symbol import as_np_symbol
         result = getattr(symbol, op_name)(*inputs, **params)
-        outputs = [as_np_symbol(result[i]) for i in range(len(result))]
+        outputs = [as_np_symbol(symbol.Symbol([head])) for head in result._heads]
         return outputs[0] if len(outputs) == 1 else outputs
     for x in inputs:
         if not isinstance(x, NDArray):

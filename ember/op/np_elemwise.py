@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from ember.op.np_rules import (BOOL, FLOAT32, float_of, is_float, p_scalar, promote,
+from ember.op.np_rules import (BOOL, FLOAT32, float_of, gradient_shapes, is_float, p_scalar,
+                               promote,
                                promote_scalar, scalar_as, sum_to_shape, broadcast_all)
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, p_optional, p_str,
                                register)
@@ -149,7 +150,7 @@ for _name, (_kind, _derivative) in UNARY.items():
              doc=f'``np.{_name}`` element by element.')
 
 register('_backward_npi_unary', _backward_unary_kernel, inputs=('ograd', 'x', 'y'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[2]], lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          params=(Param('func', p_str),),
          doc='Gradient of a unary ``mx.np`` function, from its input and output.')
@@ -194,7 +195,7 @@ _CLIP = (Param('a_min', p_optional(p_float), None), Param('a_max', p_optional(p_
 register('_npi_clip', _clip_kernel, inputs=('x',), params=_CLIP, gradient=_clip_gradient,
          doc='``np.clip`` with scalar bounds (None: unbounded on that side).')
 register('_backward_npi_clip', _backward_clip_kernel, inputs=('ograd', 'x'), params=_CLIP,
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[1]], lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          doc='Gradient of ``_npi_clip``: passes where the input is inside the bounds.')
 
@@ -218,7 +219,7 @@ register('_npi_nan_to_num', _nan_to_num_kernel, inputs=('x',), params=_NAN_TO_NU
          gradient=lambda F, attrs, ins, outs, og: [F._backward_npi_nan_to_num(og[0], ins[0])],
          doc='``np.nan_to_num``: NaN and infinities replaced by finite numbers.')
 register('_backward_npi_nan_to_num', _backward_nan_to_num_kernel, inputs=('ograd', 'x'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[1]], lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          doc='Gradient of ``_npi_nan_to_num``: passes where the input is finite.')
 
@@ -352,7 +353,8 @@ for _name, (_rule, _derivatives) in BINARY.items():
 
 register('_backward_npi_binary', _backward_binary_kernel, inputs=('ograd', 'x1', 'x2', 'y'),
          outputs=('x1_grad', 'x2_grad'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1], shapes[2]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[3]],
+                                     lambda attrs, s: [s[1], s[2]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1], dtypes[2]]),
          params=(Param('func', p_str),),
          doc='Gradients of a binary ``mx.np`` function for both inputs.')
@@ -414,7 +416,7 @@ for _name, (_rule, _derivatives) in BINARY.items():
              doc=f'``np.{_name}`` of an array and a Python scalar.')
 
 register('_backward_npi_binary_scalar', _backward_scalar_kernel, inputs=('ograd', 'x', 'y'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[2]], lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          params=(Param('func', p_str),) + _SCALAR,
          doc='Gradient of a binary ``mx.np`` function with a scalar operand.')

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (unknown as _unknown, broadcast_all, float_of, normalize_axis, p_any, p_int_tuple,
+from ember.op.np_rules import (unknown as _unknown, outputs_of, broadcast_all, float_of,
+                               gradient_shapes,
+                               normalize_axis, p_any, p_int_tuple,
                                promote, reduced_shape, sum_to_shape)
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, p_optional, p_str,
                                register)
@@ -55,14 +57,28 @@ def _cast_to(out, *arrays):
     return [a.astype(out.dtype, copy=False) for a in arrays]
 
 
-def _backward(name, kernel, forward_inputs, params=(), outputs=None, extra_inputs=()):
-    """Register `_backward_<name>`: inputs (extra..., forward inputs), one gradient per forward
-    input (or `outputs`), each shaped and typed like its input."""
+def _backward(name, kernel, forward_inputs, params=(), outputs=None, extra_inputs=(),
+              forward_shapes=None):
+    """Register `_backward_<name>`: inputs (ograd, extra..., forward inputs), one gradient per
+    forward input (or `outputs`), each shaped and typed like its input; the ograd's shape
+    comes from `forward_shapes(attrs, shapes)` where unknown."""
     count = len(forward_inputs)
+
+    def gradient_shapes_of(attrs, shapes):
+        return list(shapes[len(shapes) - count:])
     register(f'_backward{name}', kernel, inputs=tuple(extra_inputs) + tuple(forward_inputs),
              outputs=outputs or tuple(f'{n}_grad' for n in forward_inputs), params=params,
-             infer_shape=_grad_shapes(count), infer_type=_grad_types(count),
-             doc=f'Gradient of ``{name}``.')
+             infer_shape=gradient_shapes(1, forward_shapes or (lambda attrs, s: None),
+                                         gradient_shapes_of),
+             infer_type=_grad_types(count), doc=f'Gradient of ``{name}``.')
+
+
+def _forward_of(infer):
+    """The forward outputs' shapes from the forward inputs (the last of the shapes)."""
+    def forward(attrs, shapes):
+        inputs = shapes[-2:]
+        return None if any(s is None for s in inputs) else infer(attrs, inputs)[1]
+    return forward
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,9 +144,8 @@ register('_npi_tensordot', _tensordot_kernel, inputs=('a', 'b'), params=_TENSORD
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_tensordot(
              og[0], ins[0], ins[1], **attrs),
          doc='``np.tensordot`` over paired axes of a and b.')
-_backward('_npi_tensordot', _backward_tensordot_kernel, ('a', 'b'), _TENSORDOT, ('a_grad',
-                                                                                  'b_grad'),
-          ('ograd',))
+_backward('_npi_tensordot', _backward_tensordot_kernel, ('a', 'b'), _TENSORDOT,
+          ('a_grad', 'b_grad'), ('ograd',), _forward_of(_tensordot_shape))
 
 
 def dot_axes(a_ndim, b_ndim):
@@ -172,7 +187,8 @@ register('_npi_dot', _dot_kernel, inputs=('a', 'b'), infer_shape=_dot_shape,
          infer_type=_promote_type,
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_dot(og[0], ins[0], ins[1]),
          doc='``np.dot``: products of matrices, vectors and scalars.')
-_backward('_npi_dot', _backward_dot_kernel, ('a', 'b'), extra_inputs=('ograd',))
+_backward('_npi_dot', _backward_dot_kernel, ('a', 'b'), extra_inputs=('ograd',),
+          forward_shapes=_forward_of(_dot_shape))
 
 
 def _matmul_shape(attrs, shapes):
@@ -219,7 +235,8 @@ register('_npi_matmul', _matmul_kernel, inputs=('a', 'b'), infer_shape=_matmul_s
          infer_type=_promote_type,
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_matmul(og[0], ins[0], ins[1]),
          doc='``np.matmul``: matrix products broadcast over stacks.')
-_backward('_npi_matmul', _backward_matmul_kernel, ('a', 'b'), extra_inputs=('ograd',))
+_backward('_npi_matmul', _backward_matmul_kernel, ('a', 'b'), extra_inputs=('ograd',),
+          forward_shapes=_forward_of(_matmul_shape))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,19 +328,17 @@ _EINSUM = (Param('num_args', p_int), Param('subscripts', p_str),
            Param('optimize', p_any, False))
 register('_npi_einsum', _einsum_kernel, inputs=_einsum_inputs, variadic='num_args',
          params=_EINSUM, infer_shape=_einsum_shape, infer_type=_promote_type,
-         gradient=lambda F, attrs, ins, outs, og: list(_as_list(F._backward_npi_einsum(
-             og[0], *ins, **attrs))),
+         gradient=lambda F, attrs, ins, outs, og: outputs_of(F._backward_npi_einsum(
+             og[0], *ins, **attrs)),
          doc='``np.einsum``: Einstein summation over operands.')
 register('_backward_npi_einsum', _backward_einsum_kernel,
          inputs=lambda attrs: ['ograd'] + _einsum_inputs(attrs), variadic='num_args',
          outputs=lambda attrs: [f'grad{i}' for i in range(attrs['num_args'])], params=_EINSUM,
-         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[1:])),
+         infer_shape=gradient_shapes(
+             1, lambda attrs, s: None if any(x is None for x in s[1:]) else
+             _einsum_shape(attrs, s[1:])[1], lambda attrs, s: list(s[1:])),
          infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[1:])),
          doc='Gradients of ``_npi_einsum``, one einsum per operand.')
-
-
-def _as_list(value):
-    return value if isinstance(value, (list, tuple)) else [value]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,7 +379,9 @@ def _unary_linalg(name, kernel, shape_rule, backward, outputs=('output',), doc='
         register(f'_backward_npi_{name}', backward_kernel,
                  inputs=tuple(f'ograd{i}' for i in range(len(outputs)))
                  + tuple(f'out{i}' for i in range(len(outputs))) + ('a',),
-                 params=params, infer_shape=lambda attrs, shapes: (list(shapes), [shapes[-1]]),
+                 params=params, infer_shape=gradient_shapes(
+                     len(outputs), lambda attrs, s: s[len(outputs):2 * len(outputs)],
+                     lambda attrs, s: [s[-1]]),
                  infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[-1]]),
                  doc=f'Gradient of ``_npi_{name}``.')
 
@@ -659,7 +676,8 @@ register('_npi_solve', _solve_kernel, inputs=('a', 'b'), infer_shape=_solve_shap
          gradient=lambda F, attrs, ins, outs, og: F._backward_npi_solve(og[0], outs[0], ins[0],
                                                                          ins[1]),
          doc='``np.linalg.solve``: x with a @ x = b.')
-_backward('_npi_solve', _backward_solve_kernel, ('a', 'b'), extra_inputs=('ograd', 'x'))
+_backward('_npi_solve', _backward_solve_kernel, ('a', 'b'), extra_inputs=('ograd', 'x'),
+          forward_shapes=lambda attrs, s: [s[1]])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -775,6 +793,6 @@ register('_npi_norm', _norm_kernel, inputs=('x',), params=_NORM, infer_shape=_no
                                                                         **attrs)],
          doc='``np.linalg.norm``: vector and matrix norms.')
 register('_backward_npi_norm', _backward_norm_kernel, inputs=('ograd', 'y', 'x'), params=_NORM,
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[2]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[1]], lambda attrs, s: [s[2]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[2]]),
          doc='Gradient of ``_npi_norm``.')

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (unknown as _unknown, broadcast_all, eval_shapes, normalize_axis, p_any, p_int_tuple,
+from ember.op.np_rules import (unknown as _unknown, outputs_of, gradient_shapes, broadcast_all, eval_shapes, normalize_axis, p_any, p_int_tuple,
                                p_scalar, p_shape_or_int, promote_all, promote_scalar, scalar_as)
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_int, p_optional, p_shape,
                                p_str, register)
@@ -55,7 +55,7 @@ def gather(name, fn, inputs=('a',), params=(), diff=None, outputs=1, infer_shape
 
     def gradient(F, attrs, ins, outs, og):
         grads = getattr(F, f'_backward{name}')(*og, *ins, **attrs)
-        grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+        grads = outputs_of(grads)
         wanted = diff_of(len(ins))
         result = [None] * len(ins)
         for index, grad in zip(wanted, grads):
@@ -66,7 +66,7 @@ def gather(name, fn, inputs=('a',), params=(), diff=None, outputs=1, infer_shape
              infer_shape=shape_rule, infer_type=infer_type or _first_type(count), gradient=gradient,
              variadic=variadic, doc=doc)
     _register_backward(name, fn, inputs, params, count, diff_of, index_attrs, fixed_inputs,
-                       variadic)
+                       variadic, shape_rule)
 
 
 def _eval_shape(fn, count):
@@ -77,7 +77,8 @@ def _eval_shape(fn, count):
     return infer
 
 
-def _register_backward(name, fn, inputs, params, count, diff_of, index_attrs, fixed, variadic):
+def _register_backward(name, fn, inputs, params, count, diff_of, index_attrs, fixed, variadic,
+                       shape_rule):
     def input_names(attrs):
         forward = list(inputs) if fixed else list(inputs(attrs))
         return [f'ograd{i}' for i in range(count(attrs))] + forward
@@ -86,9 +87,19 @@ def _register_backward(name, fn, inputs, params, count, diff_of, index_attrs, fi
         n = count(attrs)
         return items[:n], items[n:]
 
+    def forward_shapes(attrs, shapes):
+        forward = split(attrs, shapes)[1]
+        if any(s is None for s in forward):
+            return None
+        return shape_rule(attrs, forward)[1]
+
+    def gradient_shapes_of(attrs, shapes):
+        forward = split(attrs, shapes)[1]
+        return [forward[i] for i in diff_of(len(forward))]
+
     def infer_shape(attrs, in_shapes):
-        _, forward = split(attrs, in_shapes)
-        return list(in_shapes), [forward[i] for i in diff_of(len(forward))]
+        return gradient_shapes(count(attrs), forward_shapes, gradient_shapes_of)(attrs,
+                                                                                 in_shapes)
 
     def infer_type(attrs, in_dtypes):
         _, forward = split(attrs, in_dtypes)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ember.op.init import CTX
-from ember.op.np_rules import FLOAT32, INT64, broadcast_all, p_shape_or_int, sum_to_shape
+from ember.op.np_rules import (FLOAT32, INT64, broadcast_all, gradient_shapes, outputs_of,
+                               sum_to_shape)
 from ember.op.registry import (Param, ShapeError, p_bool, p_dtype, p_float, p_int, p_optional,
                                p_shape, p_str, register)
 
@@ -134,8 +135,7 @@ def _register(name, spec):
         if not wanted:
             return [None] * len(ins)
         grads = F._backward_npi_random(og[0], outs[0], *ins, dist=name, **attrs)
-        grads = grads if isinstance(grads, (list, tuple)) else [grads]
-        return list(grads)
+        return outputs_of(grads)
     register(f'_npi_random_{name}', kernel, inputs=inputs, params=params,
              infer_shape=infer_shape,
              infer_type=infer_type, resources=('random',), random=True,
@@ -179,7 +179,7 @@ register('_backward_npi_random', _backward_random_kernel,
          inputs=lambda attrs: ['ograd', 'y'] + list(attrs['tensor_params']),
          outputs=lambda attrs: [f'{n}_grad' for n in attrs['tensor_params']],
          params=_GRAD_PARAMS,
-         infer_shape=lambda attrs, shapes: (list(shapes), list(shapes[2:])),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[1]], lambda attrs, s: list(s[2:])),
          infer_type=lambda attrs, dtypes: (list(dtypes), list(dtypes[2:])),
          doc='Pathwise gradients of a draw with respect to its array parameters.')
 

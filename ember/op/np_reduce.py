@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (BOOL, FLOAT32, INT64, float_of, normalize_axis, reduced_shape)
+from ember.op.np_rules import (BOOL, FLOAT32, INT64, float_of, gradient_shapes, normalize_axis,
+                               reduced_shape)
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_dtype, p_float, p_int,
                                p_optional, p_str, register)
 
@@ -170,7 +171,7 @@ def _backward_reduce_kernel(attrs, ins, outs, ctx):
 
 register('_backward_npi_reduce', _backward_reduce_kernel, inputs=('ograd', 'a', 'y'),
          params=(Param('func', p_str), _AXIS, _KEEPDIMS, _DDOF),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[2]], lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          doc='Gradient of an ``mx.np`` reduction from its input and output.')
 
@@ -207,6 +208,7 @@ register('_npi_cumsum', _cumsum_kernel, inputs=('a',), params=_CUMSUM,
          doc='``np.cumsum``: running sums along an axis (of the flattened array for None).')
 register('_backward_npi_cumsum', _backward_cumsum_kernel, inputs=('ograd', 'a'),
          params=(Param('axis', p_optional(p_int), None),),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: _cumsum_shape(attrs, s[1:])[1],
+                                     lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          doc='Gradient of ``_npi_cumsum``: running sums from the end.')

@@ -24,7 +24,7 @@ import numpy as np
 
 from ember.op.registry import ShapeError, _literal
 
-__all__ = ['unknown', 'FLOAT32', 'BOOL', 'INT64', 'promote', 'promote_all', 'promote_scalar', 'float_of',
+__all__ = ['unknown', 'outputs_of', 'gradient_shapes', 'FLOAT32', 'BOOL', 'INT64', 'promote', 'promote_all', 'promote_scalar', 'float_of',
            'p_scalar', 'p_any', 'p_int_tuple', 'p_shape_or_int', 'scalar_as', 'normalize_axis',
            'reduced_shape', 'sum_to_shape', 'broadcast_all', 'eval_shapes', 'is_float']
 
@@ -36,6 +36,17 @@ INT64 = np.dtype(np.int64)
 def unknown(dtypes) -> bool:
     """Whether any of `dtypes` is None (``None in dtypes`` is wrong: a dtype equals None)."""
     return any(d is None for d in dtypes)
+
+
+def outputs_of(value) -> list:
+    """The outputs of an ``F.<op>(...)`` call as a list: a list of arrays from ``mx.nd``, a
+    Symbol of several outputs from ``mx.sym`` (one Symbol per output)."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    heads = getattr(value, '_heads', None)
+    if heads is not None and len(heads) > 1:
+        return [type(value)([head]) for head in heads]
+    return [value]
 
 
 def is_float(dtype) -> bool:
@@ -169,6 +180,22 @@ def broadcast_all(shapes):
     except ValueError:
         raise ShapeError(f'shapes {" ".join(str(tuple(s)) for s in shapes)} cannot be '
                          f'broadcast together') from None
+
+
+def gradient_shapes(grad_count, forward_shapes, result):
+    """infer_shape of a backward operator whose first `grad_count` inputs are output gradients:
+    unknown ones take the shapes of the forward outputs, ``forward_shapes(attrs, shapes)``. A
+    graph marks the shape () as unknown, so the head gradient of a zero-dim output gets its
+    shape only this way. ``result(attrs, shapes)`` gives the backward's output shapes."""
+    def infer(attrs, shapes):
+        shapes = list(shapes)
+        if any(s is None for s in shapes[:grad_count]):
+            found = forward_shapes(attrs, shapes)
+            for i in range(grad_count):
+                if shapes[i] is None and found is not None and i < len(found):
+                    shapes[i] = None if found[i] is None else tuple(found[i])
+        return shapes, result(attrs, shapes)
+    return infer
 
 
 def eval_shapes(fn, shapes, dtypes=None, attrs=None):

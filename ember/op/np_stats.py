@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import unknown as _unknown, INT64, float_of, normalize_axis, p_any, promote
+from ember.op.np_rules import (INT64, float_of, gradient_shapes, normalize_axis, p_any, promote,
+                               unknown as _unknown)
 from ember.op.registry import Param, ShapeError, p_bool, p_int, p_optional, p_str, register
 
 __all__ = []
@@ -58,7 +59,8 @@ register('_npi_diff', _diff_kernel, inputs=('a',), params=_DIFF, infer_shape=_di
                                                                         **attrs)],
          doc='``np.diff``: n-th differences along an axis.')
 register('_backward_npi_diff', _backward_diff_kernel, inputs=('ograd', 'a'), params=_DIFF,
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: _diff_shape(attrs, s[1:])[1],
+                                     lambda attrs, s: [s[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]),
          doc='Gradient of ``_npi_diff``.')
 
@@ -98,7 +100,8 @@ register('_npi_polyval', _polyval_kernel, inputs=('p', 'x'), infer_shape=_polyva
          doc='``np.polyval``: the polynomial with coefficients p (highest power first) at x.')
 register('_backward_npi_polyval', _backward_polyval_kernel, inputs=('ograd', 'p', 'x'),
          outputs=('p_grad', 'x_grad'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1], shapes[2]]),
+         infer_shape=gradient_shapes(1, lambda attrs, s: [s[2]],
+                                     lambda attrs, s: [s[1], s[2]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1], dtypes[2]]),
          doc='Gradients of ``_npi_polyval``.')
 
