@@ -3,8 +3,8 @@
 Two switches choose how MXNet 1.x code behaves. *NumPy shape* semantics lets ``()`` be the
 shape of a scalar and ``0`` a length; Ember's arrays always allow both, so the switch is only
 recorded for code that asks. *NumPy array* semantics makes Gluon hand out ``mx.np.ndarray``
-(parameters, layer outputs, data batches) instead of ``mx.nd.NDArray``; it needs NumPy shape
-semantics on. Both are per thread, as in MXNet 1.9.
+(parameters, layer outputs, data batches) instead of ``mx.nd.NDArray``; ``set_np`` turns on both
+and refuses array semantics without shape semantics. Both are per thread, as in MXNet 1.9.
 
 >>> from ember import util
 >>> util.is_np_array()
@@ -96,11 +96,7 @@ def is_np_array() -> bool:
 
 
 def _set_np_array(active) -> bool:
-    active = bool(active)
-    if active and not _state.shape:
-        raise ValueError('NumPy array semantics needs NumPy shape semantics: use set_np() or '
-                         'np_shape() first')
-    previous, _state.array = _state.array, active
+    previous, _state.array = _state.array, bool(active)
     return previous
 
 
@@ -170,7 +166,7 @@ def use_np_shape(func):
 
 def use_np_array(func):
     """Run a function, or every method and property of a class, under NumPy array semantics
-    (which needs NumPy shape semantics on: use ``use_np`` for both)."""
+    (``use_np`` turns on NumPy shape semantics too, which mx.np code expects)."""
     return _decorate(func, _scoped(np_array), 'use_np_array')
 
 

@@ -16,6 +16,7 @@ LAYERS = ['config', 'base',
           'initializer',   # mx.init: builds arrays with ndarray and random; gluon uses it
           'symbol', 'passes', 'executor',
           'numpy',         # mx.np: NumPy's interface on ndarray, autograd and symbol
+          'numpy_dispatch_protocol',   # decorators for NumPy's dispatch to mx.np
           'util',          # mx.util: the NumPy-semantics switches; GPUs and the environment
           'numpy_extension',   # mx.npx: MXNet's operators on mx.np arrays
           'lr_scheduler',  # plain schedules that optimizers hold
@@ -27,7 +28,8 @@ LAYERS = ['config', 'base',
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
-           'name', 'attribute', 'mod'}
+           'name', 'attribute', 'mod',
+           'numpy_op_fallback'}   # NumPy computations as custom operators (mx.operator)
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.

@@ -18,6 +18,16 @@ import ember as mx
 from ember import numpy as np
 from np_cases import CASES, Arr, reference
 
+# The functions this table runs, for ``python -m ember api-coverage`` (it reads this list):
+# mx.np's, and the same functions as mx.nd.np and mx.sym.np give them.
+EXERCISED_API = sorted({f'ember.numpy.{c.name}' for c in CASES}
+                       | {f'ember.ndarray.numpy.{c.name}' for c in CASES}
+                       | {f'ember.symbol.numpy.{c.name}' for c in CASES}
+                       | {f'ember.numpy.multiarray.{c.name}' for c in CASES if '.' not in c.name}
+                       | {f'ember.numpy.fallback.{c.name}' for c in CASES if c.dtype == 'numpy'}
+                       | {f'ember.numpy.fallback_linalg.{c.name[7:]}' for c in CASES
+                          if c.name.startswith('linalg.')})
+
 # Functions tested by other files rather than by this table (and why).
 ELSEWHERE = {
     'set_printoptions': 'test_numpy_api.py (printing)',

@@ -224,8 +224,28 @@ def test_legacy_operators_keep_mx_np_arrays():
     assert type(mx.nd.relu(x.as_nd_ndarray())) is mx.nd.NDArray
 
 
+def test_dtypes_and_constants_of_mx_np():
+    assert np.float16 is onp.float16 and np.float32 is onp.float32 and np.float64 is onp.float64
+    assert np.int8 is onp.int8 and np.int32 is onp.int32 and np.int64 is onp.int64
+    assert np.uint8 is onp.uint8 and np.bool_ is onp.bool_ and np.bool is bool
+    assert np.zeros(2, dtype=np.int8).dtype == onp.int8
+    assert np.ones(1, dtype=np.bool_).dtype == onp.bool_
+    assert np.finfo(np.float32).eps == onp.finfo(onp.float32).eps
+    assert np.pi == onp.pi and np.e == onp.e and np.newaxis is None
+    assert np.inf == np.PINF == -np.NINF and np.isnan(np.nan) and np.isnan(np.NAN)
+    assert np.isnan(np.NaN) and np.PZERO == 0.0 and str(np.NZERO) == '-0.0'
+
+
 # ----------------------------------------------------------------------------------------------
 # Random samplers
+
+# Samplers the tests below reach by name, for ``python -m ember api-coverage``.
+EXERCISED_API = [f'ember.{space}.random.{name}'
+                 for space in ('numpy', 'ndarray.numpy', 'symbol.numpy')
+                 for name in ('uniform', 'normal', 'gamma', 'beta', 'chisquare', 'exponential',
+                              'gumbel', 'logistic', 'lognormal', 'pareto', 'power', 'rayleigh',
+                              'weibull', 'randint', 'rand', 'randn', 'choice', 'multinomial',
+                              'shuffle', 'multivariate_normal')]
 
 SAMPLERS = [
     ('uniform', (1.0, 3.0), 2.0, (2 / 12 ** 0.5)),
@@ -318,6 +338,33 @@ def test_pathwise_gradients_against_finite_differences(name, params):
         assert abs(float(arrays[key].grad[0]) - numeric) < 2e-2 * max(1.0, abs(numeric)), key
 
 
+@pytest.mark.parametrize('name,params,mean,std', SAMPLERS, ids=[s[0] for s in SAMPLERS])
+def test_samplers_in_graphs(name, params, mean, std):
+    from ember.executor.cached_op import CachedOp
+    from ember.numpy import symbol as npsym
+    mx.random.seed(13)
+    x = npsym.var('x')
+    graph = getattr(mx.sym.np.random, name)(*params, size=(20000,)) + x * 0
+    draws = CachedOp(graph)(np.zeros(1, dtype='int64' if name == 'randint' else 'float32'))
+    values = draws.asnumpy().astype(onp.float64)
+    assert draws.shape == (20000,)
+    assert abs(values.mean() - mean) < 5 * std / 20000 ** 0.5
+
+
+def test_other_samplers_in_graphs():
+    from ember.executor.cached_op import CachedOp
+    from ember.numpy import symbol as npsym
+    x, mean, cov = npsym.var('x'), npsym.var('mean'), npsym.var('cov')
+    space = mx.sym.np.random
+    graph = mx.sym.Group([space.rand(2, 4) + x * 0, space.randn(4) + x * 0,
+                          space.choice(5, size=(3,)), space.multinomial(4, [0.5, 0.5], size=2),
+                          space.shuffle(x), space.multivariate_normal(mean, cov, size=3)])
+    outputs = CachedOp(graph)(np.arange(4.0), np.zeros(2), np.eye(2))
+    assert [o.shape for o in outputs] == [(2, 4), (4,), (3,), (2, 2), (4,), (3, 2)]
+    assert sorted(outputs[4].asnumpy().tolist()) == [0.0, 1.0, 2.0, 3.0]
+    assert (outputs[3].asnumpy().sum(axis=1) == 4).all()
+
+
 # ----------------------------------------------------------------------------------------------
 # mx.np code traced into a graph
 
@@ -331,3 +378,43 @@ def test_np_symbols_run_like_arrays():
     expected = (np.tanh(a @ b.T) * 2 - a[:, :1] + np.ones((2, 1))).sum(axis=1) ** 2
     result = CachedOp(graph)(a, b)
     onp.testing.assert_allclose(result.asnumpy(), expected.asnumpy(), rtol=1e-5)
+
+
+def test_numpy_op_fallback_operators():
+    from ember import numpy_op_fallback as fallback_ops
+    from ember.numpy import symbol as npsym
+    internal = mx.nd.np._internal
+    x = np.arange(6.0).reshape(2, 3)
+    empty = internal.empty_like_fallback(x, dtype='int32', order='C', subok=False, shape=None)
+    assert empty.shape == (2, 3) and empty.dtype == onp.int32
+    assert internal.resize_fallback(x, new_shape=(4,)).tolist() == [0, 1, 2, 3]
+    rows = internal.unravel_index_fallback(np.array([5, 1], dtype='int64'), shape=(2, 3))
+    assert rows.tolist() == [[1, 0], [2, 1]]
+    mx.random.seed(2)
+    draws = internal.mvn_fallback(np.array([1.0, -1.0]), np.eye(2) * 0.01, size=(500,))
+    assert draws.shape == (500, 2)
+    onp.testing.assert_allclose(draws.asnumpy().mean(axis=0), [1.0, -1.0], atol=0.02)
+    # In a graph (run by an engine worker, which Ember's custom operators refuse under the
+    # threaded engines): the node and its shapes
+    graph = mx.sym.np._internal.resize_fallback(npsym.var('a'), new_shape=(3, 2))
+    assert graph.list_arguments() == ['a'] and graph.infer_shape(a=(2, 3))[1] == [(3, 2)]
+    for prop in (fallback_ops.EmptyLikeProp, fallback_ops.ResizeProp,
+                 fallback_ops.Unravel_indexProp, fallback_ops.MultivariateNormalProp):
+        assert issubclass(prop, mx.operator.CustomOpProp)
+    for op in (fallback_ops.EmptyLike, fallback_ops.Resize, fallback_ops.Unravel_index,
+               fallback_ops.MultivariateNormal):
+        assert issubclass(op, mx.operator.CustomOp)
+    assert fallback_ops.np_array is mx.util.np_array and fallback_ops.use_np is mx.util.use_np
+
+    class Twice(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] * 2)
+
+    @fallback_ops.register('twice_for_test', symbolic=False)
+    class TwiceProp(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, in_shapes, in_dtypes):
+            return Twice()
+    assert internal.twice_for_test(np.ones(2)).tolist() == [2.0, 2.0]
+    assert not hasattr(mx.sym.np._internal, 'twice_for_test')
+    with pytest.raises(ValueError, match='already'):
+        fallback_ops.register('twice_for_test')(TwiceProp)

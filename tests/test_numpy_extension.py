@@ -13,6 +13,11 @@ from ember import numpy_extension as npx
 from ember.executor.cached_op import CachedOp
 from ember.numpy import symbol as npsym
 
+# The layer operators the table below reaches by name (for ``python -m ember api-coverage``).
+EXERCISED_API = [f'ember.numpy_extension.{name}' for name in (
+    'fully_connected', 'convolution', 'deconvolution', 'pooling', 'activation', 'leaky_relu',
+    'batch_norm', 'layer_norm', 'softmax', 'log_softmax', 'relu', 'sigmoid', 'dropout')]
+
 # (input shape, codes, reverse) -> MXNet 1.9.1's npx.reshape result shape.
 RESHAPES = [
     ((2, 3, 4), (-1,), False, (24,)), ((2, 3, 4), (-2, -1), False, (2, 12)),
@@ -70,7 +75,14 @@ def test_values_as_mxnet():
     onp.testing.assert_allclose(npx.gammaln(x).asnumpy()[1], [1.7917595, 3.1780539, 4.787492],
                                 rtol=1e-6)
     onp.testing.assert_allclose(npx.erfinv(np.array([0.5])).asnumpy(), [0.47693628], rtol=1e-6)
+    onp.testing.assert_allclose(npx.erf(x).asnumpy()[0], [0.8427008, 0.9953223, 0.9999779],
+                                rtol=1e-6)
+    onp.testing.assert_allclose(npx.gamma(x).asnumpy()[1], [6.0, 24.0, 120.0], rtol=1e-6)
     assert npx.reshape_like(np.ones(6), np.ones((2, 3))).shape == (2, 3)
+    assert npx.reshape_like(np.ones((2, 6)), np.ones((3, 2)), lhs_begin=1, lhs_end=2,
+                            rhs_begin=0, rhs_end=2).shape == (2, 3, 2)
+    out = np.zeros((2, 3))
+    assert npx.relu(np.ones((2, 3)), out=out) is out and out.sum() == 6
     assert npx.batch_dot(np.ones((2, 3, 4)), np.ones((2, 4, 5))).shape == (2, 3, 5)
     assert bool(npx.constraint_check(np.ones(2, dtype='bool'), 'never'))
     with pytest.raises(ValueError, match='lengths must be positive'):
@@ -193,3 +205,58 @@ def test_array_methods_from_npx():
     assert x.relu().tolist() == [[0, 2], [3, 0]]
     onp.testing.assert_allclose(x.softmax().asnumpy().sum(axis=-1), [1.0, 1.0], rtol=1e-6)
     assert x.pick(np.array([1, 0])).tolist() == [2.0, 3.0]
+
+
+# The SSD operators (mx.nd.contrib) and the image operators (mx.nd.image) come from other
+# operator families; npx offers them where they are registered.
+HAS_DETECTION = hasattr(npx, 'multibox_prior')
+
+
+@pytest.mark.skipif(not HAS_DETECTION, reason='the SSD operators are not registered')
+def test_detection_operators_match_mx_nd():
+    rng = onp.random.default_rng(0)
+    feature = np.array(rng.standard_normal((1, 2, 4, 4)), dtype='float32')
+    anchors = npx.multibox_prior(feature, sizes=(0.3, 0.5), ratios=(1.0, 2.0))
+    expected = mx.nd._contrib_MultiBoxPrior(feature.as_nd_ndarray(), sizes=(0.3, 0.5),
+                                            ratios=(1.0, 2.0))
+    assert type(anchors) is np.ndarray
+    onp.testing.assert_allclose(anchors.asnumpy(), expected.asnumpy())
+    count = anchors.shape[1]
+    label = np.array([[[0, 0.1, 0.1, 0.5, 0.5], [-1, 0, 0, 0, 0]]], dtype='float32')
+    cls_pred = np.array(rng.standard_normal((1, 2, count)), dtype='float32')
+    targets = npx.multibox_target(anchors, label, cls_pred)
+    legacy = mx.nd._contrib_MultiBoxTarget(anchors.as_nd_ndarray(), label.as_nd_ndarray(),
+                                           cls_pred.as_nd_ndarray())
+    for got, want in zip(targets, legacy):
+        onp.testing.assert_allclose(got.asnumpy(), want.asnumpy())
+    cls_prob = npx.softmax(cls_pred, axis=1)
+    loc_pred = np.zeros((1, count * 4))
+    detections = npx.multibox_detection(cls_prob, loc_pred, anchors)
+    expected = mx.nd._contrib_MultiBoxDetection(cls_prob.as_nd_ndarray(),
+                                                loc_pred.as_nd_ndarray(),
+                                                anchors.as_nd_ndarray())
+    onp.testing.assert_allclose(detections.asnumpy(), expected.asnumpy())
+
+
+IMAGE_CALLS = [('to_tensor', {}), ('normalize', {'mean': (0.5,), 'std': (0.25,)}),
+               ('resize', {'size': (3, 2)}), ('crop', {'x': 1, 'y': 0, 'width': 2,
+                                                       'height': 2}),
+               ('flip_left_right', {}), ('flip_top_bottom', {}),
+               ('random_flip_left_right', {}), ('random_brightness',
+                                                {'min_factor': 0.5, 'max_factor': 1.5})]
+
+
+@pytest.mark.parametrize('name,params', IMAGE_CALLS, ids=[c[0] for c in IMAGE_CALLS])
+def test_image_operators_match_mx_nd(name, params):
+    if name not in npx.image.__all__:
+        pytest.skip(f'the image operator _image_{name} is not registered')
+    values = onp.arange(4 * 5 * 3).reshape(4, 5, 3)
+    data = np.array(values, dtype='float32' if name == 'normalize' else 'uint8')
+    if name == 'normalize':
+        data = np.array(values.transpose(2, 0, 1) / 60.0, dtype='float32')
+    mx.random.seed(3)
+    got = getattr(npx.image, name)(data, **params)
+    mx.random.seed(3)
+    want = getattr(mx.nd, f'_image_{name}')(data.as_nd_ndarray(), **params)
+    assert type(got) is np.ndarray
+    onp.testing.assert_allclose(got.asnumpy(), want.asnumpy())

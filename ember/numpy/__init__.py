@@ -41,6 +41,9 @@ for _name in _fallback_module.__all__:
     if _name not in globals():
         globals()[_name] = getattr(_fallback_module, _name)
 
+multiarray.hold_every_function({n: globals()[n] for n in _PUBLIC_OPS + list(
+    _fallback_module.__all__)})
+
 __all__ = sorted(set(['ndarray', 'array', 'random', 'linalg', 'fallback', 'fallback_linalg',
                       'arrayprint', 'function_base', 'io', 'multiarray', 'stride_tricks',
                       'utils', 'genfromtxt'] + list(utils.__all__) + _PUBLIC_OPS
@@ -53,25 +56,72 @@ __all__ = sorted(set(['ndarray', 'array', 'random', 'linalg', 'fallback', 'fallb
 _CREATION = ('zeros', 'ones', 'full', 'empty', 'eye', 'identity', 'arange', 'linspace',
              'logspace', 'indices', 'hanning', 'hamming', 'blackman')
 
+# Functions that MXNet's mx.nd.np and mx.sym.np generate from operators: their first argument
+# may be given by the operator's input name, and they take ``name`` (and ``attr``).
+_OPERATOR_STYLE = {'all': 'data', 'any': 'data', 'sometrue': 'data', 'diag': 'data',
+                   'diagflat': 'data', 'diagonal': 'data', 'repeat': 'data', 'roll': 'data',
+                   'trace': 'data', 'amax': 'a', 'amin': 'a', 'max': 'a', 'min': 'a',
+                   'copy': 'a', 'cumsum': 'a', 'dot': 'a', 'moveaxis': 'a', 'prod': 'a',
+                   'product': 'a', 'reshape': 'a', 'squeeze': 'a', 'sum': 'a',
+                   'transpose': 'a', 'atleast_1d': None, 'atleast_2d': None,
+                   'atleast_3d': None}
+
 
 def _namespace(module_name, symbolic):
     namespace = _types.ModuleType(module_name, f'``mx.np`` for hybrid_forward(F, ...): '
                                                f'{"graph nodes" if symbolic else "arrays"}.')
     for name in __all__:
         setattr(namespace, name, globals()[name])
+    namespace._internal = _types.ModuleType(module_name + '._internal',
+                                            'Operators registered by numpy_op_fallback.')
+    for name, first in _OPERATOR_STYLE.items():
+        setattr(namespace, name, _operator_style(globals()[name], first))
     if symbolic:
         for name in _CREATION:
-            setattr(namespace, name, _symbolic_creation(globals()[name]))
+            setattr(namespace, name, _in_graph(getattr(namespace, name)))
+        namespace.random = _types.ModuleType(module_name + '.random', random.__doc__)
+        for name in random.__all__:
+            setattr(namespace.random, name, _in_graph(getattr(random, name)))
+        namespace.random.shuffle = _shuffled
     return namespace
 
 
-def _symbolic_creation(function):
-    def creation(*args, **kwargs):
+def _operator_style(function, first):
+    """`function` taking its first argument also by the operator's input name `first`, and
+    MXNet's ``name`` / ``attr`` of generated operator functions (graph node names are
+    Ember's own, so they are not used)."""
+    def call(*args, name=None, attr=None, **kwargs):
+        if first is not None and first in kwargs:
+            args = (kwargs.pop(first),) + args
+        return function(*args, **kwargs)
+    call.__name__ = call.__qualname__ = function.__name__
+    call.__doc__ = function.__doc__
+    return call
+
+
+def _in_graph(function):
+    """`function` building graph nodes even without Symbol arguments (creation, sampling)."""
+    def call(*args, **kwargs):
         kwargs.pop('ctx', None)
-        return function(*args, symbolic=True, **kwargs)
-    creation.__name__ = creation.__qualname__ = function.__name__
-    creation.__doc__ = function.__doc__
-    return creation
+        with multiarray.building_graph():
+            return function(*args, **kwargs)
+    call.__name__ = call.__qualname__ = function.__name__
+    call.__doc__ = function.__doc__
+    call.__signature__ = _signature_of(function)
+    return call
+
+
+def _shuffled(x):
+    """``mx.sym.np.random.shuffle``: the symbol of `x` with its first axis shuffled."""
+    return multiarray.apply('_npi_shuffle', [x])
+
+
+def _signature_of(function):
+    import inspect
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
 
 
 ndarray_namespace = _namespace('ember.ndarray.numpy', symbolic=False)
@@ -83,7 +133,8 @@ def _attach():
     from ember import ndarray as _nd
     from ember import symbol as _sym
     from ember.numpy.symbol import as_np_symbol
-    _nd.np, _sym.np = ndarray_namespace, symbol_namespace
+    _nd.np = _nd.numpy = ndarray_namespace
+    _sym.np = _sym.numpy = symbol_namespace
     _nd.NDArray.as_np_ndarray = multiarray.as_np
     _nd.NDArray.as_nd_ndarray = lambda self: self
     _sym.Symbol.as_np_ndarray = as_np_symbol

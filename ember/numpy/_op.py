@@ -24,7 +24,8 @@ import numpy as onp
 from ember.base import dtype_of
 from ember.ndarray.ndarray import NDArray, invoke, parse_device
 from ember.numpy import _ufunc
-from ember.numpy.multiarray import (NotForSymbol, apply, array, as_array, as_np, fallback,
+from ember.numpy.multiarray import (NotForSymbol, _graph_scope, apply, array, as_array, as_np,
+                                    fallback,
                                     is_symbol, ndarray, wrap, _scalar_or_array, _op)
 from ember.op.np_elemwise import BINARY, UNARY
 
@@ -144,17 +145,18 @@ for _public, _name in _BINARY_NAMES.items():
     globals()[_public] = _binary(_public, _name)
 
 
-def around(a, decimals=0, out=None):
-    """``np.around``: round half to even at `decimals` digits."""
-    if _is_number(a):
-        return onp.around(a, decimals)
-    return _finish(apply('_npi_around', [_array_arg(a)], {'decimals': decimals}), None, True,
+def around(x, decimals=0, out=None, **kwargs):
+    """``np.around``: round half to even at `decimals` digits (ufunc keywords accepted)."""
+    dtype, where = _ufunc.options('around', kwargs)
+    if _is_number(x):
+        return onp.around(x, decimals)
+    return _finish(apply('_npi_around', [_array_arg(x)], {'decimals': decimals}), dtype, where,
                    out)
 
 
-def round(a, decimals=0, out=None):  # noqa: A001  (NumPy's name)
+def round(x, decimals=0, out=None, **kwargs):  # noqa: A001  (NumPy's name)
     """``np.round``, the same as :func:`around`."""
-    return around(a, decimals, out)
+    return around(x, decimals, out, **kwargs)
 
 
 round_ = round
@@ -170,9 +172,11 @@ def clip(a, a_min=None, a_max=None, out=None, **kwargs):
     return _finish(apply('_npi_clip', [_array_arg(a)], bounds), dtype, where, out)
 
 
-def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None, **kwargs):
     """``np.nan_to_num``: NaN and infinities replaced by finite numbers (in place for
     copy=False)."""
+    if kwargs:
+        raise TypeError(f'nan_to_num: unknown arguments {sorted(kwargs)}')
     result = apply('_npi_nan_to_num', [_array_arg(x)],
                    {'nan': nan, 'posinf': posinf, 'neginf': neginf})
     if not copy and isinstance(x, NDArray):
@@ -212,8 +216,8 @@ def _shape_of(shape):
     return tuple(int(d) for d in shape)
 
 
-def _creation(op_name, attrs, ctx, out=None, symbolic=False):
-    result = apply(op_name, [], attrs, symbolic=symbolic, ctx=ctx)
+def _creation(op_name, attrs, ctx, out=None):
+    result = apply(op_name, [], attrs, ctx=ctx)
     if out is not None:
         out[...] = result
         return out
@@ -224,90 +228,100 @@ def _dtype_attr(dtype):
     return None if dtype is None else dtype_of(dtype)
 
 
-def zeros(shape, dtype=None, order='C', ctx=None, out=None, **kwargs):
+def _row_major(name, order):
+    if order not in ('C', 'K', 'A'):
+        raise ValueError(f"{name}: order={order!r}: arrays are row-major ('C')")
+
+
+def zeros(shape, dtype=None, order='C', ctx=None, out=None):
     """``np.zeros`` (float32 unless `dtype`)."""
+    _row_major('zeros', order)
     return _creation('_npi_zeros', {'shape': _shape_of(shape), 'dtype': _dtype_attr(dtype)},
-                     ctx, out, **kwargs)
+                     ctx, out)
 
 
-def ones(shape, dtype=None, order='C', ctx=None, out=None, **kwargs):
+def ones(shape, dtype=None, order='C', ctx=None, out=None):
     """``np.ones`` (float32 unless `dtype`)."""
+    _row_major('ones', order)
     return _creation('_npi_ones', {'shape': _shape_of(shape), 'dtype': _dtype_attr(dtype)},
-                     ctx, out, **kwargs)
+                     ctx, out)
 
 
-def empty(shape, dtype=None, order='C', ctx=None, **kwargs):
-    """``np.empty``: an array whose values are not set (float32 unless `dtype`)."""
-    if kwargs.get('symbolic'):
-        return zeros(shape, dtype, order, ctx, **kwargs)
+def empty(shape, dtype=None, order='C', ctx=None):
+    """``np.empty``: an array whose values are not set (float32 unless `dtype`; zeros in a
+    graph)."""
+    _row_major('empty', order)
+    if _graph_scope.active:
+        return zeros(shape, dtype, order, ctx)
     from ember.ndarray.ndarray import empty as nd_empty
     return wrap(nd_empty(_shape_of(shape), parse_device(ctx),
                          _dtype_attr(dtype) or onp.dtype(onp.float32)))
 
 
-def full(shape, fill_value, dtype=None, order='C', ctx=None, out=None, **kwargs):
+def full(shape, fill_value, dtype=None, order='C', ctx=None, out=None):
     """``np.full``: `fill_value` everywhere (float32 unless `dtype`, bool for a bool)."""
+    _row_major('full', order)
     if isinstance(fill_value, NDArray):
         dtype = dtype or fill_value.dtype
-        result = broadcast_to(fill_value.astype(dtype_of(dtype)), _shape_of(shape))
-        return result.copy()
+        result = broadcast_to(fill_value.astype(dtype_of(dtype)), _shape_of(shape)).copy()
+        return _finish(result, None, True, out)
     if isinstance(fill_value, (onp.number, onp.bool_)):
         fill_value = fill_value.item()
     return _creation('_npi_full', {'shape': _shape_of(shape), 'value': fill_value,
-                                   'dtype': _dtype_attr(dtype)}, ctx, out, **kwargs)
+                                   'dtype': _dtype_attr(dtype)}, ctx, out)
 
 
-def identity(n, dtype=None, ctx=None, **kwargs):
+def identity(n, dtype=None, ctx=None):
     """``np.identity``: the n x n identity matrix."""
-    return eye(n, dtype=dtype, ctx=ctx, **kwargs)
+    return eye(n, dtype=dtype, ctx=ctx)
 
 
 def eye(N, M=None, k=0, dtype=None, ctx=None, **kwargs):
     """``np.eye``: ones on diagonal `k`."""
-    return _creation('_npi_eye', {'N': N, 'M': M, 'k': k, 'dtype': _dtype_attr(dtype)}, ctx,
-                     **kwargs)
+    if kwargs:
+        raise TypeError(f'eye: unknown arguments {sorted(kwargs)}')
+    return _creation('_npi_eye', {'N': N, 'M': M, 'k': k, 'dtype': _dtype_attr(dtype)}, ctx)
 
 
-def arange(start, stop=None, step=1, dtype=None, ctx=None, **kwargs):
+def arange(start, stop=None, step=1, dtype=None, ctx=None):
     """``np.arange`` (float32 unless `dtype`, as MXNet)."""
     return _creation('_npi_arange', {'start': start, 'stop': stop, 'step': step,
-                                     'dtype': _dtype_attr(dtype)}, ctx, **kwargs)
+                                     'dtype': _dtype_attr(dtype)}, ctx)
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0,
-             ctx=None, **kwargs):
+             ctx=None):
     """``np.linspace``: `num` values evenly spaced from start to stop."""
     if axis != 0:
         raise ValueError(f'linspace: axis={axis}: the values lie along axis 0')
     result = _creation('_npi_linspace', {'start': start, 'stop': stop, 'num': num,
                                          'endpoint': endpoint, 'dtype': _dtype_attr(dtype)},
-                       ctx, **kwargs)
+                       ctx)
     if retstep:
         step = (stop - start) / max(num - 1 if endpoint else num, 1)
         return result, step
     return result
 
 
-def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0, ctx=None,
-             **kwargs):
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0, ctx=None):
     """``np.logspace``: `num` values evenly spaced on a log scale."""
     if axis != 0:
         raise ValueError(f'logspace: axis={axis}: the values lie along axis 0')
     return _creation('_npi_logspace', {'start': start, 'stop': stop, 'num': num,
                                        'endpoint': endpoint, 'base': base,
-                                       'dtype': _dtype_attr(dtype)}, ctx, **kwargs)
+                                       'dtype': _dtype_attr(dtype)}, ctx)
 
 
-def indices(dimensions, dtype=None, ctx=None, **kwargs):
+def indices(dimensions, dtype=None, ctx=None):
     """``np.indices``: the index grid of a shape (int32 unless `dtype`, as MXNet)."""
     return _creation('_npi_indices', {'dimensions': _shape_of(dimensions),
                                       'dtype': _dtype_attr(dtype) or onp.dtype(onp.int32)},
-                     ctx, **kwargs)
+                     ctx)
 
 
 def _window(name):
-    def window(M, dtype=None, ctx=None, **kwargs):
-        return _creation(f'_npi_{name}', {'M': M, 'dtype': _dtype_attr(dtype)}, ctx, **kwargs)
+    def window(M, dtype=None, ctx=None):
+        return _creation(f'_npi_{name}', {'M': M, 'dtype': _dtype_attr(dtype)}, ctx)
     window.__name__ = window.__qualname__ = name
     window.__doc__ = f'``np.{name}``: the {name} window of M points (float32).'
     return window
@@ -348,12 +362,12 @@ def empty_like(prototype, dtype=None, order='C', subok=False, shape=None):
     return full_like(prototype, 0, dtype)
 
 
-def copy(a, order='C'):
+def copy(a, out=None, order='C'):
     """``np.copy``: a new array with the same values."""
     a = _array_arg(a)
     if is_symbol(a):
         return apply('_copy', [a])
-    return a.copy(order)
+    return _finish(a.copy(order), None, True, out)
 
 
 def asarray(a, dtype=None, ctx=None):
@@ -508,8 +522,13 @@ def cumsum(a, axis=None, dtype=None, out=None):
     return _finish(result, None, True, out)
 
 
-def average(a, axis=None, weights=None, returned=False, keepdims=False):
+def average(a, axis=None, weights=None, returned=False, out=None, keepdims=False):
     """``np.average``: the weighted mean (weights broadcast along `axis` when 1-D)."""
+    if out is not None:
+        result = average(a, axis, weights, returned, None, keepdims)
+        value = result[0] if returned else result
+        _finish(value, None, True, out)
+        return (out, result[1]) if returned else out
     a = _array_arg(a)
     if weights is None:
         result = mean(a, axis, keepdims=keepdims)
@@ -564,8 +583,10 @@ def _view(a, op_name, attrs, shape):
     return wrap(a._reshaped(shape, _op(op_name), _op(op_name).parse_attrs(attrs)))
 
 
-def reshape(a, newshape, order='C'):
-    """``np.reshape``: a view with a new shape (one -1 inferred)."""
+def reshape(a, newshape, order='C', out=None):
+    """``np.reshape``: a view with a new shape (one -1 inferred; a copy into `out`)."""
+    if out is not None:
+        return _finish(reshape(a, newshape, order), None, True, out)
     if order not in ('C', 'A'):
         raise ValueError(f"reshape: order={order!r}: arrays are row-major ('C')")
     a = _array_arg(a)
@@ -592,8 +613,10 @@ def expand_dims(a, axis):
     return _view(a, '_npi_expand_dims', {'axis': axis}, expand_dims_shape(a.shape, axis))
 
 
-def squeeze(a, axis=None):
+def squeeze(a, axis=None, out=None):
     """``np.squeeze``: axes of length one removed."""
+    if out is not None:
+        return _finish(squeeze(a, axis), None, True, out)
     a = _array_arg(a)
     axis = _axis_attr(axis)
     if is_symbol(a):
@@ -660,9 +683,9 @@ def rollaxis(a, axis, start=0):
     return moveaxis(a, axis, start)
 
 
-def broadcast_to(array_, shape):
+def broadcast_to(array, shape):  # noqa: F811  (MXNet's parameter name)
     """``np.broadcast_to`` (a copy)."""
-    return apply('_npi_broadcast_to', [_array_arg(array_)], {'shape': _shape_of(shape)})
+    return apply('_npi_broadcast_to', [_array_arg(array)], {'shape': _shape_of(shape)})
 
 
 def broadcast_arrays(*args):
@@ -792,9 +815,10 @@ def dsplit(ary, indices_or_sections):
 # ----------------------------------------------------------------------------------------------
 # Rearranging
 
-def flip(m, axis=None):
+def flip(m, axis=None, out=None):
     """``np.flip``: elements in reverse order along axes."""
-    return apply('_npi_flip', [_array_arg(m)], {'axis': _axis_attr(axis)})
+    return _finish(apply('_npi_flip', [_array_arg(m)], {'axis': _axis_attr(axis)}), None, True,
+                   out)
 
 
 def fliplr(m):
@@ -857,14 +881,14 @@ def pad(x, pad_width, mode='constant', **kwargs):
                                                'reflect_type': reflect_type})
 
 
-def diag(v, k=0):
+def diag(array, k=0):  # noqa: F811  (MXNet's parameter name)
     """``np.diag``: the diagonal of a matrix, or a matrix with a vector on a diagonal."""
-    return apply('_npi_diag', [_array_arg(v)], {'k': k})
+    return apply('_npi_diag', [_array_arg(array)], {'k': k})
 
 
-def diagflat(v, k=0):
+def diagflat(array, k=0):  # noqa: F811  (MXNet's parameter name)
     """``np.diagflat``: a matrix with the flattened input on diagonal `k`."""
-    return apply('_npi_diagflat', [_array_arg(v)], {'k': k})
+    return apply('_npi_diagflat', [_array_arg(array)], {'k': k})
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):

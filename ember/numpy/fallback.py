@@ -11,8 +11,11 @@ array([ True, False])
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as onp
 
+from ember.numpy import _op
 from ember.numpy.multiarray import fallback
 
 __all__ = ['allclose', 'alltrue', 'apply_along_axis', 'apply_over_axes', 'argpartition',
@@ -28,6 +31,9 @@ __all__ = ['allclose', 'alltrue', 'apply_along_axis', 'apply_over_axes', 'argpar
            'roots', 'searchsorted', 'select', 'setdiff1d', 'setxor1d', 'signbit', 'size',
            'sometrue', 'spacing', 'take_along_axis', 'trapz', 'tril_indices_from', 'trim_zeros',
            'triu_indices_from', 'union1d', 'unpackbits', 'unwrap', 'vander']
+
+# Also in MXNet's module, though not in its __all__.
+_MORE = ['nanstd', 'nansum', 'nanvar', 'pmt']
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,12 +123,36 @@ def _msort(a):
     return onp.sort(a, axis=0)
 
 
-_WRITTEN = {'alltrue': onp.all, 'sometrue': onp.any, 'in1d': _in1d, 'npv': _npv, 'pv': _pv, 'ppmt': _ppmt,
+_WRITTEN = {'alltrue': onp.all, 'sometrue': onp.any, 'pmt': _pmt, 'in1d': _in1d, 'npv': _npv, 'pv': _pv, 'ppmt': _ppmt,
             'rate': _rate, 'mirr': _mirr, 'msort': _msort,
             'trapz': getattr(onp, 'trapezoid', None)}
 
-for _name in __all__:
+# Keywords of NumPy 1.x that NumPy 2 renamed (or that never had an effect and were removed).
+_RENAMED = {'interpolation': 'method', 'normed': 'density'}
+_NO_EFFECT = {'corrcoef': ('bias', 'ddof')}
+
+
+def _with_old_keywords(name, function):
+    def call(*args, **kwargs):
+        for key in _NO_EFFECT.get(name, ()):
+            kwargs.pop(key, None)
+        for old, new in _RENAMED.items():
+            if old in kwargs and new not in inspect.signature(function).parameters:
+                continue
+            if old in kwargs:
+                kwargs[new] = kwargs.pop(old)
+        return function(*args, **kwargs)
+    return call
+
+
+for _name in __all__ + _MORE:
     _function = getattr(onp, _name, None)
     if _function is None:
         _function = _WRITTEN[_name]
-    globals()[_name] = fallback(_function, _name)
+    globals()[_name] = fallback(_with_old_keywords(_name, _function), _name)
+
+# Where mx.np has a function of its own (with gradients, on the engine), this module holds it.
+for _name in __all__ + _MORE:
+    _native = getattr(_op, _name, None)
+    if _native is not None and getattr(_native, '__module__', '') == _op.__name__:
+        globals()[_name] = _native

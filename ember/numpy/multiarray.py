@@ -19,8 +19,11 @@ instead, so that the same ``mx.np`` code runs inside a hybridized block.
 """
 from __future__ import annotations
 
+import builtins
+import contextlib
 import numbers
 import sys
+import threading
 
 import numpy as onp
 
@@ -33,7 +36,12 @@ from ember.ndarray.ndarray import (NDArray, fill_fresh, invoke, parse_device, vi
 from ember.op import registry
 from ember.op.np_rules import FLOAT32
 
-__all__ = ['ndarray', 'apply', 'array', 'as_np', 'wrap', 'is_symbol', 'NotForSymbol']
+# This module also holds every mx.np function (hold_every_function), ``any`` and ``round``
+# among them: its own code uses the built-ins by these names.
+_any, _round = builtins.any, builtins.round
+
+__all__ = ['ndarray', 'apply', 'array', 'as_np', 'wrap', 'is_symbol', 'NotForSymbol',
+           'building_graph']
 
 
 class NotForSymbol(EmberError, TypeError):
@@ -83,13 +91,31 @@ def _op(name):
     return op
 
 
-def apply(op_name, inputs, attrs=None, out=None, symbolic=False, ctx=None):
+class _GraphScope(threading.local):
+    active = False
+
+
+_graph_scope = _GraphScope()
+
+
+@contextlib.contextmanager
+def building_graph():
+    """Inside, every mx.np function builds graph nodes, those without array inputs too
+    (``F.np.zeros`` in a traced ``hybrid_forward``)."""
+    previous, _graph_scope.active = _graph_scope.active, True
+    try:
+        yield
+    finally:
+        _graph_scope.active = previous
+
+
+def apply(op_name, inputs, attrs=None, out=None, ctx=None):
     """Run operator `op_name` on `inputs` (arrays) with `attrs`; one array, or a list when the
-    operator has several outputs. With a Symbol among the inputs (or `symbolic`), build the
-    graph node instead."""
+    operator has several outputs. With a Symbol among the inputs (or while
+    :func:`building_graph`), build the graph node instead."""
     op = _op(op_name)
     attrs = dict(attrs or {})
-    if symbolic or any(is_symbol(x) for x in inputs):
+    if _graph_scope.active or _any(is_symbol(x) for x in inputs):
         from ember.numpy import symbol as _np_symbol
         return _np_symbol.create(op, inputs, attrs)
     if ctx is not None:
@@ -224,7 +250,7 @@ def _basic_result_shape(key, shape):
 
 def getitem(x, key):
     key = key if isinstance(key, tuple) else (key,)
-    if any(_is_index_array(part) for part in key):
+    if _any(_is_index_array(part) for part in key):
         numpy_key = _advanced_key(key)
         return wrap(invoke(_op('_advanced_index'), [x], {'key': numpy_key})[0])
     try:
@@ -244,7 +270,7 @@ def getitem(x, key):
 
 def setitem(x, key, value):
     key = key if isinstance(key, tuple) else (key,)
-    if any(_is_index_array(part) for part in key):
+    if _any(_is_index_array(part) for part in key):
         key = _advanced_key(key)
     if isinstance(value, (onp.number, onp.bool_)):
         value = value.item()
@@ -300,7 +326,7 @@ def fallback(function, name=None):
     call.__name__ = call.__qualname__ = name or function.__name__
     call.__doc__ = (f'NumPy\'s ``{name or function.__name__}`` on host copies of the arrays '
                     f'(no gradient).')
-    call.__wrapped__ = function
+    call.numpy_function = function
     return call
 
 
@@ -410,7 +436,7 @@ class ndarray(NDArray):
 
     def __round__(self, ndigits=None):
         if self.ndim == 0:
-            return round(self.item(), ndigits)
+            return _round(self.item(), ndigits)
         return _ops.round(self, ndigits or 0)
 
     def __reduce__(self):
@@ -420,14 +446,14 @@ class ndarray(NDArray):
         """NumPy's ufuncs on mx.np arrays: Ember's function of the same name when there is one,
         else NumPy's on host copies."""
         mine = getattr(_ops, ufunc.__name__, None) if method == '__call__' else None
-        if mine is not None and getattr(mine, '__wrapped__', None) is None:
+        if mine is not None and not hasattr(mine, 'numpy_function'):
             return mine(*inputs, **kwargs)
         function = getattr(ufunc, method)
         return fallback(function, f'{ufunc.__name__}.{method}')(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         mine = getattr(_ops, func.__name__, None)
-        if mine is not None and mine is not func and getattr(mine, '__wrapped__', None) is None:
+        if mine is not None and mine is not func and not hasattr(mine, 'numpy_function'):
             return mine(*args, **kwargs)
         return fallback(func)(*args, **kwargs)
 
@@ -712,3 +738,12 @@ for _name in _METHODS:
 
 
 from ember.numpy import _op as _ops  # noqa: E402  (the functions the methods call)
+
+
+def hold_every_function(functions):
+    """As MXNet's ``mxnet.numpy.multiarray``, this module holds every function of mx.np (called
+    by the package once they are all defined)."""
+    global __all__
+    for name, function in functions.items():
+        globals().setdefault(name, function)
+    __all__ = sorted(set(__all__) | set(functions))
