@@ -205,6 +205,8 @@ def modf(x, out=None):
 
 
 frexp = fallback(onp.frexp, 'frexp')
+nansum = fallback(onp.nansum, 'nansum')       # NumPy's on a host copy, as MXNet's fallbacks
+nanprod = fallback(onp.nanprod, 'nanprod')
 
 
 # ----------------------------------------------------------------------------------------------

@@ -377,16 +377,19 @@ def _scalar_type(rule, name):
     return infer
 
 
-def _operands(attrs, x, compute):
-    scalar = scalar_as(attrs['scalar'], compute)
-    x = x.astype(compute, copy=False)
+def _operands(attrs, x, compute, name=''):
+    scalar, x = scalar_as(attrs['scalar'], compute), x.astype(compute, copy=False)
+    if name == 'ldexp':        # the exponent stays an integer
+        if attrs['reverse']:
+            return scalar, x.astype(np.int64)
+        scalar = np.int64(attrs['scalar'])
     return (scalar, x) if attrs['reverse'] else (x, scalar)
 
 
 def _scalar_kernel(name, rule):
     def kernel(attrs, ins, outs, ctx):
         compute = _compute_dtype(rule, name, promote_scalar(ins[0].dtype, attrs['scalar']))[0]
-        a, b = _operands(attrs, ins[0], compute)
+        a, b = _operands(attrs, ins[0], compute, name)
         _call(ctx.xp, name, a, b, outs[0])
     return kernel
 
@@ -402,7 +405,7 @@ def _scalar_gradient(name):
 def _backward_scalar_kernel(attrs, ins, outs, ctx):
     og, x, y = ins
     xp, dtype = ctx.xp, float_of(og.dtype)
-    a, b = _operands(attrs, x, dtype)
+    a, b = _operands(attrs, x, dtype, attrs['func'])
     which = 1 if attrs['reverse'] else 0
     with np.errstate(all='ignore'):
         slope = BINARY[attrs['func']][1][which](xp, a, b, y.astype(dtype, copy=False))
