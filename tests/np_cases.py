@@ -197,8 +197,8 @@ for _name in UNARY_SAME:
                       dtype='float32' if _name == 'fabs' else None))
 CASES += [Case(_name, (F(2, 3),)) for _name in ('sign', 'rint', 'ceil', 'floor', 'trunc',
                                                  'fix')]
-CASES += [Case(_name, (I(2, 3, low=-4),), tag='int', dtype='int32') for _name in ('sign', 'rint', 'ceil',
-                                                                    'floor', 'trunc', 'fix')]
+CASES += [Case(_name, (I(2, 3, low=-4),), tag='int', dtype='int32')
+          for _name in ('sign', 'rint', 'ceil', 'floor', 'trunc', 'fix')]
 CASES += [
     Case('around', (F(2, 3),), {'decimals': 1}),
     Case('round', (F(2, 3),)),

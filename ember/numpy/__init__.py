@@ -24,7 +24,7 @@ import types as _types
 
 from ember.numpy import _op, multiarray, utils
 from ember.numpy import fallback as _fallback_module
-from ember.numpy.multiarray import ndarray, array
+from ember.numpy.multiarray import ndarray, array  # noqa: F401
 from ember.numpy.utils import *  # noqa: F401,F403
 from ember.numpy import linalg, random, fallback, fallback_linalg  # noqa: F401
 from ember.numpy import arrayprint, function_base, io, stride_tricks  # noqa: F401

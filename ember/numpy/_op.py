@@ -16,17 +16,15 @@ nonzero, boolean masks, bincount) wait for their input and run on the host, as M
 from __future__ import annotations
 
 import builtins
-import math
 import numbers
 
 import numpy as onp
 
 from ember.base import dtype_of
-from ember.ndarray.ndarray import NDArray, invoke, parse_device
+from ember.ndarray.ndarray import NDArray, parse_device
 from ember.numpy import _ufunc
-from ember.numpy.multiarray import (NotForSymbol, _graph_scope, apply, array, as_array, as_np,
-                                    fallback,
-                                    is_symbol, ndarray, wrap, _scalar_or_array, _op)
+from ember.numpy.multiarray import (NotForSymbol, _graph_scope, _op, _scalar_or_array, apply,
+                                    array, as_array, as_np, fallback, is_symbol, wrap)
 from ember.op.np_elemwise import BINARY, UNARY
 
 _builtin_sum, _builtin_max, _builtin_min, _builtin_abs = (builtins.sum, builtins.max,

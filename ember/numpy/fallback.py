@@ -123,8 +123,8 @@ def _msort(a):
     return onp.sort(a, axis=0)
 
 
-_WRITTEN = {'alltrue': onp.all, 'sometrue': onp.any, 'pmt': _pmt, 'in1d': _in1d, 'npv': _npv, 'pv': _pv, 'ppmt': _ppmt,
-            'rate': _rate, 'mirr': _mirr, 'msort': _msort,
+_WRITTEN = {'alltrue': onp.all, 'sometrue': onp.any, 'pmt': _pmt, 'in1d': _in1d, 'npv': _npv,
+            'pv': _pv, 'ppmt': _ppmt, 'rate': _rate, 'mirr': _mirr, 'msort': _msort,
             'trapz': getattr(onp, 'trapezoid', None)}
 
 # Keywords of NumPy 1.x that NumPy 2 renamed (or that never had an effect and were removed).

@@ -8,6 +8,10 @@ a batch shape for every parameter).
 """
 from __future__ import annotations
 
+import math
+
+import numpy as onp
+
 from ember import resource
 from ember.ndarray.ndarray import NDArray, parse_device
 from ember.numpy import _op
@@ -27,14 +31,14 @@ def bernoulli(prob=None, logit=None, size=None, dtype=None, ctx=None, out=None):
     if (prob is None) == (logit is None):
         raise ValueError('bernoulli: give exactly one of prob and logit')
     if logit is not None:
-        prob = _op.reciprocal(_op.add(_op.exp(_op.negative(_op._array_arg(logit))), 1.0)) \
-            if isinstance(logit, NDArray) or is_symbol(logit) else 1 / (1 + _exp(-logit))
+        prob = _sigmoid(logit)
     return _random._draw('bernoulli', {'prob': prob}, size, dtype, ctx, out)
 
 
-def _exp(value):
-    import math
-    return math.exp(value)
+def _sigmoid(logit):
+    if isinstance(logit, NDArray) or is_symbol(logit):
+        return _op.reciprocal(_op.add(_op.exp(_op.negative(logit)), 1.0))
+    return 1 / (1 + math.exp(-logit))
 
 
 def _batch_size(batch_shape, params):
@@ -42,7 +46,6 @@ def _batch_size(batch_shape, params):
         return None
     batch = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
     shapes = [p.shape for p in params if isinstance(p, NDArray)]
-    import numpy as onp
     return batch + (tuple(onp.broadcast_shapes(*shapes)) if shapes else ())
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (unknown as _unknown, outputs_of, broadcast_all, float_of,
-                               gradient_shapes,
-                               normalize_axis, p_any, p_int_tuple,
-                               promote, reduced_shape, sum_to_shape)
+from ember.op.np_rules import (broadcast_all, float_of, gradient_shapes, normalize_axis,
+                               outputs_of, p_any, p_int_tuple, promote, reduced_shape,
+                               sum_to_shape)
+from ember.op.np_rules import unknown as _unknown
 from ember.op.registry import (Param, ShapeError, p_bool, p_float, p_int, p_optional, p_str,
                                register)
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (unknown as _unknown, outputs_of, gradient_shapes, broadcast_all, eval_shapes, normalize_axis, p_any, p_int_tuple,
-                               p_scalar, p_shape_or_int, promote_all, promote_scalar, scalar_as)
+from ember.op.np_rules import (broadcast_all, eval_shapes, gradient_shapes, normalize_axis,
+                               outputs_of, p_any, p_int_tuple, p_scalar, p_shape_or_int,
+                               promote_all, promote_scalar, scalar_as)
+from ember.op.np_rules import unknown as _unknown
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_int, p_optional, p_shape,
                                p_str, register)
 

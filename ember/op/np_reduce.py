@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (BOOL, FLOAT32, INT64, float_of, gradient_shapes, normalize_axis,
+from ember.op.np_rules import (BOOL, INT64, float_of, gradient_shapes, normalize_axis,
                                reduced_shape)
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_dtype, p_float, p_int,
                                p_optional, p_str, register)

@@ -24,9 +24,10 @@ import numpy as np
 
 from ember.op.registry import ShapeError, _literal
 
-__all__ = ['unknown', 'outputs_of', 'gradient_shapes', 'FLOAT32', 'BOOL', 'INT64', 'promote', 'promote_all', 'promote_scalar', 'float_of',
-           'p_scalar', 'p_any', 'p_int_tuple', 'p_shape_or_int', 'scalar_as', 'normalize_axis',
-           'reduced_shape', 'sum_to_shape', 'broadcast_all', 'eval_shapes', 'is_float']
+__all__ = ['unknown', 'outputs_of', 'gradient_shapes', 'FLOAT32', 'BOOL', 'INT64', 'promote',
+           'promote_all', 'promote_scalar', 'float_of', 'p_scalar', 'p_any', 'p_int_tuple',
+           'p_shape_or_int', 'scalar_as', 'normalize_axis', 'reduced_shape', 'sum_to_shape',
+           'broadcast_all', 'eval_shapes', 'is_float']
 
 FLOAT32 = np.dtype(np.float32)
 BOOL = np.dtype(np.bool_)

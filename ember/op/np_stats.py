@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.op.np_rules import (INT64, float_of, gradient_shapes, normalize_axis, p_any, promote,
-                               unknown as _unknown)
+from ember.op.np_rules import INT64, float_of, gradient_shapes, normalize_axis, p_any, promote
+from ember.op.np_rules import unknown as _unknown
 from ember.op.registry import Param, ShapeError, p_bool, p_int, p_optional, p_str, register
 
 __all__ = []
