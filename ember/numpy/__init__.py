@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys as _sys
 import types as _types
 
-from ember.numpy import _op, multiarray, utils
+from ember.numpy import _op, multiarray, symbol, utils  # noqa: F401
 from ember.numpy import fallback as _fallback_module
 from ember.numpy.multiarray import ndarray, array  # noqa: F401
 from ember.numpy.utils import *  # noqa: F401,F403

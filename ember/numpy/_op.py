@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import builtins
 import numbers
+import sys
 
 import numpy as onp
 
 from ember.base import dtype_of
 from ember.ndarray.ndarray import NDArray, parse_device
-from ember.numpy import _ufunc
+from ember.numpy import _ufunc, multiarray
 from ember.numpy.multiarray import (NotForSymbol, _graph_scope, _op, _scalar_or_array, apply,
                                     array, as_array, as_np, fallback, is_symbol, wrap)
 from ember.op.np_elemwise import BINARY, UNARY
@@ -1216,3 +1217,6 @@ def set_printoptions(precision=None, threshold=None, **kwargs):
 
 
 where = where_
+
+
+multiarray._hooks.functions = sys.modules[__name__]      # the array's methods call these

@@ -116,8 +116,7 @@ def apply(op_name, inputs, attrs=None, out=None, ctx=None):
     op = _op(op_name)
     attrs = dict(attrs or {})
     if _graph_scope.active or _any(is_symbol(x) for x in inputs):
-        from ember.numpy import symbol as _np_symbol
-        return _np_symbol.create(op, inputs, attrs)
+        return _hooks.symbol_node(op, inputs, attrs)
     if ctx is not None:
         attrs['ctx'] = parse_device(ctx)
     parsed = op.parse_attrs(attrs)
@@ -730,14 +729,31 @@ def _method(namespace_of, name):
 
 
 def _numpy_ops():
-    return _ops
+    return _hooks.functions
 
 
 for _name in _METHODS:
     setattr(ndarray, _name, _method(_numpy_ops, _name))
 
 
-from ember.numpy import _op as _ops  # noqa: E402  (the functions the methods call)
+class _Hooks:
+    """What modules above this one provide (this one imports none of them): the module of
+    mx.np's functions, which the array's methods call, and the maker of graph nodes."""
+    functions = None          # ember.numpy._op, set when it loads
+    symbol_node = None        # ember.numpy.symbol.create, set when it loads
+
+
+_hooks = _Hooks()
+
+
+class _Functions:
+    """``_ops.<name>``: the function of mx.np called by a method (resolved at call time)."""
+
+    def __getattr__(self, name):
+        return getattr(_hooks.functions, name)
+
+
+_ops = _Functions()
 
 
 def hold_every_function(functions):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as onp
 
 from ember import symbol as _symbol
+from ember.numpy import multiarray
 from ember.symbol.symbol import Symbol, create as _create
 
 __all__ = ['var', 'create', 'as_np_symbol']
@@ -186,3 +187,6 @@ def _slice(sym, key):
     """Basic indexing (ints, slices, None, Ellipsis) of a symbol of unknown shape."""
     from ember.numpy.multiarray import apply
     return apply('_npi_basic_index', [sym], {'key': key})
+
+
+multiarray._hooks.symbol_node = create          # mx.np functions given Symbols build nodes

@@ -19,13 +19,14 @@ from __future__ import annotations
 from ember import backend
 from ember import ndarray as _nd
 from ember.device import Context, cpu, cpu_pinned, current_context, gpu
-from ember.ndarray.ndarray import NDArray, waitall
+from ember.ndarray.ndarray import waitall
 from ember.numpy import _op as _np_op
-from ember.numpy.multiarray import NotForSymbol, apply, as_np, is_symbol, ndarray, wrap
+from ember.numpy.multiarray import NotForSymbol, apply, as_np, is_symbol, ndarray
 from ember.util import (get_cuda_compute_capability, is_np_array, is_np_shape, reset_np,
                         set_np)
 from ember.op import registry
 from ember.numpy_extension import image, random, utils  # noqa: F401
+from ember.numpy_extension.operators import _call, operator_function
 from ember.numpy_extension.utils import load, save
 
 __all__ = ['Context', 'cpu', 'cpu_pinned', 'gpu', 'current_context', 'num_gpus',
@@ -52,32 +53,6 @@ def gpu_memory_info(device_id=0):
 
 # ----------------------------------------------------------------------------------------------
 # Layer operators: Ember's registered operators on mx.np arrays (or Symbols)
-
-def _call(op_name, inputs, params, public, out=None):
-    """``mx.nd.<op_name>`` (``mx.sym`` with Symbols) on `inputs` (None ones left out); the
-    result written into `out` when given."""
-    inputs = [x for x in inputs if x is not None]
-    params = {k: v for k, v in params.items() if v is not None}
-    params.pop('name', None)
-    if any(is_symbol(x) for x in inputs):
-        from ember import symbol
-        from ember.numpy.symbol import as_np_symbol
-        result = getattr(symbol, op_name)(*inputs, **params)
-        outputs = [as_np_symbol(symbol.Symbol([head])) for head in result._heads]
-        return outputs[0] if len(outputs) == 1 else outputs
-    for x in inputs:
-        if not isinstance(x, NDArray):
-            raise TypeError(f'npx.{public}: inputs must be mx.np arrays, got '
-                            f'{type(x).__name__}')
-    result = getattr(_nd, op_name)(*inputs, **params)
-    result = [wrap(r) for r in result] if isinstance(result, (list, tuple)) else wrap(result)
-    if out is not None:
-        targets = out if isinstance(out, (list, tuple)) else [out]
-        for target, value in zip(targets, result if isinstance(result, list) else [result]):
-            target[...] = value
-        return out
-    return result
-
 
 def activation(data=None, act_type='relu', out=None, name=None, **kwargs):
     """``act_type`` in relu, sigmoid, tanh, softrelu, softsign, applied element-wise."""
@@ -405,15 +380,6 @@ def constraint_check(x=None, msg='Constraint violated!', out=None, name=None, **
 _REGISTERED_ELSEWHERE = {'multibox_prior': '_contrib_MultiBoxPrior',
                          'multibox_target': '_contrib_MultiBoxTarget',
                          'multibox_detection': '_contrib_MultiBoxDetection'}
-
-
-def operator_function(op_name, public):
-    """``npx.<public>``: registered operator `op_name` on mx.np arrays or Symbols."""
-    def function(*args, out=None, name=None, **kwargs):
-        return _call(op_name, list(args), kwargs, public, out)
-    function.__name__ = function.__qualname__ = public
-    function.__doc__ = f'``{op_name}`` on mx.np arrays: {registry.get(op_name).doc}'
-    return function
 
 
 for _public, _op_name in _REGISTERED_ELSEWHERE.items():

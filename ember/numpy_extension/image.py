@@ -7,6 +7,7 @@ mx.np arrays and Symbols, one function per registered operator.
 """
 from __future__ import annotations
 
+from ember.numpy_extension.operators import _call
 from ember.op import registry
 
 PREFIX = '_image_'
@@ -15,7 +16,6 @@ __all__ = sorted(name[len(PREFIX):] for name in registry.all_ops() if name.start
 
 def _function(op_name, public):
     def function(*args, out=None, name=None, **kwargs):
-        from ember.numpy_extension import _call
         return _call(op_name, list(args), kwargs, f'image.{public}', out)
     function.__name__ = function.__qualname__ = public
     function.__doc__ = f'``{op_name}`` on mx.np arrays: {registry.get(op_name).doc}'
