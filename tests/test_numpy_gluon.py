@@ -121,6 +121,8 @@ def test_data_loader_and_deferred_init(np_semantics):
                                       onp.arange(6))
     batches = list(gluon.data.DataLoader(dataset, batch_size=3))
     assert all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in batches)
+    threaded = list(gluon.data.DataLoader(dataset, batch_size=3, num_workers=2))
+    assert all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in threaded)
     dense = gluon.nn.Dense(5)
     dense.initialize()
     out = dense(batches[0][0])

@@ -18,7 +18,7 @@ from ember import ndarray as nd
 from ember.device import cpu_pinned
 from ember.gluon.data import sampler as _sampler
 from ember.numpy.multiarray import wrap as as_np_inplace
-from ember.util import is_np_array
+from ember.util import is_np_array, is_np_shape, np_array, np_shape
 
 __all__ = ['DataLoader', 'default_batchify_fn', 'default_mp_batchify_fn']
 
@@ -77,6 +77,10 @@ class DataLoader:
             batch = _as_in_context(batch, cpu_pinned(self._pin_device_id))
         return batch
 
+    def _load_with(self, semantics, indices):
+        with np_shape(semantics[0]), np_array(semantics[1]):
+            return self._load(indices)
+
     def __iter__(self):
         if self._num_workers == 0:
             return (self._load(indices) for indices in self._batch_sampler)
@@ -85,9 +89,10 @@ class DataLoader:
     def _threaded_iter(self):
         pending = deque()
         indices = iter(self._batch_sampler)
+        semantics = (is_np_shape(), is_np_array())      # the workers batch as this thread does
         with ThreadPoolExecutor(self._num_workers, thread_name_prefix='ember-data') as pool:
             for batch_indices in indices:
-                pending.append(pool.submit(self._load, batch_indices))
+                pending.append(pool.submit(self._load_with, semantics, batch_indices))
                 if len(pending) > self._prefetch:
                     yield pending.popleft().result(timeout=self._timeout)
             while pending:
