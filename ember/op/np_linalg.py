@@ -31,17 +31,9 @@ def _t(x):
     return x.swapaxes(-1, -2)
 
 
-def _same_shapes(attrs, shapes):
-    return list(shapes), list(shapes[len(shapes) // 2:])
-
-
 def _grad_types(count):
     """Backward dtypes: the forward inputs' (the last `count` inputs)."""
     return lambda attrs, dtypes: (list(dtypes), list(dtypes[len(dtypes) - count:]))
-
-
-def _grad_shapes(count):
-    return lambda attrs, shapes: (list(shapes), list(shapes[len(shapes) - count:]))
 
 
 def _promote_type(attrs, dtypes):
