@@ -41,6 +41,22 @@ _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore')
 
 
+# mx.np, mx.npx, mx.util and MXNet's top-level switches of NumPy semantics, loaded on first use.
+_NUMPY = {'np': 'ember.numpy', 'numpy': 'ember.numpy', 'npx': 'ember.numpy_extension',
+          'numpy_extension': 'ember.numpy_extension', 'util': 'ember.util'}
+_UTIL_NAMES = ('is_np_array', 'is_np_shape', 'np_array', 'np_shape', 'set_np_shape', 'use_np',
+               'use_np_array', 'use_np_shape')
+_NUMPY.update({n: 'ember.util' for n in _UTIL_NAMES})
+
+
+def _numpy_name(name):
+    module = _importlib.import_module(_NUMPY[name])
+    _importlib.import_module('ember.numpy_extension')     # attaches mx.nd.npx / mx.sym.npx
+    value = getattr(module, name) if name in _UTIL_NAMES else module
+    globals()[name] = value
+    return value
+
+
 def __getattr__(name):
     if name == 'recordio':
         from ember.io import recordio
@@ -54,6 +70,8 @@ def __getattr__(name):
         return AttrScope
     if name == 'img':
         return __getattr__('image')
+    if name in _NUMPY:
+        return _numpy_name(name)
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind

@@ -144,8 +144,18 @@ def _own(array):
     return array.copy() if _lent.get(id(array)) is array else array
 
 
+def _as_recorded(array):
+    """`array` as the node sees it now: an alias keeping its current autograd entry, so that an
+    operator writing into it later (``x[1] = 0``, ``x += y``) does not change where this
+    node's gradient goes."""
+    alias = array._alias()
+    alias._ag = array._ag
+    return alias
+
+
 def _attach(grad_fn, inputs, outputs, name, saved_outputs=()):
-    node = _Node(grad_fn, list(inputs), [(o.shape, o.dtype, o.context) for o in outputs], name)
+    node = _Node(grad_fn, [_as_recorded(x) for x in inputs],
+                 [(o.shape, o.dtype, o.context) for o in outputs], name)
     for index, out in enumerate(outputs):
         out._ag = (node, index)
     # Rules that use the forward output (exp, tanh) must see it as recorded, so that

@@ -895,6 +895,26 @@ def environ_snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in known or k.startswith(PREFIXES)}
 
 
+def environ_value(name: str) -> str | None:
+    """The raw text of environment variable `name`, or None (``mx.util.getenv``)."""
+    return os.environ.get(name)
+
+
+def set_environ_value(name: str, value: str | None) -> None:
+    """Set (None: remove) environment variable `name` in this process (``mx.util.setenv``).
+    A declared variable's value is validated first; variables read at start-up keep the value
+    they were read with."""
+    if value is None:
+        os.environ.pop(name, None)
+        return
+    if not isinstance(value, str):
+        raise TypeError(f'setenv({name!r}): the value must be a string or None, got '
+                        f'{type(value).__name__}')
+    if name in REGISTRY or name in ALIASES:
+        parse_value(lookup(name), value)
+    os.environ[name] = value
+
+
 def child_environ(**values) -> dict[str, str]:
     """A copy of this process's environment for a child process, with `values` set
     (``None`` removes a variable). Declared variables are validated first.

@@ -17,6 +17,10 @@ LAYERS = ['config',
           'autograd',
           'initializer',   # mx.init: builds arrays with ndarray and random; gluon uses it
           'symbol', 'passes', 'executor',
+          'numpy',         # mx.np: NumPy's interface on ndarray, autograd and symbol
+          'numpy_dispatch_protocol',   # decorators for NumPy's dispatch to mx.np
+          'util',          # mx.util: the NumPy-semantics switches; GPUs and the environment
+          'numpy_extension',   # mx.npx: MXNet's operators on mx.np arrays
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
           'optimizer', 'kvstore',
@@ -29,7 +33,8 @@ LAYERS = ['config',
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
-           'name', 'attribute', 'mod'}
+           'name', 'attribute', 'mod',
+           'numpy_op_fallback'}   # NumPy computations as custom operators (mx.operator)
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.
@@ -208,7 +213,8 @@ def test_the_cycle_finder_itself():
 # ----------------------------------------------------------------------------------------------
 # Environment, CuPy and native libraries.
 
-ENVIRONMENT_READS = re.compile(r'os\.environ|os\.getenv|\bgetenv\(|\bputenv\(|'
+# mx.util's own getenv/setenv (which ask config) are not environment reads
+ENVIRONMENT_READS = re.compile(r'os\.environ|os\.getenv|(?<!def )(?<!util\.)\bgetenv\(|\bputenv\(|'
                                r'from os import .*\b(environ|getenv|putenv)\b')
 
 

@@ -7,5 +7,7 @@ from ember.op import fused  # noqa: F401
 from ember.op import image  # noqa: F401
 from ember.op import contrib, control_flow, group_norm, legacy, linalg  # noqa: F401
 from ember.op import numeric, optimizer_multi, same_shape_binary, sampling, spatial  # noqa: F401
+from ember.op import (np_elemwise, np_init, np_linalg, np_manip, np_random,  # noqa: F401
+                      np_reduce, np_shape, np_stats)
 
 __all__ = ['registry']
