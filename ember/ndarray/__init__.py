@@ -22,6 +22,7 @@ from ember.ndarray.ndarray import NDArray, View, invoke, waitall
 from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
 from ember.ndarray import indexing, random  # noqa: F401
+from ember.ndarray import sparse  # noqa: F401  (mx.nd.sparse; installs the storage path)
 from ember.ndarray.register import make_function as _make_function
 
 if _importlib_util.find_spec('ember.ndarray.io') is not None:
@@ -39,7 +40,7 @@ def __getattr__(name):
 
 _generator.populate()
 
-__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing']
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'sparse']
                  + list(_creation.__all__)
                  + (['save', 'load', 'load_frombuffer'] if 'save' in globals() else [])
                  + [n for n in _registry.all_ops() if not n.startswith('_')

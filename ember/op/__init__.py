@@ -4,5 +4,6 @@ from ember.op import elemwise, reduce, matrix, init  # noqa: F401  (registration
 from ember.op import nn, optimizer_ops  # noqa: F401
 from ember.op import extra, sequence  # noqa: F401
 from ember.op import fused  # noqa: F401
+from ember.op import sparse_ops, sparse_optimizer  # noqa: F401  (sparse kernels: last)
 
 __all__ = ['registry']

@@ -1,0 +1,583 @@
+"""Sparse kernels of the tensor operators (MXNet's ``FComputeEx``), with the storage types MXNet
+1.9.1 infers for each combination of inputs.
+
+Every kernel's cost grows with the stored entries of its sparse inputs, not with their shape
+(apart from dense outputs, which it writes whole). Host kernels use SciPy's csr routines where
+they fit and NumPy otherwise. The operators ``cast_storage`` and ``_sparse_retain`` are
+declared here; the others are declared in their families and get their sparse kernels here.
+
+>>> import numpy as np
+>>> from ember.op import registry, sparse
+>>> a = sparse.from_dense(np.array([[0., 2.], [3., 0.]]), 'csr')
+>>> d = sparse.decide(registry.get('dot'), {'transpose_a': True, 'transpose_b': False,
+...                   'forward_stype': None}, ('csr', 'default'), ((2, 2), (2, 1)), 1)
+>>> d.out_stypes, d.fallback
+(('row_sparse',), False)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.op import registry
+from ember.op.matrix import slice_bounds
+from ember.op.registry import Param, ShapeError, p_enum, register
+from ember.op.sparse import (CSR_TYPE, DEFAULT, INDEX_DTYPE, ROW_SPARSE, STYPES, cast_into,
+                             dense_of, from_dense, is_parts, parts_for, parts_tuple,
+                             storage_rule)
+
+__all__ = ['VALUE_OPS', 'compressed_columns']
+
+SPARSE = (CSR_TYPE, ROW_SPARSE)
+
+
+def _host(xp):
+    if xp is not np:
+        raise NotImplementedError('this sparse kernel runs on the CPU only')
+
+
+def _rows_of(csr, xp):
+    """The row of each stored entry of a csr."""
+    return xp.repeat(xp.arange(csr.shape[0], dtype=INDEX_DTYPE), xp.diff(csr.indptr))
+
+
+def _write(result, out, xp):
+    """Store a kernel's result (dense array, SciPy matrix or parts) into `out`."""
+    if hasattr(result, 'tocsr'):          # a SciPy matrix
+        result = result.tocsr()
+        result.sort_indices()
+        csr = parts_for(CSR_TYPE, result.shape, out.dtype, xp)
+        csr.set(result.data, result.indices, result.indptr)
+        result = csr
+    if not is_parts(result) and not is_parts(out):
+        out[...] = result.reshape(out.shape)
+        return
+    cast_into(result, out, xp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Copies and zeros keep the storage type.
+
+def _keep_sparse(attrs, stypes, shapes):
+    return (stypes[0],) if stypes[0] in SPARSE else None
+
+
+def _copy_kernel(attrs, ins, outs, ctx):
+    cast_into(ins[0], outs[0], ctx.xp)
+
+
+def _zeros_kernel(attrs, ins, outs, ctx):
+    out = outs[0]
+    empty = parts_for(out.stype, out.shape, out.dtype, ctx.xp)
+    out.set(*parts_tuple(empty))
+
+
+for _name in ('_copy', 'BlockGrad', '_copyto'):
+    storage_rule(_name, _keep_sparse, _copy_kernel)
+storage_rule('zeros_like', _keep_sparse, _zeros_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# Operators with f(0) = 0 run their dense kernel on the stored values only.
+
+VALUE_OPS = ('negative', 'abs', 'sign', 'sqrt', 'square', 'cbrt', 'log1p', 'expm1', 'floor',
+             'ceil', 'round', 'rint', 'trunc', 'fix', 'relu', 'sin', 'tan', 'arcsin', 'arctan',
+             'sinh', 'tanh', 'arcsinh', 'arctanh', 'degrees', 'radians', '_mul_scalar',
+             '_div_scalar', 'clip')
+
+
+def _values_kernel(dense_kernel):
+    def kernel(attrs, ins, outs, ctx):
+        x = ins[0]
+        values = ctx.xp.empty_like(x.data)
+        dense_kernel(attrs, [x.data], [values], ctx)
+        outs[0].set(values, *parts_tuple(x)[1:])
+    return kernel
+
+
+def _clip_infer(attrs, stypes, shapes):
+    if attrs['a_min'] <= 0 <= attrs['a_max']:
+        return _keep_sparse(attrs, stypes, shapes)
+    return None
+
+
+for _name in VALUE_OPS:
+    storage_rule(_name, _clip_infer if _name == 'clip' else _keep_sparse,
+                 _values_kernel(registry.get(_name).kernel))
+
+
+# ----------------------------------------------------------------------------------------------
+# Operators whose output is dense whatever the inputs: the sparse inputs are expanded and the
+# dense kernel runs, with no fallback (the output's size is the cost either way).
+
+def _dense_kernel(dense_kernel):
+    def kernel(attrs, ins, outs, ctx):
+        dense_kernel(attrs, [dense_of(x, ctx.xp) for x in ins], outs, ctx)
+    return kernel
+
+
+def _dense_when(accepted):
+    def infer(attrs, stypes, shapes):
+        return (DEFAULT,) if stypes in accepted else None
+    return infer
+
+
+_SCALAR_SHIFTS = ('_plus_scalar', '_minus_scalar', '_rminus_scalar')
+for _name in _SCALAR_SHIFTS:
+    storage_rule(_name, _dense_when({(CSR_TYPE,), (ROW_SPARSE,)}),
+                 _dense_kernel(registry.get(_name).kernel))
+
+storage_rule('where', _dense_when({(CSR_TYPE, DEFAULT, DEFAULT)}),
+             _dense_kernel(registry.get('where').kernel))
+
+for _name in ('LinearRegressionOutput', 'LogisticRegressionOutput', 'MAERegressionOutput'):
+    storage_rule(_name, _dense_when({(DEFAULT, CSR_TYPE)}),
+                 _dense_kernel(registry.get(_name).kernel))
+    storage_rule(f'_backward_{_name}', _dense_when({(DEFAULT, DEFAULT, CSR_TYPE)}),
+                 _dense_kernel(registry.get(f'_backward_{_name}').kernel))
+
+
+# ----------------------------------------------------------------------------------------------
+# Element-wise arithmetic of two arrays of one shape.
+
+_ADD_TYPES = {(CSR_TYPE, CSR_TYPE): CSR_TYPE, (ROW_SPARSE, ROW_SPARSE): ROW_SPARSE,
+              (CSR_TYPE, DEFAULT): DEFAULT, (DEFAULT, CSR_TYPE): DEFAULT,
+              (ROW_SPARSE, DEFAULT): DEFAULT, (DEFAULT, ROW_SPARSE): DEFAULT}
+_MUL_TYPES = {(CSR_TYPE, CSR_TYPE): CSR_TYPE, (ROW_SPARSE, ROW_SPARSE): ROW_SPARSE,
+              (CSR_TYPE, DEFAULT): CSR_TYPE, (DEFAULT, CSR_TYPE): CSR_TYPE,
+              (ROW_SPARSE, DEFAULT): ROW_SPARSE, (DEFAULT, ROW_SPARSE): ROW_SPARSE}
+
+
+def _table_infer(table):
+    def infer(attrs, stypes, shapes):
+        if shapes[0] != shapes[1]:
+            return None
+        found = table.get(stypes)
+        return None if found is None else (found,)
+    return infer
+
+
+def _add_kernel(sign):
+    def kernel(attrs, ins, outs, ctx):
+        a, b = ins
+        xp = ctx.xp
+        if is_parts(a) and is_parts(b):
+            _write(_add_sparse(a, b, sign, xp), outs[0], xp)
+            return
+        out = outs[0]
+        if is_parts(a):
+            xp.multiply(b, sign, out=out)
+            _scatter_add(out, a, 1, xp)
+        else:
+            out[...] = a
+            _scatter_add(out, b, sign, xp)
+    return kernel
+
+
+def _scatter_add(dense, parts, sign, xp):
+    values = parts.data if sign > 0 else -parts.data
+    if parts.stype == CSR_TYPE:
+        dense[_rows_of(parts, xp), parts.indices] += values
+    else:
+        dense[parts.indices] += values
+
+
+def _add_sparse(a, b, sign, xp):
+    if a.stype == CSR_TYPE:
+        _host(xp)
+        return a.scipy() + b.scipy() if sign > 0 else a.scipy() - b.scipy()
+    rows = xp.union1d(a.indices, b.indices)
+    data = xp.zeros((rows.shape[0],) + a.shape[1:], a.dtype)
+    data[xp.searchsorted(rows, a.indices)] += a.data
+    data[xp.searchsorted(rows, b.indices)] += b.data if sign > 0 else -b.data
+    result = parts_for(ROW_SPARSE, a.shape, a.dtype, xp)
+    result.set(data, rows)
+    return result
+
+
+def _mul_kernel(attrs, ins, outs, ctx):
+    a, b = ins
+    xp, out = ctx.xp, outs[0]
+    if not is_parts(a):
+        a, b = b, a                         # the sparse one first: the product commutes
+    if not is_parts(b):
+        if a.stype == CSR_TYPE:
+            values = a.data * b[_rows_of(a, xp), a.indices]
+        else:
+            values = a.data * b[a.indices]
+        out.set(values, *parts_tuple(a)[1:])
+    elif a.stype == CSR_TYPE:
+        _host(xp)
+        _write(a.scipy().multiply(b.scipy()), out, xp)
+    else:
+        rows, ka, kb = xp.intersect1d(a.indices, b.indices, assume_unique=True,
+                                      return_indices=True)
+        out.set(a.data[ka] * b.data[kb], rows)
+
+
+for _kind, _sign in (('add', 1), ('sub', -1)):
+    for _prefix in ('elemwise', 'broadcast'):
+        storage_rule(f'{_prefix}_{_kind}', _table_infer(_ADD_TYPES), _add_kernel(_sign))
+storage_rule('elemwise_mul', _table_infer(_MUL_TYPES), _mul_kernel)
+
+
+# broadcast_mul / broadcast_div of a csr by a vector (a column, a row or one value): csr.
+
+def _vector_axis(matrix, vector):
+    """0 when `vector` runs along the rows (m, 1), 1 along the columns ((1, n) or (n,)),
+    -1 for one value; None when it does not broadcast that way against `matrix`."""
+    vector = tuple(vector)
+    if len(matrix) != 2:
+        return None
+    rows, cols = matrix
+    if vector in ((1,), (1, 1)):
+        return -1
+    if vector == (rows, 1):
+        return 0
+    if vector in ((1, cols), (cols,)):
+        return 1
+    return None
+
+
+def _by_vector(attrs, stypes, shapes):
+    return stypes == (CSR_TYPE, DEFAULT) and _vector_axis(shapes[0], shapes[1]) is not None
+
+
+def _scale_rows_or_columns(divide):
+    def kernel(attrs, ins, outs, ctx):
+        matrix, vector = ins
+        flat = vector.reshape(-1)
+        axis = _vector_axis(matrix.shape, vector.shape)
+        if axis == -1:
+            factor = flat[0]
+        else:
+            factor = flat[_rows_of(matrix, ctx.xp) if axis == 0 else matrix.indices]
+        values = matrix.data / factor if divide else matrix.data * factor
+        outs[0].set(values, matrix.indices, matrix.indptr)
+    return kernel
+
+
+def _csr_by_vector(attrs, stypes, shapes):
+    return (CSR_TYPE,) if _by_vector(attrs, stypes, shapes) else None
+
+
+storage_rule('broadcast_mul', _csr_by_vector, _scale_rows_or_columns(False))
+storage_rule('broadcast_div', _csr_by_vector, _scale_rows_or_columns(True))
+
+
+# ----------------------------------------------------------------------------------------------
+# add_n: row_sparse arrays sum to row_sparse; with a dense input the sum is dense.
+
+def _add_n_infer(attrs, stypes, shapes):
+    if all(s == ROW_SPARSE for s in stypes):
+        return (ROW_SPARSE,)
+    if DEFAULT in stypes:
+        return (DEFAULT,)
+    return None
+
+
+def _add_n_kernel(attrs, ins, outs, ctx):
+    xp, out = ctx.xp, outs[0]
+    if all(is_parts(x) for x in ins):
+        rows = ins[0].indices
+        for x in ins[1:]:
+            rows = xp.union1d(rows, x.indices)
+        data = xp.zeros((rows.shape[0],) + out.shape[1:], out.dtype)
+        for x in ins:
+            data[xp.searchsorted(rows, x.indices)] += x.data
+        out.set(data, rows)
+        return
+    dense = [x for x in ins if not is_parts(x)]
+    xp.copyto(out, dense[0])
+    for x in dense[1:]:
+        xp.add(out, x, out=out)
+    for x in ins:
+        if is_parts(x):
+            _scatter_add(out, x, 1, xp)
+
+
+storage_rule('add_n', _add_n_infer, _add_n_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# sum and mean along axes of a 2-D sparse array: dense.
+
+def _reduce_infer(attrs, stypes, shapes):
+    if stypes[0] not in SPARSE or len(shapes[0]) != 2 or attrs.get('exclude'):
+        return None
+    return (DEFAULT,)
+
+
+def _reduce_kernel(mean):
+    def kernel(attrs, ins, outs, ctx):
+        x, out, xp = ins[0], outs[0], ctx.xp
+        axes = _axes(attrs['axis'])
+        wide = np.float64 if x.dtype.kind == 'f' else None
+        if axes == (0, 1):
+            total = xp.sum(x.data, dtype=wide)
+        elif x.stype == CSR_TYPE:
+            _host(xp)
+            total = np.asarray(x.scipy().sum(axis=axes[0], dtype=wide)).reshape(-1)
+        elif axes == (0,):
+            total = xp.sum(x.data, axis=0, dtype=wide)
+        else:
+            total = xp.zeros(x.shape[0], wide or x.dtype)
+            total[x.indices] = xp.sum(x.data, axis=1, dtype=wide)
+        if mean:
+            total = total / np.prod([x.shape[a] for a in axes])
+        out[...] = xp.asarray(total).reshape(out.shape)
+    return kernel
+
+
+def _axes(axis):
+    if axis is None or axis == ():
+        return (0, 1)
+    return tuple(sorted({a % 2 for a in axis}))
+
+
+storage_rule('sum', _reduce_infer, _reduce_kernel(False))
+storage_rule('mean', _reduce_infer, _reduce_kernel(True))
+
+
+# ----------------------------------------------------------------------------------------------
+# dot: csr x dense (dense), csr^T x dense (row_sparse), dense x csr (csr), csr x row_sparse.
+
+def compressed_columns(csr, xp):
+    """(columns, csr') where `columns` are the distinct stored columns of `csr`, ascending,
+    and csr' the same matrix with only those columns (a SciPy matrix): products with csr^T
+    then cost the stored entries, not the columns."""
+    _host(xp)
+    import scipy.sparse
+    columns, local = np.unique(csr.indices, return_inverse=True)
+    compact = scipy.sparse.csr_matrix((csr.data, local.reshape(-1), csr.indptr),
+                                      shape=(csr.shape[0], columns.shape[0]))
+    compact.has_sorted_indices = True
+    return columns, compact
+
+
+def _natural_dot_stype(stypes, transpose_a, transpose_b):
+    if stypes in ((CSR_TYPE, DEFAULT), (CSR_TYPE, ROW_SPARSE)):
+        if stypes[1] == ROW_SPARSE and transpose_b:
+            return None
+        return ROW_SPARSE if transpose_a and not transpose_b else DEFAULT
+    if stypes == (DEFAULT, CSR_TYPE):
+        return DEFAULT if transpose_a else CSR_TYPE
+    return None
+
+
+def _dot_infer(attrs, stypes, shapes):
+    natural = _natural_dot_stype(stypes, attrs['transpose_a'], attrs['transpose_b'])
+    if natural is None or len(shapes[0]) != 2:
+        return None
+    return (attrs.get('forward_stype') or natural,)
+
+
+def _dot_kernel(attrs, ins, outs, ctx):
+    lhs, rhs = ins
+    xp = ctx.xp
+    _host(xp)
+    ta, tb = attrs['transpose_a'], attrs['transpose_b']
+    if is_parts(lhs):
+        result = _csr_dot(lhs, rhs, ta, tb, xp)
+    else:
+        csr = rhs.scipy()
+        left = lhs.T if ta else lhs
+        result = (csr.T @ left.T).T if not tb else (csr @ left.T).T
+    _write(result, outs[0], xp)
+
+
+def _csr_dot(lhs, rhs, ta, tb, xp):
+    one_d = not is_parts(rhs) and rhs.ndim == 1
+    if is_parts(rhs):
+        return _csr_dot_row_sparse(lhs, rhs, ta, xp)
+    right = rhs.reshape(-1, 1) if one_d else (rhs.T if tb else rhs)
+    if not ta:
+        return lhs.scipy() @ right
+    columns, compact = compressed_columns(lhs, xp)
+    values = compact.T @ right
+    if tb:
+        dense = xp.zeros((lhs.shape[1], right.shape[1]), lhs.dtype)
+        dense[columns] = values
+        return dense
+    return _row_sparse((lhs.shape[1],) + (() if one_d else (right.shape[1],)), columns,
+                       values.reshape((-1,) if one_d else values.shape), lhs.dtype, xp)
+
+
+def _csr_dot_row_sparse(lhs, rhs, ta, xp):
+    """csr x row_sparse: only the stored rows of rhs meet the stored entries of lhs."""
+    import scipy.sparse
+    matrix, width = lhs.scipy(), rhs.data.reshape(rhs.data.shape[0], -1)
+    if ta:           # lhs^T x rhs: rows of lhs that rhs stores, by their columns
+        picked = matrix[rhs.indices]
+        columns, compact = compressed_columns(_as_parts(picked, xp), xp)
+        values = compact.T @ width
+        return _row_sparse((lhs.shape[1],) + rhs.shape[1:], columns,
+                           values.reshape((-1,) + rhs.shape[1:]), lhs.dtype, xp)
+    position = np.searchsorted(rhs.indices, lhs.indices)
+    present = position < rhs.indices.shape[0]
+    present[present] = rhs.indices[position[present]] == lhs.indices[present]
+    rows = _rows_of(lhs, xp)[present]
+    kept = scipy.sparse.csr_matrix((lhs.data[present], (rows, position[present])),
+                                   shape=(lhs.shape[0], rhs.indices.shape[0]))
+    return (kept @ width).reshape((lhs.shape[0],) + rhs.shape[1:])
+
+
+def _as_parts(matrix, xp):
+    matrix.sort_indices()
+    parts = parts_for(CSR_TYPE, matrix.shape, matrix.dtype, xp)
+    parts.set(matrix.data, matrix.indices, matrix.indptr)
+    return parts
+
+
+def _row_sparse(shape, rows, data, dtype, xp):
+    parts = parts_for(ROW_SPARSE, shape, dtype, xp)
+    parts.set(xp.ascontiguousarray(data), rows)
+    return parts
+
+
+storage_rule('dot', _dot_infer, _dot_kernel)
+
+
+# _backward_dot of csr x dense: the lhs gradient at lhs's stored entries (csr), the rhs
+# gradient lhs^T x out_grad (row_sparse), or lhs x out_grad (dense) when lhs was transposed.
+
+def _backward_dot_infer(attrs, stypes, shapes):
+    if stypes != (DEFAULT, CSR_TYPE, DEFAULT) or attrs['transpose_b']:
+        return None
+    return (CSR_TYPE, DEFAULT if attrs['transpose_a'] else ROW_SPARSE)
+
+
+def _backward_dot_kernel(attrs, ins, outs, ctx):
+    grad, lhs, rhs = ins
+    xp = ctx.xp
+    _host(xp)
+    width = grad.reshape(grad.shape[0], -1)
+    right = rhs.reshape(rhs.shape[0], -1)
+    rows = _rows_of(lhs, xp)
+    if attrs['transpose_a']:        # out = lhs^T rhs: d lhs[i, j] = rhs[i] . grad[j]
+        sampled = xp.einsum('ij,ij->i', right[rows], width[lhs.indices])
+        outs[1][...] = (lhs.scipy() @ width).reshape(rhs.shape)
+    else:                           # out = lhs rhs: d lhs[i, j] = grad[i] . rhs[j]
+        sampled = xp.einsum('ij,ij->i', width[rows], right[lhs.indices])
+        columns, compact = compressed_columns(lhs, xp)
+        values = (compact.T @ width).reshape((-1,) + rhs.shape[1:])
+        _write(_row_sparse(rhs.shape, columns, values, rhs.dtype, xp), outs[1], xp)
+    outs[0].set(sampled.astype(lhs.dtype, copy=False), lhs.indices, lhs.indptr)
+
+
+storage_rule('_backward_dot', _backward_dot_infer, _backward_dot_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# Embedding's gradient with sparse_grad: the rows that the indices name, summed (row_sparse).
+
+def _embedding_grad_infer(attrs, stypes, shapes):
+    if attrs['sparse_grad'] and stypes == (DEFAULT, DEFAULT):
+        return (ROW_SPARSE,)
+    return None
+
+
+def _embedding_grad_kernel(attrs, ins, outs, ctx):
+    grad, data = ins
+    xp, width = ctx.xp, attrs['output_dim']
+    index = xp.clip(data.reshape(-1).astype(INDEX_DTYPE), 0, attrs['input_dim'] - 1)
+    rows, inverse = xp.unique(index, return_inverse=True)
+    values = xp.zeros((rows.shape[0], width), outs[0].dtype)
+    xp.add.at(values, inverse.reshape(-1), grad.reshape(-1, width))
+    outs[0].set(values, rows)
+
+
+storage_rule('_backward_Embedding', _embedding_grad_infer, _embedding_grad_kernel,
+             from_dense=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# cast_storage and _sparse_retain, declared here.
+
+def _cast_storage_kernel(attrs, ins, outs, ctx):
+    ctx.xp.copyto(outs[0], ins[0])
+
+
+register('cast_storage', _cast_storage_kernel,
+         params=(Param('stype', p_enum(*STYPES), doc="'default', 'row_sparse' or 'csr'"),),
+         gradient=lambda F, attrs, ins, outs, og: [F.cast_storage(og[0], stype='default')],
+         doc='The same values in another storage type (dense, row_sparse or csr).')
+storage_rule('cast_storage',
+             lambda attrs, stypes, shapes: (
+                 None if attrs['stype'] == CSR_TYPE and len(shapes[0]) != 2
+                 else (attrs['stype'],)),
+             lambda attrs, ins, outs, ctx: cast_into(ins[0], outs[0], ctx.xp), from_dense=True)
+
+
+def _retain_shape(attrs, in_shapes):
+    data, indices = in_shapes
+    if indices is not None and len(indices) != 1:
+        raise ShapeError(f'indices must be 1-D; got shape {tuple(indices)}')
+    return list(in_shapes), [data]
+
+
+def _retain_dense_kernel(attrs, ins, outs, ctx):
+    data, indices = ins
+    rows = ctx.xp.clip(indices.astype(INDEX_DTYPE), 0, data.shape[0] - 1)
+    outs[0].fill(0)
+    outs[0][rows] = data[rows]
+
+
+def _retain_kernel(attrs, ins, outs, ctx):
+    data, indices = ins
+    xp = ctx.xp
+    wanted = xp.unique(indices.astype(INDEX_DTYPE))
+    position = xp.searchsorted(wanted, data.indices)
+    present = position < wanted.shape[0]
+    present[present] = wanted[position[present]] == data.indices[present]
+    outs[0].set(data.data[present], data.indices[present])
+
+
+register('_sparse_retain', _retain_dense_kernel, inputs=('data', 'indices'),
+         infer_shape=_retain_shape,
+         infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]]),
+         gradient=lambda F, attrs, ins, outs, og: [F._sparse_retain(og[0], ins[1]), None],
+         doc='The rows of `data` whose indices are listed in `indices`; other rows zero.')
+storage_rule('_sparse_retain',
+             lambda attrs, stypes, shapes: (ROW_SPARSE,) if stypes[0] == ROW_SPARSE else None,
+             _retain_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# slice of a csr (contiguous rows, and columns): csr, costing the stored entries of the rows.
+
+def _csr_slice_infer(attrs, stypes, shapes):
+    steps = attrs['step'] or ()
+    if stypes != (CSR_TYPE,) or any(s not in (None, 1) for s in steps):
+        return None
+    return (CSR_TYPE,)
+
+
+def _csr_slice_kernel(attrs, ins, outs, ctx):
+    x, xp = ins[0], ctx.xp
+    (r0, r1), (c0, c1) = (_bounds(attrs, axis, x.shape[axis]) for axis in (0, 1))
+    low, high = int(x.indptr[r0]), int(x.indptr[r1])
+    data, indices = x.data[low:high], x.indices[low:high]
+    indptr = x.indptr[r0:r1 + 1] - low
+    if (c0, c1) != (0, x.shape[1]):
+        kept = (indices >= c0) & (indices < c1)
+        counts = _row_counts(kept, indptr, xp)
+        indptr = xp.concatenate([xp.zeros(1, INDEX_DTYPE), xp.cumsum(counts)])
+        data, indices = data[kept], indices[kept] - c0
+    outs[0].set(data.copy(), indices, indptr)
+
+
+def _row_counts(kept, indptr, xp):
+    """How many entries of each row (rows delimited by indptr) are kept."""
+    running = xp.concatenate([xp.zeros(1, INDEX_DTYPE), xp.cumsum(kept, dtype=INDEX_DTYPE)])
+    return running[indptr[1:]] - running[indptr[:-1]]
+
+
+def _bounds(attrs, axis, length):
+    begin, end = attrs['begin'], attrs['end']
+    if axis >= len(begin):
+        return 0, length
+    start, stop, _, count = slice_bounds(length, begin[axis], end[axis], None)
+    return start, start + count
+
+
+storage_rule('slice', _csr_slice_infer, _csr_slice_kernel)
