@@ -46,6 +46,7 @@ PASSES = (
     'mirror',           # MXNET_BACKWARD_DO_MIRROR: recompute cheap forward results in backward
     'fusion',           # MXNET_USE_FUSION: element-wise chains as one kernel
     'plan_memory',      # MXNET_EXEC_ENABLE_INPLACE, NNVM_EXEC_MATCH_RANGE, MXNET_EXEC_NUM_TEMP
+    'infer_storage',    # storage types (csr, row_sparse); sparse entries leave the arena
     'bulk',             # MXNET_EXEC_BULK_EXEC_*: segments, one engine push each
 )
 

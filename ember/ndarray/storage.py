@@ -33,8 +33,8 @@ from ember.ndarray.ndarray import NDArray, view_of
 from ember.op import registry
 from ember.op import sparse as _sp
 
-__all__ = ['BaseSparseNDArray', 'CSRNDArray', 'RowSparseNDArray', 'new_array', 'invoke',
-           'involved', 'is_sparse']
+__all__ = ['BaseSparseNDArray', 'CSRNDArray', 'RowSparseNDArray', 'SPARSE_CLASSES',
+           'new_array', 'invoke', 'involved', 'is_sparse']
 
 
 class BaseSparseNDArray(NDArray):
@@ -293,7 +293,7 @@ class RowSparseNDArray(BaseSparseNDArray):
 
 
 _CLASSES = {_sp.CSR_TYPE: CSRNDArray, _sp.ROW_SPARSE: RowSparseNDArray}
-_SPARSE = frozenset(_CLASSES.values())
+SPARSE_CLASSES = _SPARSE = frozenset(_CLASSES.values())
 
 
 def is_sparse(array) -> bool:
