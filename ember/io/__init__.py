@@ -8,8 +8,9 @@ MXNet's ``mx.recordio``).
 ((3, 2), 0)
 """
 from ember.io import recordio
+from ember.io.libsvm import LibSVMIter
 from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter,
                          ResizeIter)
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'recordio']
+           'LibSVMIter', 'recordio']
