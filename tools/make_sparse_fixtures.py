@@ -1,21 +1,21 @@
-"""Write the sparse fixtures of tests/data/mxnet-1.9.1-sparse/ with MXNet 1.9.1 itself.
+"""The sparse fixtures of tests/data/mxnet-1.9.1-sparse/, and the check that MXNet 1.9.1 loads
+what Ember writes. Three modes, from the repository root:
 
-Run it with MXNet's interpreter (not Ember's), from the repository root::
-
+    # with MXNet's interpreter: write the fixtures
     OMP_NUM_THREADS=2 ~/.cache/ember-bench/mxnet-1.9.1/bin/python tools/make_sparse_fixtures.py
-
-With ``--check DIR`` it instead loads the files Ember wrote into DIR (``ember-*.nd``, written
-by ``tests/test_sparse_io.py::test_files_for_mxnet`` when EMBER_SPARSE_FIXTURE_OUT names a
-folder) and checks, in MXNet, that each holds what ``expected_arrays`` holds.
+    # with Ember's: write Ember's files of the same arrays into DIR
+    python3 tools/make_sparse_fixtures.py --ember DIR
+    # with MXNet's: load Ember's files from DIR and check every array
+    OMP_NUM_THREADS=2 ~/.cache/ember-bench/mxnet-1.9.1/bin/python tools/make_sparse_fixtures.py --check DIR
 """
 import os
 import sys
 
-import mxnet as mx
 import numpy as np
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'data',
-                    'mxnet-1.9.1-sparse')
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+HERE = os.path.join(ROOT, 'tests', 'data', 'mxnet-1.9.1-sparse')
+LIST_ORDER = ('rsp', 'csr', 'dense')
 
 
 def expected_arrays():
@@ -39,37 +39,39 @@ def expected_arrays():
     }
 
 
-def as_mxnet(stype, values):
-    array = mx.nd.array(values, dtype=values.dtype)
-    return array if stype == 'default' else array.tostype(stype)
+def write(mx, folder, prefix=''):
+    """Save the arrays with framework `mx` (MXNet or Ember: the same API)."""
+    os.makedirs(folder, exist_ok=True)
+    arrays = {}
+    for name, (stype, values) in expected_arrays().items():
+        array = mx.nd.array(values, dtype=values.dtype)
+        arrays[name] = array if stype == 'default' else array.tostype(stype)
+    mx.nd.save(os.path.join(folder, f'{prefix}sparse.params'), arrays)
+    mx.nd.save(os.path.join(folder, f'{prefix}sparse-list.nd'),
+               [arrays[name] for name in LIST_ORDER])
 
 
-def write():
-    os.makedirs(HERE, exist_ok=True)
-    arrays = {name: as_mxnet(*spec) for name, spec in expected_arrays().items()}
-    mx.nd.save(os.path.join(HERE, 'sparse.params'), arrays)
-    mx.nd.save(os.path.join(HERE, 'sparse-list.nd'),
-               [arrays['rsp'], arrays['csr'], arrays['dense']])
-
-
-def check(folder):
+def check(mx, folder):
     expected = expected_arrays()
     for name in sorted(os.listdir(folder)):
-        if not name.startswith('ember-'):
-            continue
         loaded = mx.nd.load(os.path.join(folder, name))
-        items = loaded.items() if isinstance(loaded, dict) else zip(
-            ['rsp', 'csr', 'dense'], loaded)
+        items = loaded.items() if isinstance(loaded, dict) else zip(LIST_ORDER, loaded)
         for key, array in items:
             stype, values = expected[key]
             assert array.stype == stype, (name, key, array.stype)
             assert array.dtype == values.dtype, (name, key, array.dtype)
             np.testing.assert_array_equal(array.asnumpy(), values)
-        print(f'{name}: MXNet 1.9.1 loads it with the expected values')
+        print(f'{name}: loads with the expected storage types, dtypes and values')
 
 
 if __name__ == '__main__':
-    if len(sys.argv) == 3 and sys.argv[1] == '--check':
-        check(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] == '--ember':
+        sys.path.insert(0, ROOT)
+        import ember
+        write(ember, sys.argv[2], prefix='ember-')
+    elif len(sys.argv) == 3 and sys.argv[1] == '--check':
+        import mxnet
+        check(mxnet, sys.argv[2])
     else:
-        write()
+        import mxnet
+        write(mxnet, HERE)
