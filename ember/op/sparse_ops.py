@@ -441,9 +441,27 @@ storage_rule('dot', _dot_infer, _dot_kernel)
 # gradient lhs^T x out_grad (row_sparse), or lhs x out_grad (dense) when lhs was transposed.
 
 def _backward_dot_infer(attrs, stypes, shapes):
-    if stypes != (DEFAULT, CSR_TYPE, DEFAULT) or attrs['transpose_b']:
+    if attrs['transpose_b'] or stypes[:2] != (DEFAULT, CSR_TYPE):
         return None
-    return (CSR_TYPE, DEFAULT if attrs['transpose_a'] else ROW_SPARSE)
+    if stypes[2] == DEFAULT:
+        return (CSR_TYPE, DEFAULT if attrs['transpose_a'] else ROW_SPARSE)
+    if stypes[2] == ROW_SPARSE and not attrs['transpose_a']:
+        return (CSR_TYPE, ROW_SPARSE)
+    return None
+
+
+def _rows_at(rhs, rows, xp):
+    """Rows `rows` of a dense matrix, or of row_sparse parts (zeros where none is stored)."""
+    if not is_parts(rhs):
+        return rhs.reshape(rhs.shape[0], -1)[rows]
+    stored = rhs.indices
+    width = rhs.data.reshape(rhs.data.shape[0], -1)
+    position = xp.searchsorted(stored, rows)
+    present = position < stored.shape[0]
+    present[present] = stored[position[present]] == rows[present]
+    values = xp.zeros((rows.shape[0], width.shape[1]), width.dtype)
+    values[present] = width[position[present]]
+    return values
 
 
 def _backward_dot_kernel(attrs, ins, outs, ctx):
@@ -451,13 +469,12 @@ def _backward_dot_kernel(attrs, ins, outs, ctx):
     xp = ctx.xp
     _host(xp)
     width = grad.reshape(grad.shape[0], -1)
-    right = rhs.reshape(rhs.shape[0], -1)
     rows = _rows_of(lhs, xp)
     if attrs['transpose_a']:        # out = lhs^T rhs: d lhs[i, j] = rhs[i] . grad[j]
-        sampled = xp.einsum('ij,ij->i', right[rows], width[lhs.indices])
+        sampled = xp.einsum('ij,ij->i', _rows_at(rhs, rows, xp), width[lhs.indices])
         outs[1][...] = (lhs.scipy() @ width).reshape(rhs.shape)
     else:                           # out = lhs rhs: d lhs[i, j] = grad[i] . rhs[j]
-        sampled = xp.einsum('ij,ij->i', width[rows], right[lhs.indices])
+        sampled = xp.einsum('ij,ij->i', width[rows], _rows_at(rhs, lhs.indices, xp))
         columns, compact = compressed_columns(lhs, xp)
         values = (compact.T @ width).reshape((-1,) + rhs.shape[1:])
         _write(_row_sparse(rhs.shape, columns, values, rhs.dtype, xp), outs[1], xp)
