@@ -314,3 +314,78 @@ def test_lazy_update_touches_only_the_stored_rows_of_a_large_weight():
     values = weight.asnumpy()
     assert values[[3, 999_999]].tolist() == [[0.5, 0.5]] * 2
     assert values.sum() == 2 * 1_000_000 - 2
+
+
+# ----------------------------------------------------------------------------------------------
+# The compiled kernels (ember._sparse) against SciPy and NumPy's steps in float32.
+
+from ember.op import sparse_ops as _sparse_ops  # noqa: E402
+from ember.op import optimizer_ops as _updates  # noqa: E402
+from tolerance import assert_sums_close  # noqa: E402
+
+needs_compiled = pytest.mark.skipif(_sparse_ops._compiled is None,
+                                    reason='ember._sparse is not built (no C compiler)')
+
+
+def _random_csr(rng, rows, cols, density):
+    """A float32 csr of about `density` stored entries."""
+    import scipy.sparse
+    matrix = scipy.sparse.random(rows, cols, density, format='csr', dtype=np.float32,
+                                 random_state=np.random.RandomState(rng.integers(1 << 30)))
+    return sp.from_dense(matrix.toarray(), CSR)
+
+
+@needs_compiled
+@pytest.mark.parametrize('threads', [1, 3])
+def test_compiled_csr_dot_matches_scipy(threads):
+    rng = np.random.default_rng(threads)
+    dense = _random_csr(rng, 37, 50, 0.2).to_dense(np)
+    dense[5:9] = 0                                        # empty rows stay empty
+    csr = sp.from_dense(dense, CSR)
+    right = rng.standard_normal((50, 6)).astype(np.float32)
+    out = np.full((37, 6), np.nan, np.float32)
+    _sparse_ops._compiled.csr_dot(csr.data, csr.indices, csr.indptr, right, out, 6,
+                                  threads=threads, cores=None)
+    expected = csr.scipy().astype(np.float64) @ right.astype(np.float64)
+    magnitude = abs(csr.scipy()).astype(np.float64) @ np.abs(right).astype(np.float64)
+    assert_sums_close(out, expected, magnitude, 50)
+    columns, values = _sparse_ops.transposed_times(csr, rng.standard_normal(
+        (37, 6)).astype(np.float32), np)
+    assert columns.tolist() == sorted(set(csr.indices.tolist())) and values.shape[0] == columns.size
+
+
+@needs_compiled
+def test_compiled_csr_dot_refuses_bad_indices():
+    csr = sp.from_dense(np.eye(3, dtype=np.float32), CSR)
+    bad = csr.indices.copy()
+    bad[1] = 7
+    with pytest.raises(ValueError, match='column index is out of range'):
+        _sparse_ops._compiled.csr_dot(csr.data, bad, csr.indptr, np.ones((3, 2), np.float32),
+                                      np.empty((3, 2), np.float32), 2)
+
+
+@needs_compiled
+@pytest.mark.parametrize('name,states', [('sgd_update', 0), ('sgd_mom_update', 1),
+                                         ('adam_update', 2)])
+def test_compiled_lazy_update_rounds_as_numpy(name, states):
+    from ember.op import sparse_optimizer
+    rng = np.random.default_rng(len(name))
+    attrs = registry.get(name).parse_attrs(
+        {'lr': 0.1, 'wd': 0.01, 'rescale_grad': 0.5, 'clip_gradient': 0.4,
+         **({'momentum': 0.9} if states == 1 else {})})
+    weight = rng.standard_normal((9, 5)).astype(np.float32)
+    arrays = [np.abs(rng.standard_normal((9, 5))).astype(np.float32) for _ in range(states)]
+    rows = np.array([1, 4, 8])
+    grad = rng.standard_normal((3, 5)).astype(np.float32)
+    step = sparse_optimizer.LAZY_OPS[name][0]
+    want_states = [a[rows].copy() for a in arrays]
+    want = step(np, attrs, weight[rows].copy(), grad, *want_states)
+    _sparse_ops._compiled.lazy_update(sparse_optimizer._COMPILED_KINDS[name], weight.reshape(-1),
+                                      grad.reshape(-1), rows, tuple(a.reshape(-1) for a in arrays),
+                                      attrs['lr'], attrs['wd'], attrs['rescale_grad'],
+                                      attrs['clip_gradient'], attrs.get('momentum', 0.0),
+                                      attrs.get('beta1', 0.0), attrs.get('beta2', 0.0),
+                                      attrs.get('epsilon', 0.0), threads=2, cores=None)
+    np.testing.assert_array_equal(weight[rows], want)
+    for got, expected in zip(arrays, want_states):
+        np.testing.assert_array_equal(got[rows], expected)

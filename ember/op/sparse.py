@@ -64,9 +64,9 @@ class CSR:
                  xp.zeros(self.shape[0] + 1, INDEX_DTYPE))
 
     def set(self, data, indices, indptr):
-        self.data = data if data.dtype == self.dtype else data.astype(self.dtype)
-        self.indices = indices if indices.dtype == INDEX_DTYPE else indices.astype(INDEX_DTYPE)
-        self.indptr = indptr if indptr.dtype == INDEX_DTYPE else indptr.astype(INDEX_DTYPE)
+        self.data = _contiguous(data, self.dtype)
+        self.indices = _contiguous(indices, INDEX_DTYPE)
+        self.indptr = _contiguous(indptr, INDEX_DTYPE)
 
     @property
     def nnz(self) -> int:
@@ -99,8 +99,8 @@ class RowSparse:
         self.set(xp.zeros((0,) + self.shape[1:], self.dtype), xp.zeros(0, INDEX_DTYPE))
 
     def set(self, data, indices):
-        self.data = data if data.dtype == self.dtype else data.astype(self.dtype)
-        self.indices = indices if indices.dtype == INDEX_DTYPE else indices.astype(INDEX_DTYPE)
+        self.data = _contiguous(data, self.dtype)
+        self.indices = _contiguous(indices, INDEX_DTYPE)
 
     @property
     def nnz(self) -> int:
@@ -113,6 +113,13 @@ class RowSparse:
 
 
 _PARTS = {CSR_TYPE: CSR, ROW_SPARSE: RowSparse}
+
+
+def _contiguous(values, dtype):
+    """`values` as a C-contiguous array of `dtype` (itself when it is one already)."""
+    if values.dtype == dtype and values.flags.c_contiguous:
+        return values
+    return values.astype(dtype, order='C')
 
 
 def parts_for(stype, shape, dtype, xp=np):

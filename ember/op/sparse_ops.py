@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.backend import native
+from ember.engine.threads import team_arguments
 from ember.op import registry
 from ember.op.matrix import slice_bounds
 from ember.op.registry import Param, ShapeError, p_enum, register
@@ -25,9 +27,11 @@ from ember.op.sparse import (CSR_TYPE, DEFAULT, INDEX_DTYPE, ROW_SPARSE, STYPES,
                              dense_of, from_dense, is_parts, parts_for, parts_tuple,
                              storage_rule)
 
-__all__ = ['VALUE_OPS', 'compressed_columns']
+__all__ = ['VALUE_OPS', 'times_dense', 'transposed_times', 'stored_columns']
 
 SPARSE = (CSR_TYPE, ROW_SPARSE)
+# csr x dense and the lazy updates in C (setup.py builds it where a compiler is found)
+_compiled = native.compiled_module('_sparse')
 
 
 def _host(xp):
@@ -341,17 +345,56 @@ storage_rule('mean', _reduce_infer, _reduce_kernel(True))
 # ----------------------------------------------------------------------------------------------
 # dot: csr x dense (dense), csr^T x dense (row_sparse), dense x csr (csr), csr x row_sparse.
 
-def compressed_columns(csr, xp):
-    """(columns, csr') where `columns` are the distinct stored columns of `csr`, ascending,
-    and csr' the same matrix with only those columns (a SciPy matrix): products with csr^T
-    then cost the stored entries, not the columns."""
+def times_dense(csr, right, xp, out=None):
+    """csr x right (a dense matrix) as a dense array (into `out` when given): the compiled
+    kernel for float32, its rows split over the team by stored entries; SciPy else."""
+    _host(xp)
+    if (_compiled is not None and csr.dtype == right.dtype == np.float32
+            and (out is None or out.flags.c_contiguous)):
+        right = np.ascontiguousarray(right)
+        width = right.shape[1]
+        out = np.empty((csr.shape[0], width), np.float32) if out is None else out
+        _compiled.csr_dot(csr.data, csr.indices, csr.indptr, right, out, width,
+                          **_team(csr.nnz * width))
+        return out
+    result = csr.scipy() @ right
+    if out is None:
+        return result
+    out[...] = result.reshape(out.shape)
+    return out
+
+
+def _team(work):
+    return team_arguments(None, work) if _compiled.openmp else {}
+
+
+def stored_columns(csr, xp):
+    """(columns, local): the distinct stored columns of `csr`, ascending, and the position of
+    each entry's column among them; counted where the columns are few against the entries,
+    sorted otherwise, so that the cost follows the entries."""
+    indices, width = csr.indices, csr.shape[1]
+    if width <= 16 * max(indices.shape[0], 1):
+        columns = xp.flatnonzero(xp.bincount(indices, minlength=width))
+        remap = xp.empty(width, INDEX_DTYPE)
+        remap[columns] = xp.arange(columns.shape[0])
+        return columns, remap[indices]
+    columns, local = xp.unique(indices, return_inverse=True)
+    return columns, local.reshape(-1)
+
+
+def transposed_times(csr, right, xp):
+    """(columns, values): csr^T x right at the columns csr stores, the other rows of the
+    product being zero. csr^T, restricted to those columns, is made as a csr (a counting
+    transposition in SciPy) and multiplied as :func:`times_dense` multiplies."""
     _host(xp)
     import scipy.sparse
-    columns, local = np.unique(csr.indices, return_inverse=True)
-    compact = scipy.sparse.csr_matrix((csr.data, local.reshape(-1), csr.indptr),
+    columns, local = stored_columns(csr, xp)
+    compact = scipy.sparse.csr_matrix((csr.data, local, csr.indptr),
                                       shape=(csr.shape[0], columns.shape[0]))
-    compact.has_sorted_indices = True
-    return columns, compact
+    flipped = compact.T.tocsr()
+    transposed = parts_for(CSR_TYPE, flipped.shape, csr.dtype, xp)
+    transposed.set(flipped.data, flipped.indices, flipped.indptr)
+    return columns, times_dense(transposed, right, xp)
 
 
 def _natural_dot_stype(stypes, transpose_a, transpose_b):
@@ -373,9 +416,13 @@ def _dot_infer(attrs, stypes, shapes):
 
 def _dot_kernel(attrs, ins, outs, ctx):
     lhs, rhs = ins
-    xp = ctx.xp
+    xp, out = ctx.xp, outs[0]
     _host(xp)
     ta, tb = attrs['transpose_a'], attrs['transpose_b']
+    if (is_parts(lhs) and not is_parts(rhs) and not is_parts(out) and not (ta or tb)
+            and rhs.ndim == 2):
+        times_dense(lhs, rhs, xp, out)      # the common case, straight into the output
+        return
     if is_parts(lhs):
         result = _csr_dot(lhs, rhs, ta, tb, xp)
     else:
@@ -391,9 +438,8 @@ def _csr_dot(lhs, rhs, ta, tb, xp):
         return _csr_dot_row_sparse(lhs, rhs, ta, xp)
     right = rhs.reshape(-1, 1) if one_d else (rhs.T if tb else rhs)
     if not ta:
-        return lhs.scipy() @ right
-    columns, compact = compressed_columns(lhs, xp)
-    values = compact.T @ right
+        return times_dense(lhs, right, xp)
+    columns, values = transposed_times(lhs, right, xp)
     if tb:
         dense = xp.zeros((lhs.shape[1], right.shape[1]), lhs.dtype)
         dense[columns] = values
@@ -407,9 +453,8 @@ def _csr_dot_row_sparse(lhs, rhs, ta, xp):
     import scipy.sparse
     matrix, width = lhs.scipy(), rhs.data.reshape(rhs.data.shape[0], -1)
     if ta:           # lhs^T x rhs: rows of lhs that rhs stores, by their columns
-        picked = matrix[rhs.indices]
-        columns, compact = compressed_columns(_as_parts(picked, xp), xp)
-        values = compact.T @ width
+        picked = _as_parts(matrix[rhs.indices], xp)
+        columns, values = transposed_times(picked, xp.ascontiguousarray(width), xp)
         return _row_sparse((lhs.shape[1],) + rhs.shape[1:], columns,
                            values.reshape((-1,) + rhs.shape[1:]), lhs.dtype, xp)
     position = np.searchsorted(rhs.indices, lhs.indices)
@@ -418,7 +463,7 @@ def _csr_dot_row_sparse(lhs, rhs, ta, xp):
     rows = _rows_of(lhs, xp)[present]
     kept = scipy.sparse.csr_matrix((lhs.data[present], (rows, position[present])),
                                    shape=(lhs.shape[0], rhs.indices.shape[0]))
-    return (kept @ width).reshape((lhs.shape[0],) + rhs.shape[1:])
+    return times_dense(_as_parts(kept, xp), width, xp).reshape((lhs.shape[0],) + rhs.shape[1:])
 
 
 def _as_parts(matrix, xp):
@@ -472,11 +517,11 @@ def _backward_dot_kernel(attrs, ins, outs, ctx):
     rows = _rows_of(lhs, xp)
     if attrs['transpose_a']:        # out = lhs^T rhs: d lhs[i, j] = rhs[i] . grad[j]
         sampled = xp.einsum('ij,ij->i', _rows_at(rhs, rows, xp), width[lhs.indices])
-        outs[1][...] = (lhs.scipy() @ width).reshape(rhs.shape)
+        outs[1][...] = times_dense(lhs, width, xp).reshape(rhs.shape)
     else:                           # out = lhs rhs: d lhs[i, j] = grad[i] . rhs[j]
         sampled = xp.einsum('ij,ij->i', width[rows], _rows_at(rhs, lhs.indices, xp))
-        columns, compact = compressed_columns(lhs, xp)
-        values = (compact.T @ width).reshape((-1,) + rhs.shape[1:])
+        columns, values = transposed_times(lhs, width, xp)
+        values = values.reshape((-1,) + rhs.shape[1:])
         _write(_row_sparse(rhs.shape, columns, values, rhs.dtype, xp), outs[1], xp)
     outs[0].set(sampled.astype(lhs.dtype, copy=False), lhs.indices, lhs.indptr)
 

@@ -22,10 +22,14 @@ it lacks (as zeros) before they are stepped.
 >>> attrs = op.parse_attrs({'lr': 0.5, 'wd': 0.1})
 >>> sparse.rule_of(op).kernel(attrs, [weight, grad], [weight], registry.KernelContext(cpu()))
 >>> weight[:, 0].tolist()
-[1.0, 0.44999998807907715, 1.0, 1.0]
+[1.0, 0.44999998807907104, 1.0, 1.0]
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ember.backend import native
+from ember.engine.threads import team_arguments
 from ember.op import optimizer_ops as _updates
 from ember.op import registry
 from ember.op.sparse import (CSR_TYPE, DEFAULT, ROW_SPARSE, cast_into, is_parts,
@@ -43,6 +47,11 @@ LAZY_OPS = {
 }
 
 
+# the operators ember._sparse.lazy_update runs, by its kind number
+_COMPILED_KINDS = {'sgd_update': 0, 'sgd_mom_update': 1, 'adam_update': 2}
+_compiled = native.compiled_module('_sparse')
+
+
 def _infer(has_lazy_flag):
     def infer(attrs, stypes, shapes):
         weight, grad, *states = stypes
@@ -55,7 +64,26 @@ def _infer(has_lazy_flag):
     return infer
 
 
-def _kernel(step, has_lazy_flag):
+def _compiled_step(name, attrs, targets, grad, xp):
+    """Run the step in C (``ember._sparse.lazy_update``, the rows split over the team) where
+    it has the operator and every array is float32 and contiguous; False otherwise."""
+    kind = _COMPILED_KINDS.get(name)
+    arrays = [target.values for target in targets] + [grad.data]
+    if (kind is None or _compiled is None or xp is not np
+            or not all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)):
+        return False
+    positions = xp.ascontiguousarray(targets[0].positions, dtype=np.int64)
+    flat = [a.reshape(-1) for a in arrays]
+    work = grad.data.size
+    _compiled.lazy_update(kind, flat[0], flat[-1], positions, tuple(flat[1:-1]), attrs['lr'],
+                          attrs['wd'], attrs['rescale_grad'], attrs['clip_gradient'],
+                          attrs.get('momentum', 0.0), attrs.get('beta1', 0.0),
+                          attrs.get('beta2', 0.0), attrs.get('epsilon', 0.0),
+                          **(team_arguments(None, work) if _compiled.openmp else {}))
+    return True
+
+
+def _kernel(step, has_lazy_flag, name):
     def kernel(attrs, ins, outs, ctx):
         weight, grad, *states = ins
         xp, out = ctx.xp, outs[0]
@@ -66,6 +94,8 @@ def _kernel(step, has_lazy_flag):
             cast_into(weight, out, xp)      # the step reads the weight from out from now on
         rows = grad.indices
         targets = [_RowsOf(array, rows, xp) for array in (out, *states)]
+        if _compiled_step(name, attrs, targets, grad, xp):
+            return
         gathered = [target.gather() for target in targets]
         new_rows = step(xp, attrs, gathered[0], grad.data, *gathered[1:])
         for target, values in zip(targets[1:], gathered[1:]):
@@ -108,4 +138,4 @@ def _holding(parts, rows, xp):
 
 for _name, (_step, _has_flag) in LAZY_OPS.items():
     registry.get(_name)       # declared in optimizer_ops
-    storage_rule(_name, _infer(_has_flag), _kernel(_step, _has_flag))
+    storage_rule(_name, _infer(_has_flag), _kernel(_step, _has_flag, _name))
