@@ -50,6 +50,9 @@ LAZY_OPS = {
 # the operators ember._sparse.lazy_update runs, by its kind number
 _COMPILED_KINDS = {'sgd_update': 0, 'sgd_mom_update': 1, 'adam_update': 2}
 _compiled = native.compiled_module('_sparse')
+# gradient values from which the rows are split over the team: the rows lie anywhere in the
+# weight, so each thread mostly waits on memory and two wait in parallel
+_SPLIT_FROM = 1 << 14
 
 
 def _infer(has_lazy_flag):
@@ -79,7 +82,8 @@ def _compiled_step(name, attrs, targets, grad, xp):
                           attrs['wd'], attrs['rescale_grad'], attrs['clip_gradient'],
                           attrs.get('momentum', 0.0), attrs.get('beta1', 0.0),
                           attrs.get('beta2', 0.0), attrs.get('epsilon', 0.0),
-                          **(team_arguments(None, work) if _compiled.openmp else {}))
+                          **(team_arguments(work >= _SPLIT_FROM, work)
+                             if _compiled.openmp else {}))
     return True
 
 
