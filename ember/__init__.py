@@ -38,7 +38,7 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore')
 
 
 def __getattr__(name):
@@ -46,9 +46,14 @@ def __getattr__(name):
         from ember.io import recordio
         globals()['recordio'] = recordio
         return recordio
+    if name == 'kv':
+        globals()['kv'] = __getattr__('kvstore')
+        return globals()['kv']
     if name == 'AttrScope':
         from ember.attribute import AttrScope
         return AttrScope
+    if name == 'img':
+        return __getattr__('image')
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
@@ -68,5 +73,6 @@ except config.ConfigError as _error:
 __version__ = '0.1.0'
 __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
-           'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
+           'gluon', 'kvstore', 'kv', 'test_utils',
+           'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
            'current_context', 'EmberError', 'MXNetError']

@@ -179,7 +179,9 @@ def test_operator_syntax_picks_mxnets_operators():
     g += rsp()
     assert g.stype == 'row_sparse' and g.data.asnumpy().tolist() == [[2, 4], [6, 8]]
     assert nd.sparse.add(a, a).stype == 'csr' and nd.sparse.multiply(a, d).stype == 'csr'
-    assert nd.sparse.dot is nd.dot
+    assert nd.sparse.sum(a, axis=0).asnumpy().tolist() == DENSE.sum(axis=0).tolist()
+    with pytest.raises(AttributeError, match="did you mean 'dot'"):
+        nd.sparse.dott
 
 
 # ----------------------------------------------------------------------------------------------
@@ -366,6 +368,8 @@ def test_executor_with_csr_data_and_row_sparse_weight():
 
 def test_storage_pass_leaves_dense_graphs_alone():
     from ember.passes import infer_shape, infer_storage, infer_type
+    from ember.passes.options import Options
+    options = Options({'x': (2,)}, {'x': np.float32})
     graph = mx.sym.relu(mx.sym.var('x')).to_graph()
-    graph = infer_type.run(infer_shape.run(graph, {'x': (2,)}), {'x': np.float32})
-    assert infer_storage.run(graph) is graph
+    graph = infer_type.run(infer_shape.run(graph, options), options)
+    assert infer_storage.run(graph, options) is graph

@@ -11,6 +11,9 @@ from ember.io import recordio
 from ember.io.libsvm import LibSVMIter
 from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter,
                          ResizeIter)
+from ember.io.array_iters import CSVIter, MNISTIter
+from ember.io.image_record import ImageRecordIter, ImageRecordUInt8Iter
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'LibSVMIter', 'recordio']
+           'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter',
+           'LibSVMIter']

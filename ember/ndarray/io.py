@@ -50,6 +50,8 @@ import numpy as np
 
 from ember.base import EmberError, dtype_of, prod
 from ember.device import current_device
+from ember.ndarray.creation import array
+from ember.ndarray.ndarray import NDArray
 from ember.op import sparse as _sparse
 
 __all__ = ['save_arrays', 'load_arrays', 'dumps', 'loads', 'save', 'load', 'load_frombuffer',
@@ -190,7 +192,6 @@ def _host_record(array):
 
 def _ndarray_entries(data):
     """(names, NDArrays) with the checks and errors of MXNet's mx.nd.save."""
-    from ember.ndarray import NDArray
     accepted = 'save accepts an NDArray, a dict str -> NDArray or a list of NDArrays'
     if isinstance(data, NDArray):
         data = [data]
@@ -232,7 +233,7 @@ def load_frombuffer(buf) -> list | dict:
 
 
 def _to_ndarrays(loaded):
-    from ember.ndarray import array, sparse
+    from ember.ndarray import sparse
     device = current_device()
 
     def convert(value):

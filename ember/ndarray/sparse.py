@@ -32,6 +32,7 @@ import numpy as np
 from ember.base import EmberError, dtype_of
 from ember.ndarray import ndarray as _nd
 from ember.ndarray.ndarray import NDArray, invoke, parse_device
+from ember.ndarray.register import make_function
 from ember.ndarray.storage import (BaseSparseNDArray, CSRNDArray, RowSparseNDArray,
                                    new_array, _arithmetic, _checked_stype)
 from ember.op import registry
@@ -186,14 +187,17 @@ def adagrad_update(weight, grad, history, out=None, **kwargs):
 
 
 def __getattr__(name):
-    # The operators of mx.nd, as MXNet's sparse namespace lists them (sparse.dot, sparse.sum).
-    from ember import ndarray
+    # The operators, as MXNet's sparse namespace lists them (sparse.dot, sparse.sum): the
+    # functions mx.nd has, made from the registry on first use.
     if name.startswith('__'):
         raise AttributeError(name)
     try:
-        return getattr(ndarray, name)
-    except AttributeError:
-        raise AttributeError(f'module ember.ndarray.sparse has no attribute {name!r}') from None
+        op = registry.get(name)
+    except AttributeError as exc:
+        raise AttributeError(f'module ember.ndarray.sparse has no attribute {name!r}: '
+                             f'{exc}') from None
+    function = globals()[name] = make_function(op, name)
+    return function
 
 
 # ----------------------------------------------------------------------------------------------

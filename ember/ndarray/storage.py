@@ -322,11 +322,15 @@ def _host(values):
 
 
 def _rebuild(stype, shape, dtype, parts, device_text):
-    from ember.ndarray import sparse
-    device = _nd.parse_device(device_text)
+    """A pickled sparse array, its parts checked as construction checks them."""
     if stype == _sp.CSR_TYPE:
-        return sparse.csr_matrix(parts, shape=shape, ctx=device, dtype=dtype)
-    return sparse.row_sparse_array(parts, shape=shape, ctx=device, dtype=dtype)
+        _sp.check_csr('CSRNDArray', shape, *parts)
+    else:
+        _sp.check_row_sparse('RowSparseNDArray', shape, *parts)
+    device = _nd.parse_device(device_text)
+    array = new_array(stype, shape, dtype, device)
+    array._parts.set(*(_nd._xp(device).asarray(p) for p in parts))
+    return array
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import numpy as np
 from ember.backend import native
 from ember.engine.threads import team_arguments
 from ember.op import registry
-from ember.op.matrix import slice_bounds
+from ember.op.indexing import slice_bounds
 from ember.op.registry import Param, ShapeError, p_enum, register
 from ember.op.sparse import (CSR_TYPE, DEFAULT, INDEX_DTYPE, ROW_SPARSE, STYPES, cast_into,
                              dense_of, from_dense, is_parts, parts_for, parts_tuple,

@@ -12,11 +12,12 @@ kernels run); the entries the first plan kept outside stay outside.
 >>> import numpy as np
 >>> from ember import symbol as sym
 >>> from ember.passes import infer_shape, infer_type, infer_storage
+>>> from ember.passes.options import Options
 >>> x = sym.var('x', stype='csr')
 >>> g = sym.dot(x, sym.var('w'), transpose_a=True, name='d').to_graph()
->>> g = infer_type.run(infer_shape.run(g, {'x': (4, 3), 'w': (4, 2)}), {'x': np.float32,
-...                                                                     'w': np.float32})
->>> infer_storage.run(g).attrs['stype']
+>>> options = Options({'x': (4, 3), 'w': (4, 2)}, {'x': np.float32, 'w': np.float32})
+>>> g = infer_type.run(infer_shape.run(g, options), options)
+>>> infer_storage.run(g, options).attrs['stype']
 ('csr', 'default', 'row_sparse')
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 
 from ember.op import sparse
 from ember.passes import plan_memory
+from ember.passes.options import Options
 from ember.passes.plan_memory import EXTERNAL
 
 __all__ = ['run', 'infer', 'sparse_entries']
@@ -34,10 +36,10 @@ _log = logging.getLogger(__name__)
 _STORAGE_NUMBERS = {'0': sparse.DEFAULT, '1': sparse.ROW_SPARSE, '2': sparse.CSR_TYPE}
 
 
-def run(graph, params=None):
+def run(graph, options=Options()):
     """`graph` with ``attrs['stype']`` and sparse entries outside the arena, or `graph`
-    itself when every entry is dense."""
-    stypes = infer(graph, params)
+    itself when every entry is dense. ``options.params`` gives the bound arrays."""
+    stypes = infer(graph, options.params)
     if all(stype == sparse.DEFAULT for stype in stypes):
         return graph
     graph = graph.replace(attrs={**graph.attrs, 'stype': stypes})
@@ -48,7 +50,7 @@ def run(graph, params=None):
         return graph
     kept_out = {eid for eid, sid in enumerate(plan.storage)
                 if sid == EXTERNAL and _is_output(graph, eid)}
-    return plan_memory.run(graph, external=kept_out | sparse_entries(graph))
+    return plan_memory.plan(graph, external=kept_out | sparse_entries(graph))
 
 
 def infer(graph, params=None) -> tuple:
