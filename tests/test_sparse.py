@@ -162,6 +162,11 @@ def test_retain_and_tostype():
     kept = nd.sparse.retain(rsp(), nd.array([2, 3], dtype='int64'))
     assert kept.stype == 'row_sparse' and kept.indices.asnumpy().tolist() == [2]
     assert rsp().retain(nd.array([0], dtype='int64')).indices.asnumpy().tolist() == [0]
+    rows = nd.sparse.retain(nd.array(np.arange(8).reshape(4, 2)), nd.array([3, 1]))
+    assert rows.stype == 'row_sparse' and rows.indices.asnumpy().tolist() == [1, 3]
+    assert rows.data.asnumpy().tolist() == [[2, 3], [6, 7]]
+    with pytest.raises(MXNetError, match='fall outside the 4 rows'):
+        nd.sparse.retain(nd.ones((4, 2)), nd.array([4])).wait_to_read()
     assert csr().tostype('default').stype == 'default'
     assert rsp().tostype('csr').stype == 'csr'
     np.testing.assert_array_equal(rsp().tostype('csr').asnumpy(), rsp().asnumpy())

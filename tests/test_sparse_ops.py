@@ -172,6 +172,7 @@ def other_rows():
         Row('where', (CSR, DNS, DNS), (DNS,)),
         Row('_backward_Embedding', (DNS, DNS), (RSP,), embedding, draw=_embedding_draw),
         Row('_sparse_retain', (RSP, DNS), (RSP,), draw=_retain_draw),
+        Row('_sparse_retain', (DNS, DNS), (RSP,), draw=_retain_draw, tag='rows of a dense array'),
         Row('slice', (CSR,), (CSR,), {'begin': (1,), 'end': (3,)}, tag='rows'),
         Row('slice', (CSR,), (CSR,), {'begin': (1, 1), 'end': (4, 3)}, tag='rows and columns'),
         Row('slice', (CSR,), (DNS,), {'begin': (0,), 'end': (4,), 'step': (2,)}, kernel=False,

@@ -150,7 +150,8 @@ def cast_storage(data, stype):
 
 
 def retain(data, indices):
-    """The rows of row_sparse `data` whose indices are listed in `indices` (an NDArray).
+    """The rows of row_sparse `data` whose indices are listed in `indices` (an NDArray), as
+    a row_sparse array; of dense `data`, its rows `indices` (an extension: MXNet refuses it).
 
     >>> import ember as mx
     >>> g = row_sparse_array(([[1.0], [2.0], [3.0]], [0, 2, 4]), shape=(5, 1))

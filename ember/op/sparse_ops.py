@@ -599,12 +599,19 @@ def _retain_dense_kernel(attrs, ins, outs, ctx):
 
 def _retain_kernel(attrs, ins, outs, ctx):
     """Each wanted index is looked up among the stored rows: the cost follows the wanted
-    indices (times the log of the stored rows)."""
+    indices (times the log of the stored rows). Dense data (MXNet refuses it) gives its
+    wanted rows as row_sparse, as a KVStore's row_sparse_pull takes them."""
     data, indices = ins
     xp = ctx.xp
     wanted = indices.astype(INDEX_DTYPE, copy=False).reshape(-1)
     if wanted.shape[0] > 1 and not bool((wanted[1:] > wanted[:-1]).all()):
         wanted = xp.unique(wanted)
+    if not is_parts(data):
+        if wanted.shape[0] and (int(wanted[0]) < 0 or int(wanted[-1]) >= data.shape[0]):
+            raise ValueError(f'_sparse_retain: indices {int(wanted[0])}..{int(wanted[-1])} '
+                             f'fall outside the {data.shape[0]} rows of data')
+        outs[0].set(data[wanted], wanted)
+        return
     stored = data.indices
     position = xp.searchsorted(stored, wanted)
     found = position < stored.shape[0]
@@ -619,8 +626,9 @@ register('_sparse_retain', _retain_dense_kernel, inputs=('data', 'indices'),
          gradient=lambda F, attrs, ins, outs, og: [F._sparse_retain(og[0], ins[1]), None],
          doc='The rows of `data` whose indices are listed in `indices`; other rows zero.')
 storage_rule('_sparse_retain',
-             lambda attrs, stypes, shapes: (ROW_SPARSE,) if stypes[0] == ROW_SPARSE else None,
-             _retain_kernel)
+             lambda attrs, stypes, shapes: (ROW_SPARSE,) if stypes[0] in (ROW_SPARSE, DEFAULT)
+             and stypes[1] == DEFAULT else None,
+             _retain_kernel, from_dense=True)
 
 
 # ----------------------------------------------------------------------------------------------
