@@ -54,8 +54,10 @@ def _write(result, out, xp):
         result = csr
     if not is_parts(result) and not is_parts(out):
         out[...] = result.reshape(out.shape)
-        return
-    cast_into(result, out, xp)
+    elif type(result) is type(out):
+        out.set(*parts_tuple(result))       # a kernel's own new parts: taken, not copied
+    else:
+        cast_into(result, out, xp)
 
 
 # ----------------------------------------------------------------------------------------------
