@@ -352,7 +352,8 @@ def test_compiled_csr_dot_matches_scipy(threads):
     assert_sums_close(out, expected, magnitude, 50)
     columns, values = _sparse_ops.transposed_times(csr, rng.standard_normal(
         (37, 6)).astype(np.float32), np)
-    assert columns.tolist() == sorted(set(csr.indices.tolist())) and values.shape[0] == columns.size
+    assert columns.tolist() == sorted(set(csr.indices.tolist()))
+    assert values.shape[0] == columns.size
 
 
 @needs_compiled

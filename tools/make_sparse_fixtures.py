@@ -1,12 +1,13 @@
 """The sparse fixtures of tests/data/mxnet-1.9.1-sparse/, and the check that MXNet 1.9.1 loads
 what Ember writes. Three modes, from the repository root:
 
+    MXNET=~/.cache/ember-bench/mxnet-1.9.1/bin/python
     # with MXNet's interpreter: write the fixtures
-    OMP_NUM_THREADS=2 ~/.cache/ember-bench/mxnet-1.9.1/bin/python tools/make_sparse_fixtures.py
+    OMP_NUM_THREADS=2 $MXNET tools/make_sparse_fixtures.py
     # with Ember's: write Ember's files of the same arrays into DIR
     python3 tools/make_sparse_fixtures.py --ember DIR
     # with MXNet's: load Ember's files from DIR and check every array
-    OMP_NUM_THREADS=2 ~/.cache/ember-bench/mxnet-1.9.1/bin/python tools/make_sparse_fixtures.py --check DIR
+    OMP_NUM_THREADS=2 $MXNET tools/make_sparse_fixtures.py --check DIR
 """
 import os
 import sys

@@ -11,9 +11,9 @@ entries an output stores is known only when its kernel runs, so the kernel fills
 given, so an output may share index arrays with an input; data arrays are never shared.
 
 A rule is ``infer(attrs, in_stypes, in_shapes) -> out_stypes``, or None when no kernel of the
-rule takes those inputs. :func:`decide` settles an operator call before it runs: the rule's kernel, the
-dense kernel when every input is dense, or else the *fallback*: the sparse inputs are made
-dense, the dense kernel runs and the outputs are dense, which
+rule takes those inputs. :func:`decide` settles an operator call before it runs: the rule's
+kernel, the dense kernel when every input is dense, or else the *fallback*: the sparse inputs
+are made dense, the dense kernel runs and the outputs are dense, which
 ``MXNET_STORAGE_FALLBACK_LOG_VERBOSE`` logs once per operator and storage signature.
 
 >>> import numpy as np
@@ -250,9 +250,9 @@ def check_row_sparse(name, shape, data, indices, full=True):
 @dataclass(frozen=True)
 class StorageRule:
     """The sparse kernels of one operator: ``infer(attrs, in_stypes, in_shapes) -> out_stypes
-    or None`` and the kernel that runs when infer returns output types. `from_dense`: the rule may give
-    sparse outputs for dense inputs (an embedding's row_sparse gradient), so the imperative
-    path consults it even when every input is dense."""
+    or None`` and the kernel that runs when infer returns output types. `from_dense`: the
+    rule may give sparse outputs for dense inputs (an embedding's row_sparse gradient), so
+    the imperative path consults it even when every input is dense."""
     infer: Callable
     kernel: Callable
     from_dense: bool = False
