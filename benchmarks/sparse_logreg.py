@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ember as mx  # noqa: E402
 from ember import autograd, nd  # noqa: E402
 
 

@@ -1,7 +1,6 @@
 """Sparse arrays in MXNet's .params/.nd files (fixtures written by MXNet 1.9.1, see
 tests/data/mxnet-1.9.1-sparse/README.md) and mx.io.LibSVMIter."""
 import io
-import struct
 
 import numpy as np
 import pytest

@@ -20,8 +20,10 @@ import ember as mx
 from ember.ndarray.ndarray import invoke
 from ember.op import registry
 from ember.op import sparse as sp
+from ember.op import sparse_ops as _sparse_ops
 from ember.op.sparse_ops import VALUE_OPS
 from ember.op.sparse_optimizer import LAZY_OPS
+from tolerance import assert_sums_close
 
 CSR, RSP, DNS = 'csr', 'row_sparse', 'default'
 
@@ -320,9 +322,6 @@ def test_lazy_update_touches_only_the_stored_rows_of_a_large_weight():
 # ----------------------------------------------------------------------------------------------
 # The compiled kernels (ember._sparse) against SciPy and NumPy's steps in float32.
 
-from ember.op import sparse_ops as _sparse_ops  # noqa: E402
-from ember.op import optimizer_ops as _updates  # noqa: E402
-from tolerance import assert_sums_close  # noqa: E402
 
 needs_compiled = pytest.mark.skipif(_sparse_ops._compiled is None,
                                     reason='ember._sparse is not built (no C compiler)')

@@ -24,8 +24,7 @@ from ember.op import registry
 from ember.op.indexing import slice_bounds
 from ember.op.registry import Param, ShapeError, p_enum, register
 from ember.op.sparse import (CSR_TYPE, DEFAULT, INDEX_DTYPE, ROW_SPARSE, STYPES, cast_into,
-                             dense_of, from_dense, is_parts, parts_for, parts_tuple,
-                             storage_rule)
+                             dense_of, is_parts, parts_for, parts_tuple, storage_rule)
 
 __all__ = ['VALUE_OPS', 'times_dense', 'transposed_times', 'stored_columns']
 
