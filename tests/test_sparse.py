@@ -61,6 +61,8 @@ def test_zeros_empty_and_shapes():
     assert nd.sparse.csr_matrix((2, 5)).shape == (2, 5)
     with pytest.raises(EmberError, match='2-D'):
         nd.sparse.zeros('csr', (2, 2, 2))
+    with pytest.raises(EmberError, match=r'csr storage holds 2-D arrays; got shape \(2, 2, 2\)'):
+        nd.ones((2, 2, 2)).tostype('csr')
     with pytest.raises(ValueError, match="did you mean 'csr'"):
         nd.sparse.cast_storage(nd.ones((2, 2)), 'crs')
 

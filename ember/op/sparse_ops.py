@@ -577,10 +577,13 @@ register('cast_storage', _cast_storage_kernel,
          params=(Param('stype', p_enum(*STYPES), doc="'default', 'row_sparse' or 'csr'"),),
          gradient=lambda F, attrs, ins, outs, og: [F.cast_storage(og[0], stype='default')],
          doc='The same values in another storage type (dense, row_sparse or csr).')
-storage_rule('cast_storage',
-             lambda attrs, stypes, shapes: (
-                 None if attrs['stype'] == CSR_TYPE and len(shapes[0]) != 2
-                 else (attrs['stype'],)),
+def _cast_storage_infer(attrs, stypes, shapes):
+    if attrs['stype'] == CSR_TYPE and len(shapes[0]) != 2:
+        raise ShapeError(f'csr storage holds 2-D arrays; got shape {tuple(shapes[0])}')
+    return (attrs['stype'],)
+
+
+storage_rule('cast_storage', _cast_storage_infer,
              lambda attrs, ins, outs, ctx: cast_into(ins[0], outs[0], ctx.xp), from_dense=True)
 
 
