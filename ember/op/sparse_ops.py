@@ -579,7 +579,8 @@ register('cast_storage', _cast_storage_kernel,
          doc='The same values in another storage type (dense, row_sparse or csr).')
 def _cast_storage_infer(attrs, stypes, shapes):
     if attrs['stype'] == CSR_TYPE and len(shapes[0]) != 2:
-        raise ShapeError(f'csr storage holds 2-D arrays; got shape {tuple(shapes[0])}')
+        raise ShapeError(f'cast_storage: csr storage holds 2-D arrays; got shape '
+                         f'{tuple(shapes[0])}')
     return (attrs['stype'],)
 
 
