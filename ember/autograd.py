@@ -195,11 +195,11 @@ def mark_variables(variables, gradients, grad_reqs='write'):
 
 
 def _attach_grad(array, grad_req='write', stype=None):
-    """NDArray.attach_grad: allocate a zero gradient buffer and mark the array as a variable."""
-    if stype not in (None, 'default'):
-        raise ValueError(f"attach_grad: stype={stype!r}: only 'default' (dense) is supported")
-    mark_variables([array], [nd.zeros(array.shape, ctx=array.context, dtype=array.dtype)],
-                   grad_req)
+    """NDArray.attach_grad: allocate a zero gradient buffer of storage type `stype` (the
+    array's own by default) and mark the array as a variable."""
+    stype = array.stype if stype is None else stype
+    mark_variables([array], [nd.sparse.zeros(stype, array.shape, ctx=array.context,
+                                             dtype=array.dtype)], grad_req)
 
 
 def _detach(array):
@@ -349,7 +349,10 @@ def _store(leaf, gradient):
     if leaf.grad_req == 'add':
         array._grad += gradient
     elif gradient is not array._grad:      # else a grad_fn wrote it there ('direct')
-        array._grad[:] = gradient
+        if gradient.stype == 'default' and array._grad.stype == 'default':
+            array._grad[:] = gradient
+        else:       # into the buffer's own storage type: a row_sparse one takes the rows
+            gradient.copyto(array._grad)
     array._grad._fresh_grad = True      # Trainer.step checks that backward reached it
 
 

@@ -478,8 +478,9 @@ bool_var('MXNET_ENFORCE_CYTHON', False, 'Fail at import if the compiled accelera
 # Logging
 int_var('DMLC_LOG_STACK_TRACE_DEPTH', 0, 'Frames of the pushing code shown in an error raised '
         'at wait time.', _LOG, 'engine', low=0)
-bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log when a sparse array falls back to '
-         'dense storage.', _LOG, 'ndarray', status=NOT_YET + 'sparse storage is not built yet')
+bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log, once per operator and storage '
+         'signature, when an operator has no sparse kernel for its inputs and runs on dense '
+         'copies of them (the storage fallback).', _LOG, 'op')
 
 # Operators and kernels
 int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,

@@ -241,16 +241,26 @@ def random_arrays(*shapes):
 
 
 def rand_ndarray(shape, stype='default', density=None, dtype=None, ctx=None):
-    """An NDArray of standard-normal values. Only dense ('default') storage exists in Ember;
-    `density` applies to sparse storage and is ignored for dense arrays, as in MXNet.
+    """An NDArray of standard-normal values, or for 'csr' and 'row_sparse' a sparse array
+    storing a fraction `density` (random when None, as in MXNet) of its entries or rows,
+    uniform in [0, 1).
 
     >>> rand_ndarray((2, 2), dtype='float64').dtype
     <class 'numpy.float64'>
+    >>> rand_ndarray((100, 3), 'row_sparse', density=0.1).stype
+    'row_sparse'
     """
-    if stype != 'default':
-        raise ValueError(f"rand_ndarray: stype={stype!r}: only 'default' (dense) storage is "
-                         "supported; sparse storage ('csr', 'row_sparse') is not built")
-    return nd.array(random_arrays(tuple(shape)), ctx=ctx, dtype=dtype or default_dtype())
+    if stype == 'default':
+        return nd.array(random_arrays(tuple(shape)), ctx=ctx, dtype=dtype or default_dtype())
+    density = np.random.rand() if density is None else density
+    dtype = dtype or default_dtype()
+    if stype == 'row_sparse':
+        rows = np.flatnonzero(np.random.rand(shape[0]) < density)
+        values = np.random.uniform(size=(rows.size,) + tuple(shape[1:]))
+        return nd.sparse.row_sparse_array((values, rows), shape=shape, ctx=ctx, dtype=dtype)
+    import scipy.sparse
+    matrix = scipy.sparse.random(shape[0], shape[1], density, format='csr', dtype=np.float64)
+    return nd.sparse.csr_matrix(matrix, ctx=ctx, dtype=dtype)
 
 
 def np_reduce(dat, axis, keepdims, numpy_reduce_func):

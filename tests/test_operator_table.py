@@ -547,6 +547,7 @@ SHAPES = [
          ref=lambda x: (x == x.max(axis=-1, keepdims=True)).astype(float), tag='mask'),
     Case('add_n', (normal(2, 3), normal(2, 3), normal(2, 3)), ref=lambda *a: sum(a)),
     Case('ElementWiseSum', (normal(2, 3), normal(2, 3)), ref=np.add),
+    Case('cast_storage', (normal(2, 3),), dict(stype='default'), ref=lambda x: x),
     Case('slice_like', (normal(3, 4), normal(2, 3)), ref=lambda a, b: a[:2, :3]),
     Case('slice_like', (normal(3, 4), normal(2, 2)), dict(axes=(1,)),
          ref=lambda a, b: a[:, :2], tag='axes'),

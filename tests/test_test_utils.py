@@ -121,8 +121,10 @@ def test_random_arrays_and_rand_ndarray():
     assert tu.random_arrays((4,)).shape == (4,)
     array = tu.rand_ndarray((3, 2), dtype='float16', ctx=mx.cpu(1))
     assert (array.shape, array.dtype, array.context) == ((3, 2), np.float16, mx.cpu(1))
-    with pytest.raises(ValueError, match="stype='csr'"):
-        tu.rand_ndarray((2, 2), stype='csr', density=0.5)
+    csr = tu.rand_ndarray((20, 30), stype='csr', density=0.2, dtype='float64')
+    assert csr.stype == 'csr' and csr.dtype == np.float64 and 60 < csr.data.shape[0] < 180
+    rows = tu.rand_ndarray((40, 3), stype='row_sparse', density=0.5).indices.shape[0]
+    assert 5 < rows < 35
 
 
 def test_seeding_numpy_repeats_random_data():

@@ -152,7 +152,7 @@ class Parameter:
                 autograd.mark_variables([data], [None], 'null')
             return
         self._grad = _np_mode(OrderedDict(
-            (dev, nd.zeros(data.shape, ctx=dev, dtype=data.dtype))
+            (dev, nd.sparse.zeros(self._grad_stype, data.shape, ctx=dev, dtype=data.dtype))
             for dev, data in self._data.items()))
         for dev, data in self._data.items():
             autograd.mark_variables([data], [self._grad[dev]], self._grad_req)

@@ -27,6 +27,7 @@ from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
 from ember.ndarray import contrib, linalg  # noqa: F401
 from ember.ndarray import functions as _functions
 from ember.ndarray.functions import *  # noqa: F401,F403
+from ember.ndarray import sparse  # noqa: F401  (mx.nd.sparse; installs the storage path)
 from ember.ndarray.register import make_function as _make_function
 
 _ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
@@ -42,7 +43,7 @@ def __getattr__(name):
 _generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
-                  'contrib', 'linalg']
+                  'contrib', 'linalg', 'sparse']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')

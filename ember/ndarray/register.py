@@ -56,7 +56,7 @@ def _check_input(op, name, value):
 def _keep_class(inputs, outputs):
     """Outputs take the class of the first input (an ``mx.np`` array in, ``mx.np`` out)."""
     cls = type(inputs[0]) if inputs else NDArray
-    if cls is not NDArray and issubclass(cls, NDArray):
+    if getattr(cls, 'outputs_keep_class', False):
         for output in outputs:
             if type(output) is NDArray:
                 output.__class__ = cls

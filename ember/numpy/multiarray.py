@@ -343,6 +343,7 @@ class ndarray(NDArray):
     """
 
     __slots__ = ()
+    outputs_keep_class = True       # mx.nd functions give mx.np arrays back for these
 
     # -- metadata ---------------------------------------------------------------------------------
     @property

@@ -9,5 +9,6 @@ from ember.op import contrib, control_flow, group_norm, legacy, linalg  # noqa: 
 from ember.op import numeric, optimizer_multi, same_shape_binary, sampling, spatial  # noqa: F401
 from ember.op import (np_elemwise, np_init, np_linalg, np_manip, np_random,  # noqa: F401
                       np_reduce, np_shape, np_stats)
+from ember.op import sparse_ops, sparse_optimizer  # noqa: F401  (sparse kernels: last)
 
 __all__ = ['registry']

@@ -384,7 +384,7 @@ class Embedding(HybridBlock):
     def hybrid_forward(self, F, x, weight):
         return F.Embedding(x, weight, input_dim=self._kwargs['input_dim'],
                            output_dim=self._kwargs['output_dim'], dtype=self._kwargs['dtype'],
-                           name='fwd')
+                           sparse_grad=self._kwargs['sparse_grad'], name='fwd')
 
     def __repr__(self):
         kw = self._kwargs
