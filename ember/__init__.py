@@ -38,10 +38,16 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'operator')
+# MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
+_ALIASES = {}
 
 
 def __getattr__(name):
+    if name in _ALIASES:
+        module = _importlib.import_module(f'ember.{_ALIASES[name]}')
+        globals()[name] = module
+        return module
     if name == 'recordio':
         from ember.io import recordio
         globals()['recordio'] = recordio
@@ -69,4 +75,5 @@ __version__ = '0.1.0'
 __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
            'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
-           'current_context', 'EmberError', 'MXNetError']
+           'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
+           *_LAZY, *_ALIASES]

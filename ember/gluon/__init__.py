@@ -5,7 +5,7 @@ from ember.gluon.block import Block, HybridBlock
 from ember.gluon.parameter import Constant, DeferredInitializationError, Parameter, ParameterDict
 
 # Sub-packages load on first use so that `import ember` stays quick.
-_LAZY = ('nn', 'loss', 'data', 'utils', 'rnn', 'model_zoo', 'contrib')
+_LAZY = ('nn', 'loss', 'data', 'utils', 'rnn', 'model_zoo', 'contrib', 'trainer')
 
 
 def __getattr__(name):
@@ -24,4 +24,5 @@ def __getattr__(name):
 
 
 __all__ = ['Block', 'HybridBlock', 'Parameter', 'ParameterDict', 'Constant', 'Trainer', 'nn',
-           'loss', 'utils', 'data', 'rnn', 'model_zoo', 'DeferredInitializationError']
+           'loss', 'utils', 'data', 'rnn', 'model_zoo', 'DeferredInitializationError',
+           'SymbolBlock', 'block', 'parameter', 'trainer', 'contrib']

@@ -12,4 +12,4 @@ from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, Prefetching
                          ResizeIter)
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'recordio']
+           'recordio', 'io']

@@ -19,7 +19,8 @@ from ember.module.executor_group import DataParallelExecutorGroup
 from ember.module.module import Module
 
 __all__ = ['BaseModule', 'Module', 'BucketingModule', 'DataParallelExecutorGroup',
-           'save_checkpoint', 'load_checkpoint', 'load_params']
+           'save_checkpoint', 'load_checkpoint', 'load_params', 'base_module', 'bucketing_module',
+           'executor_group', 'module']
 
 # mx.callback.do_checkpoint saves through this (the callback layer cannot import us).
 _callback.set_checkpoint_saver(save_checkpoint)

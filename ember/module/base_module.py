@@ -20,7 +20,8 @@ from ember.initializer import Uniform
 from ember.io import DataBatch, DataDesc
 from ember.module import checkpoint
 
-__all__ = ['BaseModule', 'check_input_names', 'parse_data_desc']
+__all__ = ['BaseModule', 'check_input_names', 'parse_data_desc', 'BatchEndParam', 'DataBatch',
+           'DataDesc', 'Uniform']
 
 
 def _as_list(obj):

@@ -30,7 +30,7 @@ from ember.initializer import Uniform
 from ember.module.base_module import BaseModule, check_input_names
 from ember.module.module import Module
 
-__all__ = ['BucketingModule']
+__all__ = ['BucketingModule', 'BaseModule', 'Module', 'Uniform']
 
 
 class BucketingModule(BaseModule):

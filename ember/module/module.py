@@ -30,7 +30,7 @@ from ember.module.executor_group import DataParallelExecutorGroup
 from ember.module.param_update import (create_kvstore, initialize_kvstore, update_params,
                                        update_params_on_kvstore)
 
-__all__ = ['Module']
+__all__ = ['Module', 'BaseModule', 'DataDesc', 'DataParallelExecutorGroup', 'InitDesc', 'Uniform']
 
 
 class Module(BaseModule):

@@ -6,4 +6,4 @@ from ember.gluon.data.sampler import (BatchSampler, IntervalSampler, RandomSampl
 
 __all__ = ['Dataset', 'SimpleDataset', 'ArrayDataset', 'DataLoader', 'default_batchify_fn',
            'default_mp_batchify_fn', 'Sampler', 'SequentialSampler', 'RandomSampler',
-           'BatchSampler', 'IntervalSampler']
+           'BatchSampler', 'IntervalSampler', 'dataloader', 'dataset', 'sampler']

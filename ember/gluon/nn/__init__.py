@@ -7,4 +7,5 @@ from ember.gluon.nn.basic_layers import __all__ as _basic
 from ember.gluon.nn.conv_layers import *  # noqa: F401,F403
 from ember.gluon.nn.conv_layers import __all__ as _conv
 
-__all__ = ['Block', 'HybridBlock'] + _activations + _basic + _conv
+__all__ = (['Block', 'HybridBlock'] + _activations + _basic + _conv
+           + ['activations', 'basic_layers', 'conv_layers'])
