@@ -38,9 +38,10 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'operator')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'operator',
+         'error', 'runtime', 'libinfo', 'log', 'registry', 'misc')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
-_ALIASES = {}
+_ALIASES = {'rnd': 'random'}
 
 
 def __getattr__(name):

@@ -24,7 +24,9 @@ LAYERS = ['config', 'base',
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
-           'name', 'attribute', 'mod'}
+           'name', 'attribute', 'mod',
+           # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
+           'error', 'runtime', 'libinfo', 'log', 'registry', 'misc'}
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.
