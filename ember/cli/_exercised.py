@@ -3,8 +3,8 @@
 A name works when a test uses it. The tests' sources are read, not run: every dotted name
 rooted at an import of Ember (``mx.gluon.contrib.nn.Concurrent``, ``from ember.test_utils import
 retry``, ``nn = mx.gluon.nn`` then ``nn.Dense``) is resolved to the object it names. Doctest
-examples in Ember's docstrings count (the suite runs them), and so do the examples under
-``examples/``, where ``mxnet`` is Ember. A table-driven test that reaches its functions by name
+examples in Ember's docstrings and in ``docs/*.md`` count (the suite runs them), and so do the
+examples under ``examples/``, where ``mxnet`` is Ember. A table-driven test that reaches its functions by name
 says which it runs in a module-level ``EXERCISED_API``: a list of objects or dotted names.
 """
 from __future__ import annotations
@@ -111,6 +111,10 @@ def docstring_references(path: Path, module_name: str) -> set:
     return found
 
 
+def _doctest_code(text: str) -> str:
+    return '\n'.join(example.source for example in doctest.DocTestParser().get_examples(text))
+
+
 def module_name_of(path: Path, package_root: Path) -> str:
     parts = list(path.relative_to(package_root.parent).with_suffix('').parts)
     if parts[-1] == '__init__':
@@ -166,6 +170,8 @@ class Exercised:
             self.objects.update((id(obj), obj) for obj in self._hook_objects(path))
         for path in sorted((repo / 'examples').glob('*.py')):
             names |= references_in(path.read_text())
+        for path in sorted((repo / 'docs').glob('*.md')):      # tests run their examples
+            names |= references_in(_doctest_code(path.read_text()))
         package = repo / 'ember'
         for path in sorted(package.rglob('*.py')):
             names |= docstring_references(path, module_name_of(path, package))

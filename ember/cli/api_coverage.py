@@ -124,6 +124,8 @@ def signature_problem(expected: list, obj) -> str:
     """What keeps `obj` from taking MXNet's parameters `expected` ('' when it takes them)."""
     if expected == ['*args', '**kwargs']:
         return ''       # MXNet's signature says nothing (a ctypes structure, a builtin's init)
+    if expected[:1] == ['handle']:
+        return ''       # a constructor over a C handle (Symbol, NDArray): not how users make one
     target = obj.__init__ if inspect.isclass(obj) else obj
     try:
         parameters = list(inspect.signature(target).parameters.values())
