@@ -10,7 +10,9 @@ A module is public when no part of its dotted name starts with an underscore. A 
 module is public when it does not start with an underscore and MXNet defines it: a class or
 function whose ``__module__`` is MXNet's, a name that some MXNet source file assigns at module
 level (``float32 = onp.float32`` in ``mxnet.numpy.utils``) and the modules it re-exports, a
-submodule, or a name listed in ``__all__``. Names that MXNet only imports from the standard
+submodule, or a name listed in ``__all__``. A module with ``__all__`` has those names and the
+ones it defines itself; one without has every MXNet name it holds (``from m import *`` brings
+them all). Names that MXNet only imports from the standard
 library, ctypes or NumPy are left out. Each name gets its kind (module, class, function,
 constant); functions their parameter names, classes those of ``__init__``, simple constants
 their value. Each module records the names ``from module import *`` brings.
@@ -151,6 +153,7 @@ class Surface:
     def __init__(self, modules, first_seen):
         self.modules = modules
         self.first_seen = first_seen
+        self._own = {}
         # (name, id(value)) of every module-level assignment in MXNet's sources.
         self.assigned = set()
         for module in modules:
@@ -159,15 +162,34 @@ class Surface:
                     self.assigned.add((name, id(getattr(module, name))))
 
     def names(self, module) -> dict:
-        declared = set(getattr(module, '__all__', None) or ())
+        declared = getattr(module, '__all__', None)
         found = {}
-        for name in sorted(set(dir(module)) | declared):
+        for name in sorted(set(dir(module)) | set(declared or ())):
             if name.startswith('_') or not hasattr(module, name):
                 continue
             obj = getattr(module, name)
-            if name in declared or self.is_public(module, name, obj):
+            if declared is not None and name not in declared:
+                # A module that declares its names: its other names count only when it
+                # defines them itself (what it imports is its own business).
+                public = self.defined_here(module, name, obj)
+            else:
+                public = name in (declared or ()) or self.is_public(module, name, obj)
+            if public:
                 found[name] = describe(obj)
         return found
+
+    def defined_here(self, module, name, obj) -> bool:
+        if isinstance(obj, types.ModuleType):
+            return self.is_public(module, name, obj)
+        if name in self.own_assignments(module):
+            return True
+        return (inspect.isclass(obj) or callable(obj)) and \
+            getattr(obj, '__module__', None) == module.__name__
+
+    def own_assignments(self, module) -> set:
+        if module.__name__ not in self._own:
+            self._own[module.__name__] = assigned_names(module)
+        return self._own[module.__name__]
 
     def is_public(self, module, name, obj) -> bool:
         if isinstance(obj, types.ModuleType):

@@ -9,4 +9,4 @@
 """
 from ember.op.nn import (  # noqa: F401  (registration side effects)
     activation, bn_apply, convolution, ctc, dropout, elemwise_math, fully_connected, loss, misc,
-    normalization, pooling, rnn, softmax, sorting)
+    normalization, pooling, rnn, softmax, sorting, sync_batchnorm)

@@ -1,0 +1,113 @@
+"""gluon.contrib.nn: Concurrent, the pixel shuffles, and SyncBatchNorm over two devices."""
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config
+from ember.gluon.contrib.nn import (Concurrent, HybridConcurrent, Identity, PixelShuffle1D,
+                                   PixelShuffle2D, PixelShuffle3D, SyncBatchNorm)
+
+DEVICES = [mx.cpu(0), mx.cpu(1)]
+
+
+def test_concurrent_concatenates_its_childrens_outputs():
+    net = Concurrent(axis=1)
+    net.add(mx.gluon.nn.Dense(2, in_units=3), Identity())
+    net.initialize()
+    assert net(mx.nd.ones((4, 3))).shape == (4, 5)
+    hybrid = HybridConcurrent(axis=0)
+    hybrid.add(Identity(), Identity())
+    hybrid.hybridize()
+    assert hybrid(mx.nd.ones((1, 2))).shape == (2, 2)
+
+
+def test_pixel_shuffles_invert_space_to_depth():
+    x = np.arange(2 * 12 * 2 * 3, dtype=np.float32).reshape(2, 12, 2, 3)
+    y = PixelShuffle2D((2, 3))(mx.nd.array(x)).asnumpy()
+    # channel c*6 + i*3 + j lands at (row * 2 + i, col * 3 + j) of output channel c
+    expected = x.reshape(2, 2, 2, 3, 2, 3).transpose(0, 1, 4, 2, 5, 3).reshape(2, 2, 4, 9)
+    np.testing.assert_array_equal(y, expected)
+    shuffle = PixelShuffle3D(2)
+    shuffle.hybridize()
+    assert shuffle(mx.nd.zeros((1, 16, 1, 2, 3))).shape == (1, 2, 2, 4, 6)
+    assert repr(PixelShuffle1D(3)) == 'PixelShuffle1D(3)'
+    with pytest.raises(ValueError, match='PixelShuffle2D: factor=.1, 2, 3.'):
+        PixelShuffle2D((1, 2, 3))
+
+
+def _split(array):
+    return mx.gluon.utils.split_and_load(array, DEVICES)
+
+
+def _batch_norm_reference(x, head):
+    ref = mx.gluon.nn.BatchNorm(in_channels=x.shape[1])
+    ref.initialize()
+    data = mx.nd.array(x)
+    data.attach_grad()
+    with mx.autograd.record():
+        out = ref(data)
+    out.backward(mx.nd.array(head))
+    return ref, out.asnumpy(), data.grad.asnumpy()
+
+
+@pytest.mark.parametrize('hybridize', [False, True])
+def test_sync_batch_norm_on_two_devices_is_batch_norm_of_the_whole_batch(hybridize):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 3, 2, 2)).astype(np.float32)
+    head = rng.normal(size=x.shape).astype(np.float32)
+    net = SyncBatchNorm(in_channels=3)
+    net.initialize(ctx=DEVICES)
+    if hybridize:
+        net.hybridize()
+    parts, heads = _split(x), _split(head)
+    for part in parts:
+        part.attach_grad()
+    with mx.autograd.record():
+        outputs = [net(part) for part in parts]
+    mx.autograd.backward(outputs, heads)
+    ref, ref_out, ref_grad = _batch_norm_reference(x, head)
+    np.testing.assert_allclose(np.concatenate([o.asnumpy() for o in outputs]), ref_out,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate([p.grad.asnumpy() for p in parts]), ref_grad,
+                               rtol=1e-4, atol=1e-5)
+    for name in ('running_mean', 'running_var'):
+        for device in DEVICES:
+            np.testing.assert_allclose(getattr(net, name).data(device).asnumpy(),
+                                       getattr(ref, name).data().asnumpy(), rtol=1e-5)
+    gamma_grad = sum(net.gamma.grad(device).asnumpy() for device in DEVICES)
+    np.testing.assert_allclose(gamma_grad, ref.gamma.grad().asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_sync_batch_norm_predicts_with_the_running_statistics():
+    net = SyncBatchNorm(in_channels=2, num_devices=2)
+    net.initialize(ctx=DEVICES)
+    outputs = [net(part) for part in _split(np.ones((4, 2), np.float32))]
+    np.testing.assert_allclose(outputs[1].asnumpy(), np.full((2, 2), 1 / np.sqrt(1 + 1e-5)),
+                               rtol=1e-6)
+
+
+def test_sync_batch_norm_says_when_its_parts_cannot_meet():
+    net = SyncBatchNorm(in_channels=2, num_devices=2)
+    net.initialize(ctx=DEVICES)
+    with config.override(MXNET_ENGINE_TYPE='NaiveEngine'):
+        with mx.autograd.record():
+            out = net(mx.nd.ones((2, 2), ctx=DEVICES[0]))
+        with pytest.raises(mx.MXNetError, match='needs each device.s part to run at the same'):
+            out.asnumpy()
+
+
+def test_rendezvous_orders_contributions_and_times_out():
+    from ember.op.nn.sync_batchnorm import Rendezvous
+    import threading
+    meeting, found = Rendezvous(2), {}
+
+    def contribute(rank):
+        found[rank] = meeting.exchange(rank, f'part{rank}')
+    threads = [threading.Thread(target=contribute, args=(rank,)) for rank in (1, 0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert found == {0: ['part0', 'part1'], 1: ['part0', 'part1']}
+    with pytest.raises(mx.MXNetError, match='1 of 2 devices reached the rendezvous'):
+        Rendezvous(2).exchange(0, 'alone', timeout=0.05)
