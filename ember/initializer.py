@@ -563,7 +563,8 @@ def create(init, *args, **kwargs):
                         'dumps() text')
     if init.startswith('['):
         name, json_kwargs = json.loads(init)
-        return create(name, *args, **dict(json_kwargs, **kwargs))
+        # straight to the class: its arguments may include one named `init` (FusedRNN)
+        return _lookup(name)(*args, **dict(json_kwargs, **kwargs))
     return _lookup(init)(*args, **kwargs)
 
 

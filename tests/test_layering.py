@@ -26,7 +26,8 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
            'name', 'attribute', 'mod',
            # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
-           'error', 'runtime', 'libinfo', 'log', 'registry', 'misc'}
+           'error', 'runtime', 'libinfo', 'log', 'registry', 'misc',
+           'rnn'}           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.

@@ -83,6 +83,49 @@ def fused_rnn_init(mx, mode, bidirectional, layers, size):
     return params.asnumpy().tolist()
 
 
+def _filled(shape, salt):
+    """Fixed values in [-0.5, 0.5] for an array of `shape`."""
+    size = int(np.prod(shape))
+    return (np.sin(np.arange(size) * 0.7 + salt) * 0.5).reshape(shape)
+
+
+def run_symbol(mx, outputs, shapes):
+    """Bind `outputs` with fixed values for every argument and run it forward."""
+    group = mx.sym.Group(outputs) if isinstance(outputs, list) else outputs
+    executor = group.simple_bind(mx.cpu(), grad_req='null', **shapes)
+    for index, (name, array) in enumerate(sorted(executor.arg_dict.items())):
+        array[:] = _filled(array.shape, index)
+    executor.forward(is_train=False)
+    return [out.asnumpy().tolist() for out in executor.outputs]
+
+
+def rnn_unroll(mx, make_cell, layout='NTC', length=3, shape=(2, 3, 4), merge=True):
+    cell = make_cell(mx)
+    outputs, states = cell.unroll(length, mx.sym.var('data'), layout=layout,
+                                  merge_outputs=merge)
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    flat_states = [s for group in states for s in (group if isinstance(group, list) else [group])]
+    return run_symbol(mx, outputs + flat_states, {'data': shape})
+
+
+def fused_unpacked(mx):
+    cell = mx.rnn.FusedRNNCell(2, num_layers=2, mode='gru', bidirectional=True, prefix='f_')
+    packed = {'f_parameters': mx.nd.array(_filled((168,), 1.0))}
+    pieces = cell.unpack_weights(packed)
+    again = cell.pack_weights(pieces)['f_parameters']
+    return [sorted(pieces), pieces['f_r1_h2h_z_weight'].asnumpy().tolist(),
+            again.asnumpy().tolist()]
+
+
+def sentences(mx):
+    encoded, vocab = mx.rnn.encode_sentences([['the', 'cat'], ['a', 'cat', 'sat']],
+                                             invalid_label=0, start_label=0)
+    # one unknown word: MXNet gives the unknown token a new id at each unknown word
+    more, vocab = mx.rnn.encode_sentences([['the', 'dog']], vocab=dict(vocab), start_label=5,
+                                          unknown_token='<unk>')
+    return [encoded, sorted(vocab.items()), more]
+
+
 CASES = {
     'metric f1 macro': lambda mx: metric_value(mx, 'f1'),
     'metric f1 micro': lambda mx: metric_value(mx, 'f1', average='micro'),
@@ -117,7 +160,36 @@ CASES = {
     'init fusedrnn lstm': lambda mx: fused_rnn_init(mx, 'lstm', False, 1, 40),
     'init fusedrnn gru bidirectional': lambda mx: fused_rnn_init(mx, 'gru', True, 2, 168),
     'init fusedrnn tanh': lambda mx: fused_rnn_init(mx, 'rnn_tanh', False, 2, 26),
+    'rnn lstm': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.LSTMCell(3, prefix='l_')),
+    'rnn gru tnc': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.GRUCell(3, prefix='g_'),
+                                         layout='TNC', merge=False, shape=(3, 2, 4)),
+    'rnn relu': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.RNNCell(3, activation='relu')),
+    'rnn fused lstm': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.FusedRNNCell(
+        3, num_layers=2, mode='lstm', get_next_state=True, prefix='fl_'), layout='TNC',
+        shape=(3, 2, 4)),
+    'rnn fused gru bidirectional': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.FusedRNNCell(
+        2, mode='gru', bidirectional=True, get_next_state=True, prefix='fg_')),
+    'rnn unfused gru bidirectional': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.FusedRNNCell(
+        2, mode='gru', bidirectional=True, prefix='fg_').unfuse()),
+    'rnn bidirectional': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.BidirectionalCell(
+        mx.rnn.LSTMCell(2, prefix='bl_'), mx.rnn.GRUCell(2, prefix='br_'))),
+    'rnn stack residual': lambda mx: rnn_unroll(mx, _residual_stack),
+    'rnn conv lstm': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.ConvLSTMCell(
+        (2, 1, 3, 3), 2, prefix='cl_'), shape=(2, 3, 1, 3, 3)),
+    'rnn conv gru': lambda mx: rnn_unroll(mx, lambda mx: mx.rnn.ConvGRUCell(
+        (2, 1, 3, 3), 2, i2h_kernel=(1, 1), i2h_pad=(0, 0), prefix='cg_'),
+        shape=(2, 3, 1, 3, 3)),
+    'rnn fused unpack': fused_unpacked,
+    'rnn encode sentences': sentences,
 }
+
+
+def _residual_stack(mx):
+    stack = mx.rnn.SequentialRNNCell()
+    stack.add(mx.rnn.LSTMCell(4, prefix='s0_'))
+    stack.add(mx.rnn.ResidualCell(mx.rnn.GRUCell(4, prefix='s1_')))
+    stack.add(mx.rnn.ZoneoutCell(mx.rnn.RNNCell(4, prefix='s2_'), 0.0, 0.0))
+    return stack
 
 
 def main(argv=None) -> int:

@@ -4,8 +4,9 @@ A name works when a test uses it. The tests' sources are read, not run: every do
 rooted at an import of Ember (``mx.gluon.contrib.nn.Concurrent``, ``from ember.test_utils import
 retry``, ``nn = mx.gluon.nn`` then ``nn.Dense``) is resolved to the object it names. Doctest
 examples in Ember's docstrings and in ``docs/*.md`` count (the suite runs them), and so do the
-examples under ``examples/``, where ``mxnet`` is Ember. A table-driven test that reaches its functions by name
-says which it runs in a module-level ``EXERCISED_API``: a list of objects or dotted names.
+examples under ``examples/``, where ``mxnet`` is Ember. A table-driven test that reaches its
+functions by name says which it runs in a module-level ``EXERCISED_API``: a list of objects or
+dotted names.
 """
 from __future__ import annotations
 
