@@ -27,7 +27,8 @@ FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 
            'name', 'attribute', 'mod',
            # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
            'error', 'runtime', 'libinfo', 'log', 'registry', 'misc',
-           'rnn'}           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
+           'rnn',           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
+           'monitor', 'visualization'}
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.

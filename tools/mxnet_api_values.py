@@ -126,6 +126,54 @@ def sentences(mx):
     return [encoded, sorted(vocab.items()), more]
 
 
+def _small_cnn(mx):
+    data = mx.sym.var('data')
+    conv = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), stride=(2, 2), name='conv')
+    act = mx.sym.Activation(mx.sym.BatchNorm(conv, name='bn'), act_type='relu', name='relu')
+    pool = mx.sym.Pooling(act, kernel=(2, 2), pool_type='max', name='pool')
+    fc = mx.sym.FullyConnected(mx.sym.flatten(pool, name='flat'), num_hidden=3, name='fc')
+    return mx.sym.SoftmaxOutput(fc, name='softmax')
+
+
+def summary_lines(mx):
+    import contextlib
+    import io
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        mx.viz.print_summary(_small_cnn(mx), shape={'data': (2, 3, 9, 9)}, line_length=80)
+    return text.getvalue().splitlines()
+
+
+class _Recorder:
+    """Stands in for graphviz.Digraph: records the calls plot_network makes."""
+
+    def __init__(self, name=None, format=None):
+        self.calls = [['digraph', name, format]]
+
+    def node(self, name, label, **attrs):
+        self.calls.append(['node', name, label, sorted(attrs.items())])
+
+    def edge(self, tail_name, head_name, **attrs):
+        self.calls.append(['edge', tail_name, head_name, sorted(attrs.items())])
+
+
+def plot_calls(mx):
+    import types
+    fake = types.ModuleType('graphviz')
+    fake.Digraph = _Recorder
+    saved = sys.modules.get('graphviz')
+    sys.modules['graphviz'] = fake
+    try:
+        dot = mx.viz.plot_network(_small_cnn(mx), title='cnn', shape={'data': (2, 3, 9, 9)},
+                                  node_attrs={'fontsize': '10'})
+    finally:
+        if saved is None:
+            del sys.modules['graphviz']
+        else:
+            sys.modules['graphviz'] = saved
+    return [[str(part) for part in call] for call in dot.calls]
+
+
 CASES = {
     'metric f1 macro': lambda mx: metric_value(mx, 'f1'),
     'metric f1 micro': lambda mx: metric_value(mx, 'f1', average='micro'),
@@ -181,6 +229,8 @@ CASES = {
         shape=(2, 3, 1, 3, 3)),
     'rnn fused unpack': fused_unpacked,
     'rnn encode sentences': sentences,
+    'viz print_summary': summary_lines,
+    'viz plot_network': plot_calls,
 }
 
 
