@@ -20,11 +20,13 @@ import threading
 import weakref
 
 from ember import ndarray as nd
-from ember.base import EmberError
+from ember.base import EmberError, string_types  # noqa: F401  (a name of mx.autograd)
+from ember.ndarray import NDArray  # noqa: F401
 from ember.ndarray import ndarray as _ndmod
 
 __all__ = ['record', 'pause', 'train_mode', 'predict_mode', 'is_recording', 'is_training',
-           'set_recording', 'set_training', 'mark_variables', 'backward', 'grad', 'Function']
+           'set_recording', 'set_training', 'mark_variables', 'backward', 'grad', 'Function',
+           'NDArray', 'string_types']
 
 
 class _State(threading.local):

@@ -14,8 +14,12 @@ from ember.ndarray.ndarray import parse_device
 from ember.ndarray.random import (exponential, gamma, generalized_negative_binomial,
                                   negative_binomial, normal, poisson, randint, shuffle, uniform)
 
+from ember.base import integer_types  # noqa: E402  (names of MXNet's mx.random)
+from ember.device import Context  # noqa: E402
+
 __all__ = ['seed', 'uniform', 'normal', 'randint', 'exponential', 'gamma', 'poisson',
-           'negative_binomial', 'generalized_negative_binomial', 'shuffle']
+           'negative_binomial', 'generalized_negative_binomial', 'shuffle', 'Context',
+           'integer_types']
 
 
 def seed(seed_state, ctx='all') -> None:

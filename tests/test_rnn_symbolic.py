@@ -129,3 +129,30 @@ def test_a_bucketed_lstm_language_model_trains():
     module.fit(it, eval_metric=metric, num_epoch=8, optimizer='adam',
                optimizer_params={'learning_rate': 0.05}, initializer=mx.init.Xavier())
     assert module.score(it, mx.metric.Perplexity(ignore_label=0))[0][1] < 1.5
+
+
+def test_a_cell_written_by_the_user_unrolls_and_a_modifier_wraps_it():
+    class Accumulator(mx.rnn.BaseRNNCell):
+        """h_t = h_(t-1) + x_t."""
+        @property
+        def state_info(self):
+            return [{'shape': (0, 2), '__layout__': 'NC'}]
+
+        def __call__(self, inputs, states):
+            self._counter += 1
+            out = mx.sym.elemwise_add(inputs, states[0])
+            return out, [out]
+
+    class Doubled(mx.rnn.ModifierCell):
+        def __call__(self, inputs, states):
+            out, states = self.base_cell(inputs, states)
+            return out * 2, states
+    outputs, _ = Doubled(Accumulator()).unroll(3, mx.sym.var('data'), merge_outputs=True)
+    exe = outputs.simple_bind(mx.cpu(), data=(1, 3, 2), grad_req='null')
+    exe.forward(data=mx.nd.ones((1, 3, 2)))
+    # the state runs 1, 2, 3; the modifier doubles the outputs only
+    assert exe.outputs[0].asnumpy()[0, :, 0].tolist() == [2.0, 4.0, 6.0]
+    conv = mx.rnn.ConvGRUCell((1, 1, 3, 3), 2)
+    assert isinstance(conv, mx.rnn.BaseConvRNNCell)
+    with pytest.raises(TypeError, match='no step'):
+        mx.rnn.BaseConvRNNCell.__call__(conv, None, None)

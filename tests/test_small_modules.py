@@ -192,3 +192,59 @@ def test_star_import_of_autograd_brings_mxnets_names():
                                     "'is_recording',", "'is_training',", "'mark_variables',",
                                     "'pause',", "'predict_mode',", "'record',",
                                     "'set_recording',", "'set_training',", "'train_mode']"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Registries and switches of the older modules
+
+
+def test_metric_and_initializer_aliases_and_label_checks():
+    @mx.metric.alias('twice_acc')
+    class TwiceAccuracy(mx.metric.Accuracy):
+        pass
+    assert isinstance(mx.metric.create('twice_acc'), TwiceAccuracy)
+
+    @mx.init.alias('halves')
+    class Halves(mx.init.Initializer):
+        def _init_weight(self, name, arr):
+            arr[:] = 0.5
+    weight = mx.nd.zeros((2,))
+    mx.init.create('halves')(mx.init.InitDesc('w_weight'), weight)
+    assert weight.asnumpy().tolist() == [0.5, 0.5]
+    labels, preds = mx.metric.check_label_shapes(mx.nd.ones(2), mx.nd.ones(2), wrap=True)
+    assert len(labels) == len(preds) == 1
+    with pytest.raises(ValueError, match='does not match'):
+        mx.metric.check_label_shapes([1, 2], [1])
+
+
+def test_cc_sgd_is_sgd():
+    weight = mx.nd.ones((2,))
+    mx.optimizer.ccSGD(learning_rate=0.5).update(0, weight, mx.nd.ones((2,)), None)
+    assert weight.asnumpy().tolist() == [0.5, 0.5] and issubclass(mx.optimizer.ccSGD,
+                                                                  mx.optimizer.SGD)
+
+
+def test_autograd_switches_and_marked_variables():
+    assert not mx.autograd.is_recording() and not mx.autograd.is_training()
+    previous = mx.autograd.set_recording(True)
+    try:
+        assert mx.autograd.is_recording() and previous is False
+        assert mx.autograd.set_training(True) is False and mx.autograd.is_training()
+    finally:
+        mx.autograd.set_training(False)
+        mx.autograd.set_recording(False)
+    x, grad = mx.nd.array([3.0]), mx.nd.zeros((1,))
+    mx.autograd.mark_variables([x], [grad])
+    with mx.autograd.record():
+        y = x * x
+        with mx.autograd.pause():
+            assert not mx.autograd.is_recording()
+    y.backward()
+    assert grad.asnumpy().tolist() == [6.0]
+
+
+def test_executor_class_and_runtime_feature():
+    exe = mx.sym.relu(mx.sym.var('x')).simple_bind(mx.cpu(), x=(2,))
+    assert isinstance(exe, mx.executor.Executor)
+    feature = mx.runtime.Feature('THING', True)
+    assert repr(feature) == '✔ THING' and repr(mx.runtime.Feature('OTHER', 0)) == '✖ OTHER'

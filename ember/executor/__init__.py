@@ -14,4 +14,7 @@ from ember.executor.executor import Executor
 from ember.executor import bind as _bind  # noqa: F401  (attaches Symbol.bind and friends)
 from ember.executor import pipeline
 
-__all__ = ['Executor', 'pipeline']
+from ember.base import py_str  # noqa: E402,F401  (MXNet's mx.executor has these names)
+from ember.ndarray import NDArray  # noqa: E402,F401
+
+__all__ = ['Executor', 'pipeline', 'NDArray', 'py_str']

@@ -264,6 +264,9 @@ class SGLD(Optimizer):
         w += -lr / 2 * (g + wd * w) + normal(0, sqrt(lr))
     """
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
     def create_state(self, index, weight):
         return None
 
@@ -286,6 +289,9 @@ class Test(Optimizer):
     >>> opt.update(0, weight, mx.nd.ones((2,)), state); state.asnumpy()
     array([1.5, 1.5], dtype=float32)
     """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
 
     def create_state(self, index, weight):
         return nd.zeros(weight.shape, weight.context)

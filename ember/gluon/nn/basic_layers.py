@@ -371,6 +371,9 @@ class Flatten(HybridBlock):
     (2, 12)
     """
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
     def hybrid_forward(self, F, x):
         return F.Flatten(x)
 
