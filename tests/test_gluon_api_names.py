@@ -91,3 +91,26 @@ def test_parameterless_activations_take_block_arguments():
     for layer in (gluon.nn.SELU(prefix='s_'), gluon.nn.GELU(prefix='g_'),
                   gluon.nn.Flatten(prefix='f_')):
         assert layer.prefix.endswith('_') and layer(mx.nd.zeros((1, 2))).shape == (1, 2)
+
+
+def test_model_zoo_classes_behind_the_functions():
+    from ember.gluon.model_zoo import vision
+    # (every model's parameters match MXNet's: test_api_values.py)
+    for build, cls in ((vision.alexnet, vision.AlexNet), (vision.vgg11, vision.VGG),
+                       (vision.resnet18_v2, vision.ResNetV2),
+                       (vision.mobilenet0_25, vision.MobileNet),
+                       (vision.mobilenet_v2_0_25, vision.MobileNetV2),
+                       (vision.squeezenet1_1, vision.SqueezeNet)):
+        assert isinstance(build(), cls)
+    blocks = {type(b) for b in vision.resnet50_v2().features._children.values()
+              for b in getattr(b, '_children', {}).values()}
+    assert vision.BottleneckV2 in blocks
+    assert vision.BasicBlockV2 in {type(b) for b in vision.resnet18_v2().features._children[
+        '5']._children.values()}
+    assert any(isinstance(b, vision.mobilenet.LinearBottleneck)
+               for b in vision.mobilenet_v2_0_25().features._children.values())
+    aux = vision.inception.make_aux(7)
+    aux.initialize()
+    assert aux(mx.nd.zeros((1, 768, 17, 17))).shape == (1, 7)
+    assert vision.mobilenet.RELU6(prefix='r_')(mx.nd.array([-1.0, 7.0])).asnumpy().tolist() == [
+        0.0, 6.0]

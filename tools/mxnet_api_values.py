@@ -174,6 +174,44 @@ def plot_calls(mx):
     return [[str(part) for part in call] for call in dot.calls]
 
 
+ZOO_MODELS = ['alexnet', 'densenet121', 'densenet161', 'densenet169', 'densenet201',
+              'inception_v3', 'mobilenet0_25', 'mobilenet0_5', 'mobilenet0_75', 'mobilenet1_0',
+              'mobilenet_v2_0_25', 'mobilenet_v2_0_5', 'mobilenet_v2_0_75', 'mobilenet_v2_1_0',
+              'resnet101_v1', 'resnet101_v2', 'resnet152_v1', 'resnet152_v2', 'resnet18_v1',
+              'resnet18_v2', 'resnet34_v1', 'resnet34_v2', 'resnet50_v1', 'resnet50_v2',
+              'squeezenet1_0', 'squeezenet1_1', 'vgg11', 'vgg11_bn', 'vgg13', 'vgg13_bn', 'vgg16',
+              'vgg16_bn', 'vgg19', 'vgg19_bn']
+
+
+def zoo_layout(mx, build):
+    """A model's parameters, by name and shape (0 where the shape waits for data): their
+    count and a SHA-1 of the sorted list."""
+    import hashlib
+    net = build(mx.gluon.model_zoo.vision)
+    params = sorted((name, tuple(p.shape or ())) for name, p in net.collect_params().items())
+    return [len(params), hashlib.sha1(repr(params).encode()).hexdigest()]
+
+
+ZOO_CASES = {f'model_zoo {name}': (lambda name: lambda mx: zoo_layout(
+    mx, lambda vision: getattr(vision, name)(prefix='net_')))(name) for name in ZOO_MODELS}
+ZOO_CASES.update({
+    'model_zoo get_resnet': lambda mx: zoo_layout(
+        mx, lambda vision: vision.get_resnet(2, 34, prefix='net_')),
+    'model_zoo get_vgg': lambda mx: zoo_layout(
+        mx, lambda vision: vision.get_vgg(13, batch_norm=True, prefix='net_')),
+    'model_zoo get_mobilenet': lambda mx: zoo_layout(
+        mx, lambda vision: vision.get_mobilenet(0.75, prefix='net_')),
+    'model_zoo get_mobilenet_v2': lambda mx: zoo_layout(
+        mx, lambda vision: vision.get_mobilenet_v2(0.5, prefix='net_')),
+    'model_zoo get_squeezenet': lambda mx: zoo_layout(
+        mx, lambda vision: vision.squeezenet.get_squeezenet('1.1', prefix='net_')),
+    'model_zoo get_densenet': lambda mx: zoo_layout(
+        mx, lambda vision: vision.densenet.get_densenet(169, prefix='net_')),
+    'model_zoo get_model': lambda mx: zoo_layout(
+        mx, lambda vision: vision.get_model('resnet50_v2', classes=10, prefix='net_')),
+})
+
+
 CASES = {
     'metric f1 macro': lambda mx: metric_value(mx, 'f1'),
     'metric f1 micro': lambda mx: metric_value(mx, 'f1', average='micro'),
@@ -231,6 +269,7 @@ CASES = {
     'rnn encode sentences': sentences,
     'viz print_summary': summary_lines,
     'viz plot_network': plot_calls,
+    **ZOO_CASES,
 }
 
 
