@@ -40,7 +40,7 @@ from ember import initializer as init  # noqa: E402
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'operator',
          'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn', 'monitor',
-         'visualization')
+         'visualization', 'contrib')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
 _ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor'}
 

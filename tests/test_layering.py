@@ -28,7 +28,7 @@ FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 
            # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
            'error', 'runtime', 'libinfo', 'log', 'registry', 'misc',
            'rnn',           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
-           'monitor', 'visualization'}
+           'monitor', 'visualization', 'contrib'}
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.

@@ -248,3 +248,42 @@ def test_executor_class_and_runtime_feature():
     assert isinstance(exe, mx.executor.Executor)
     feature = mx.runtime.Feature('THING', True)
     assert repr(feature) == '✔ THING' and repr(mx.runtime.Feature('OTHER', 0)) == '✖ OTHER'
+
+
+# ----------------------------------------------------------------------------------------------
+# mx.contrib's autograd and io
+
+
+def test_contrib_autograd_sections_and_gradients():
+    contrib = mx.contrib.autograd
+    x, y = mx.nd.array([1.0, 2.0]), mx.nd.array([3.0])
+    grads, loss = contrib.grad_and_loss(lambda a, b: (a * b).sum(), argnum=[0])(x, y)
+    assert grads[0].asnumpy().tolist() == [3.0, 3.0] and loss.asscalar() == 9.0
+    assert contrib.grad(lambda a: a * a)(x)[0].asnumpy().tolist() == [2.0, 4.0]
+    with contrib.train_section():
+        assert mx.autograd.is_recording() and mx.autograd.is_training()
+        with contrib.test_section():
+            assert not mx.autograd.is_recording()
+    assert not mx.autograd.is_training()
+    grad = mx.nd.zeros((2,))
+    contrib.mark_variables([x], [grad])
+    with contrib.TrainingStateScope(True):
+        z = x * 4
+    contrib.compute_gradient([z])
+    assert grad.asnumpy().tolist() == [4.0, 4.0]
+    assert contrib.set_is_training(False) is False
+    with pytest.raises(TypeError, match='list or tuple'):
+        contrib.backward(z)
+
+
+def test_contrib_data_loader_iter_pads_the_last_batch_for_a_module():
+    data = np.arange(10, dtype=np.float32).reshape(5, 2)
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(data, np.arange(5)),
+                                      batch_size=2)
+    it = mx.contrib.io.DataLoaderIter(loader)
+    assert it.provide_data[0].shape == (2, 2) and it.provide_label[0].name == 'softmax_label'
+    batches = list(it)
+    assert [b.pad for b in batches] == [0, 0, 1]
+    assert batches[-1].data[0].asnumpy().tolist() == [[8.0, 9.0], [0.0, 0.0]]
+    it.reset()
+    assert len(list(it)) == 3
