@@ -111,3 +111,44 @@ def test_rendezvous_orders_contributions_and_times_out():
     assert found == {0: ['part0', 'part1'], 1: ['part0', 'part1']}
     with pytest.raises(mx.MXNetError, match='1 of 2 devices reached the rendezvous'):
         Rendezvous(2).exchange(0, 'alone', timeout=0.05)
+
+
+# ----------------------------------------------------------------------------------------------
+# gluon.contrib.rnn (values against MXNet's in test_api_values.py)
+
+
+@pytest.mark.parametrize('cell_class, input_shape, states', [
+    (mx.gluon.contrib.rnn.Conv1DRNNCell, (2, 6), 1),
+    (mx.gluon.contrib.rnn.Conv1DLSTMCell, (2, 6), 2),
+    (mx.gluon.contrib.rnn.Conv1DGRUCell, (2, 6), 1),
+    (mx.gluon.contrib.rnn.Conv2DRNNCell, (2, 4, 4), 1),
+    (mx.gluon.contrib.rnn.Conv2DLSTMCell, (2, 4, 4), 2),
+    (mx.gluon.contrib.rnn.Conv2DGRUCell, (2, 4, 4), 1),
+    (mx.gluon.contrib.rnn.Conv3DRNNCell, (2, 2, 3, 3), 1),
+    (mx.gluon.contrib.rnn.Conv3DLSTMCell, (2, 2, 3, 3), 2),
+    (mx.gluon.contrib.rnn.Conv3DGRUCell, (2, 2, 3, 3), 1),
+])
+def test_conv_cells_keep_their_states_shape(cell_class, input_shape, states):
+    cell = cell_class(input_shape, 3, i2h_kernel=3, h2h_kernel=3, i2h_pad=1)
+    cell.initialize()
+    inputs = mx.nd.ones((2, 2) + input_shape)
+    outputs, final = cell.unroll(2, inputs, merge_outputs=True)
+    assert outputs.shape == (2, 2, 3) + input_shape[1:]
+    assert [s.shape for s in final] == [(2, 3) + input_shape[1:]] * states
+    assert repr(cell).startswith(f'{cell_class.__name__}(2 -> ')
+    with pytest.raises(ValueError, match='odd'):
+        cell_class(input_shape, 3, i2h_kernel=3, h2h_kernel=2)
+
+
+def test_variational_dropout_keeps_one_mask_per_sequence():
+    mx.random.seed(4)
+    base = mx.gluon.rnn.RNNCell(4, input_size=4, activation='relu', prefix='r_')
+    cell = mx.gluon.contrib.rnn.VariationalDropoutCell(base, drop_outputs=0.5)
+    cell.initialize(mx.init.One())
+    with mx.autograd.record():
+        outputs, _ = cell.unroll(3, mx.nd.ones((1, 3, 4)), merge_outputs=True)
+    dropped = (outputs.asnumpy()[0] == 0)
+    assert dropped.any() and (dropped == dropped[0]).all()     # the same units at every step
+    with pytest.raises(TypeError, match='BidirectionalCell'):
+        mx.gluon.contrib.rnn.VariationalDropoutCell(mx.gluon.rnn.BidirectionalCell(
+            mx.gluon.rnn.RNNCell(2), mx.gluon.rnn.RNNCell(2)), drop_states=0.5)

@@ -174,6 +174,36 @@ def plot_calls(mx):
     return [[str(part) for part in call] for call in dot.calls]
 
 
+def gluon_cell(mx, make_cell, shape, length=3, layout='NTC', valid_length=None):
+    """Outputs and states of a Gluon cell unrolled over fixed inputs with fixed parameters
+    (dropout inactive: not training)."""
+    cell = make_cell(mx)
+    cell.initialize()
+    inputs = mx.nd.array(_filled(shape, 0.3))
+    cell.unroll(length, inputs, layout=layout, merge_outputs=True)      # fix the shapes
+    for index, (name, param) in enumerate(sorted(cell.collect_params().items())):
+        param.set_data(mx.nd.array(_filled(param.shape, index)))
+    lengths = None if valid_length is None else mx.nd.array(valid_length)
+    outputs, states = cell.unroll(length, inputs, layout=layout, merge_outputs=True,
+                                  valid_length=lengths)
+    return [outputs.asnumpy().tolist()] + [s.asnumpy().tolist() for s in states]
+
+
+def dynamic(mx):
+    cell = mx.gluon.rnn.GRUCell(3, input_size=2, prefix='d_')
+    cell.initialize()
+    for index, (name, param) in enumerate(sorted(cell.collect_params().items())):
+        param.set_data(mx.nd.array(_filled(param.shape, index)))
+    inputs = mx.nd.array(_filled((4, 2, 2), 0.5))
+    outputs, states = mx.gluon.contrib.rnn.rnn_cell.dynamic_unroll(
+        cell, inputs, cell.begin_state(batch_size=2), valid_length=mx.nd.array([4, 2]))
+    return [outputs.asnumpy().tolist()] + [s.asnumpy().tolist() for s in states]
+
+
+def _contrib_rnn(mx):
+    return mx.gluon.contrib.rnn
+
+
 ZOO_MODELS = ['alexnet', 'densenet121', 'densenet161', 'densenet169', 'densenet201',
               'inception_v3', 'mobilenet0_25', 'mobilenet0_5', 'mobilenet0_75', 'mobilenet1_0',
               'mobilenet_v2_0_25', 'mobilenet_v2_0_5', 'mobilenet_v2_0_75', 'mobilenet_v2_1_0',
@@ -270,6 +300,24 @@ CASES = {
     'viz print_summary': summary_lines,
     'viz plot_network': plot_calls,
     **ZOO_CASES,
+    'gluon contrib conv1d rnn': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).Conv1DRNNCell((2, 5), 3, 3, 3, i2h_pad=1, prefix='c1_'), (2, 3, 2, 5)),
+    'gluon contrib conv2d lstm': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).Conv2DLSTMCell((2, 4, 4), 2, (3, 3), (3, 3), i2h_pad=(1, 1), prefix='c2_'),
+        (2, 3, 2, 4, 4)),
+    # (MXNet's CPU convolution takes no NHWC data: channels-first only here)
+    'gluon contrib conv2d gru': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).Conv2DGRUCell((2, 4, 4), 2, (1, 1), (3, 3), prefix='c3_'), (2, 3, 2, 4, 4)),
+    'gluon contrib conv3d gru': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).Conv3DGRUCell((1, 2, 3, 3), 2, 3, 1, i2h_pad=1, prefix='c4_'),
+        (1, 3, 1, 2, 3, 3)),
+    'gluon contrib lstmp': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).LSTMPCell(5, 3, input_size=4, prefix='p_'), (2, 3, 4),
+        valid_length=[3, 1]),
+    'gluon contrib variational dropout': lambda mx: gluon_cell(mx, lambda mx: _contrib_rnn(
+        mx).VariationalDropoutCell(mx.gluon.rnn.LSTMCell(3, prefix='v_'), 0.3, 0.0, 0.5),
+        (2, 3, 4)),
+    'gluon contrib dynamic unroll': dynamic,
 }
 
 
