@@ -152,3 +152,23 @@ def test_variational_dropout_keeps_one_mask_per_sequence():
     with pytest.raises(TypeError, match='BidirectionalCell'):
         mx.gluon.contrib.rnn.VariationalDropoutCell(mx.gluon.rnn.BidirectionalCell(
             mx.gluon.rnn.RNNCell(2), mx.gluon.rnn.RNNCell(2)), drop_states=0.5)
+
+
+def test_channel_last_conv_cell_matches_channel_first():
+    first = mx.gluon.contrib.rnn.Conv2DGRUCell((2, 4, 4), 3, 3, 3, i2h_pad=1, prefix='f_')
+    last = mx.gluon.contrib.rnn.Conv2DGRUCell((4, 4, 2), 3, 3, 3, i2h_pad=1,
+                                               conv_layout='NHWC', prefix='l_')
+    for cell in (first, last):
+        cell.initialize()
+    data = np.random.default_rng(3).normal(size=(1, 2, 2, 4, 4)).astype(np.float32)
+    first.unroll(2, mx.nd.array(data), merge_outputs=True)
+    last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
+    for name in ('i2h_weight', 'h2h_weight', 'i2h_bias', 'h2h_bias'):
+        value = getattr(first, name).data()
+        if value.ndim == 4:
+            value = value.transpose((0, 2, 3, 1))
+        getattr(last, name).set_data(value)
+    out_first, _ = first.unroll(2, mx.nd.array(data), merge_outputs=True)
+    out_last, _ = last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
+    np.testing.assert_allclose(out_last.asnumpy(), out_first.asnumpy().transpose(0, 1, 3, 4, 2),
+                               rtol=1e-4, atol=1e-5)
