@@ -32,6 +32,14 @@ from ember import context, engine, profiler, storage  # noqa: E402
 from ember import op  # noqa: E402,F401  (registers every operator)
 from ember import nd, ndarray, random  # noqa: E402
 from ember import autograd  # noqa: E402
+
+
+def _symbol_of_tape(steps, head):
+    """autograd.get_symbol's builder, in the symbol layer (loaded on first use)."""
+    return _importlib.import_module('ember.symbol.tape').from_tape(steps, head)
+
+
+autograd._symbol_maker = _symbol_of_tape
 from ember import operator  # noqa: E402,F401  (installs mx.nd.Custom)
 from ember import initializer, lr_scheduler, metric  # noqa: E402
 from ember import initializer as init  # noqa: E402

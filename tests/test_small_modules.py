@@ -184,11 +184,11 @@ def test_star_import_of_autograd_brings_mxnets_names():
         [sys.executable, '-c', 'from ember.autograd import *; '
          'print(sorted(n for n in ("record", "pause", "train_mode", "predict_mode", "backward",'
          ' "grad", "is_recording", "is_training", "set_recording", "set_training",'
-         ' "mark_variables", "Function") if n in globals()))'],
+         ' "mark_variables", "Function", "get_symbol") if n in globals()))'],
         capture_output=True, text=True, cwd=REPO, timeout=60,
         env=mx.config.child_environ(PYTHONPATH=str(REPO)))
     assert child.returncode == 0, child.stderr
-    assert child.stdout.split() == ["['Function',", "'backward',", "'grad',",
+    assert child.stdout.split() == ["['Function',", "'backward',", "'get_symbol',", "'grad',",
                                     "'is_recording',", "'is_training',", "'mark_variables',",
                                     "'pause',", "'predict_mode',", "'record',",
                                     "'set_recording',", "'set_training',", "'train_mode']"]
@@ -287,3 +287,26 @@ def test_contrib_data_loader_iter_pads_the_last_batch_for_a_module():
     assert batches[-1].data[0].asnumpy().tolist() == [[8.0, 9.0], [0.0, 0.0]]
     it.reset()
     assert len(list(it)) == 3
+
+
+def test_get_symbol_gives_the_recorded_graph_with_mxnets_names():
+    x, w = mx.nd.array([1.0, -2.0]), mx.nd.array([3.0, 0.5])
+    x.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.relu(x * 2 + w)
+    symbol = mx.autograd.get_symbol(y)
+    assert symbol.list_arguments() == ['var0', 'null1']
+    assert symbol.list_outputs() == ['node_2_output']
+    executor = mx.sym.Group([symbol]).bind(mx.cpu(), {'var0': x, 'null1': w})
+    assert executor.forward()[0].asnumpy().tolist() == y.asnumpy().tolist()
+
+    class Twice(mx.autograd.Function):
+        def forward(self, a):
+            return a * 2
+
+        def backward(self, grad):
+            return grad * 2
+    with mx.autograd.record():
+        z = Twice()(x)
+    with pytest.raises(mx.MXNetError, match='not an operator'):
+        mx.autograd.get_symbol(z)
