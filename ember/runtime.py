@@ -85,7 +85,17 @@ def numpy_libraries() -> dict:
 
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether `module` imports; Ember's own modules only from this copy of Ember."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:
+        return False
+    if spec is None:
+        return False
+    if not module.startswith('ember.'):
+        return True
+    origin = Path(spec.origin or next(iter(spec.submodule_search_locations or []), ''))
+    return origin.resolve().is_relative_to(Path(__file__).resolve().parent)
 
 
 def _openmp() -> bool:

@@ -16,6 +16,7 @@ import argparse
 import ast
 import fnmatch
 import importlib
+import importlib.util
 import inspect
 import json
 import sys
@@ -86,9 +87,27 @@ def load_exclusions(path: Path = EXCLUDED) -> list:
 # ----------------------------------------------------------------------------------------------
 # One module, one name.
 
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _in_this_package(dotted: str) -> bool:
+    """Whether `dotted` is a module of this copy of Ember (an editable install of another
+    checkout can make ``ember.x`` importable from elsewhere)."""
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except ImportError:
+        return True         # let the import below say what is wrong
+    if spec is None:
+        return True
+    origin = spec.origin or next(iter(spec.submodule_search_locations or []), '')
+    return not origin or Path(origin).resolve().is_relative_to(PACKAGE)
+
+
 def ember_module(mxnet_name: str):
     """Ember's counterpart of an MXNet module: (module or None, error text or '')."""
     dotted = 'ember' + mxnet_name[len('mxnet'):]
+    if not _in_this_package(dotted):
+        return _module_attribute(dotted), ''
     try:
         return importlib.import_module(dotted), ''
     except ModuleNotFoundError as error:
