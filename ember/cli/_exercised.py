@@ -140,10 +140,32 @@ def hooked_names(path: Path) -> list:
     return list(getattr(module, HOOK))
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def in_this_package(dotted: str) -> bool:
+    """Whether `dotted` (and each package above it) is a module of this copy of Ember: an
+    editable install of another checkout can make ``ember.x`` importable from elsewhere."""
+    parts = dotted.split('.')
+    for cut in range(2, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec('.'.join(parts[:cut]))
+        except ImportError:
+            return True         # let the import say what is wrong
+        if spec is None:
+            return True
+        origin = spec.origin or next(iter(spec.submodule_search_locations or []), '')
+        if origin and not Path(origin).resolve().is_relative_to(PACKAGE):
+            return False
+    return True
+
+
 def resolve(dotted: str):
     """The object a dotted name of Ember names, or None."""
     parts = dotted.split('.')
     for cut in range(len(parts), 0, -1):
+        if not in_this_package('.'.join(parts[:cut])):
+            return None
         try:
             obj = importlib.import_module('.'.join(parts[:cut]))
         except ImportError:

@@ -16,7 +16,6 @@ import argparse
 import ast
 import fnmatch
 import importlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -24,6 +23,8 @@ import textwrap
 import types
 from dataclasses import dataclass
 from pathlib import Path
+
+from ember.cli._exercised import in_this_package
 
 NAME = 'api-coverage'
 REPO = Path(__file__).resolve().parents[2]
@@ -87,26 +88,10 @@ def load_exclusions(path: Path = EXCLUDED) -> list:
 # ----------------------------------------------------------------------------------------------
 # One module, one name.
 
-PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def _in_this_package(dotted: str) -> bool:
-    """Whether `dotted` is a module of this copy of Ember (an editable install of another
-    checkout can make ``ember.x`` importable from elsewhere)."""
-    try:
-        spec = importlib.util.find_spec(dotted)
-    except ImportError:
-        return True         # let the import below say what is wrong
-    if spec is None:
-        return True
-    origin = spec.origin or next(iter(spec.submodule_search_locations or []), '')
-    return not origin or Path(origin).resolve().is_relative_to(PACKAGE)
-
-
 def ember_module(mxnet_name: str):
     """Ember's counterpart of an MXNet module: (module or None, error text or '')."""
     dotted = 'ember' + mxnet_name[len('mxnet'):]
-    if not _in_this_package(dotted):
+    if not in_this_package(dotted):
         return _module_attribute(dotted), ''
     try:
         return importlib.import_module(dotted), ''
@@ -121,6 +106,8 @@ def ember_module(mxnet_name: str):
 def _module_attribute(dotted: str):
     """A module reachable as an attribute though not importable by its name (``ember.nd``)."""
     parent, _, leaf = dotted.rpartition('.')
+    if not in_this_package(parent):
+        return None
     try:
         holder = importlib.import_module(parent)
     except Exception:   # noqa: BLE001 - its parent is missing too
