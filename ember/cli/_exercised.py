@@ -15,6 +15,7 @@ import doctest
 import importlib
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 ROOTS = {'ember': 'ember', 'mxnet': 'ember'}
@@ -161,24 +162,29 @@ def in_this_package(dotted: str) -> bool:
 
 
 def resolve(dotted: str):
-    """The object a dotted name of Ember names, or None."""
+    """The object a dotted name of Ember names, or None. Attributes first: a facade module
+    such as ``ember.nd`` forwards every name (``__path__`` too) to its package, and importing
+    ``ember.nd.random`` would load a second copy of ``ember.ndarray.random``."""
     parts = dotted.split('.')
-    for cut in range(len(parts), 0, -1):
-        if not in_this_package('.'.join(parts[:cut])):
+    try:
+        obj = importlib.import_module(parts[0])
+    except ImportError:
+        return None
+    for index, part in enumerate(parts[1:], 2):
+        try:
+            obj = getattr(obj, part)
+            continue
+        except Exception:   # noqa: BLE001 - a submodule not imported yet, or no such name
+            pass
+        prefix = '.'.join(parts[:index])
+        if not (isinstance(obj, types.ModuleType) and '__path__' in vars(obj)
+                and in_this_package(prefix)):
             return None
         try:
-            obj = importlib.import_module('.'.join(parts[:cut]))
-        except ImportError:
-            continue
+            obj = importlib.import_module(prefix)
         except Exception:   # noqa: BLE001 - a broken module is reported where it is measured
             return None
-        for attribute in parts[cut:]:
-            try:
-                obj = getattr(obj, attribute)
-            except Exception:   # noqa: BLE001 - a name the tests use that does not resolve
-                return None
-        return obj
-    return None
+    return obj
 
 
 class Exercised:
