@@ -27,7 +27,8 @@ from ember import engine
 from ember.backend import onednn
 from ember.backend.onednn import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS, MemoryDesc, PostOp
 from ember.op import registry
-from ember.op.nn import convolution, onednn_provider
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import convolution
 from ember.op.registry import KernelContext
 
 

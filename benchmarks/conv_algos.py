@@ -5,7 +5,7 @@
         [--budget-mb 16] [--stat min] [--end-to-end]
 
 One row per layer shape and batch size; one column per algorithm and layout (the NumPy
-algorithms of ember.op.nn.conv_algorithms, and oneDNN through Ember's provider, whose weight
+algorithms of ember.op.nn.conv.algorithms, and oneDNN through Ember's provider, whose weight
 reorder is redone on every call as in a kernel that cannot tell whether the weights changed;
 'dnn+w' keeps it, as a weight version token would allow).
 Each cell is the direct convolution's FLOPs over the time of one call (a warm-up, then the
@@ -33,9 +33,11 @@ import numpy as np
 import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import engine
 from ember.op import registry
-from ember.op.nn import conv_algorithms, onednn_provider
-from ember.op.nn.conv_algorithms import ConvCall
-from ember.op.nn.convolution import problem_of
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import algorithms
+from ember.op.nn.conv.state import STATE
+from ember.op.nn.conv.algorithms import ConvCall
+from ember.op.nn.conv.convolution import problem_of
 
 # (input channels, filters, input size, kernel, stride, uses in ResNet-50 v1)
 LAYERS = [
@@ -96,7 +98,7 @@ class Layer:
     def runner(self, name, layout, budget, scratch):
         if name == 'onednn-kept':
             return self._onednn_kept(layout)
-        problem, algorithm = self.problem[layout], conv_algorithms.ALGORITHMS[name]
+        problem, algorithm = self.problem[layout], algorithms.ALGORITHMS[name]
         if not algorithm.supports(problem):
             return None
         out = np.empty(_out_shape(problem), np.float32)
@@ -173,7 +175,7 @@ def main():
                 totals[(name, layout)] = totals.get((name, layout), 0.0) + t * layer.uses
                 _add_best(totals, layout, name, layer, t)
                 row.append(f'{layer.flops / t / 1e9:>12.1f}')
-            rules = '/'.join(conv_algorithms.rule(layer.problem['NHWC'], on).name
+            rules = '/'.join(algorithms.rule(layer.problem['NHWC'], on).name
                              for on in (False, True))
             row.append(f'{rules:>12}')
             print(' | '.join(row), flush=True)
@@ -191,7 +193,7 @@ def _add_best(totals, layout, name, layer, t):
         return
     key = ('_best', layout, layer.label)
     totals[key] = min(totals.get(key, t), t)
-    if conv_algorithms.numpy_rule(layer.problem[layout]).name == name:
+    if algorithms.numpy_rule(layer.problem[layout]).name == name:
         totals[('rule numpy', layout)] = totals.get(('rule numpy', layout), 0.0) + t * layer.uses
 
 
@@ -226,7 +228,7 @@ def end_to_end(batches, repeat):
     try:
         for provider, layout, tune in rows:
             subgraph.channel_last_pays = lambda layout=layout: layout == 'NHWC'
-            conv_algorithms.clear_choices()
+            STATE.choices.clear()
             with config.override(MXNET_MKLDNN_ENABLED=provider == 'onednn',
                                  MXNET_CUDNN_AUTOTUNE_DEFAULT=tune):
                 if provider == 'onednn' and not onednn_provider.enabled():

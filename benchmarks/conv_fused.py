@@ -30,7 +30,7 @@ import numpy as np
 import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import engine
 from ember.op import registry
-from ember.op.nn import conv_winograd, convolution
+from ember.op.nn.conv import convolution, kept, tuning, winograd, winograd_compiled
 from ember.op.registry import KernelContext
 
 # this directory is first on the path
@@ -78,7 +78,7 @@ def forced(name, attrs, layers, versioned=True):
 def unfused(run):
     """`run` with the fused path turned off: all the weights transformed into scratch."""
     def scratch():
-        with patched(conv_winograd, '_fused_plans', lambda *args, **kwargs: None):
+        with patched(winograd_compiled, '_fused_plans', lambda *args, **kwargs: None):
             run()
     return scratch
 
@@ -109,15 +109,15 @@ def main():
                   'kept': forced('winograd4', attrs, layers),
                   'scratch': unfused(forced('winograd4', attrs, layers, versioned=False)),
                   'fused': forced('winograd4_fused', attrs, layers)}
-        with patched(conv_winograd, 'KEPT_BUDGET', 1 << 40):    # every layer keeps its own
+        with tuning.tuned(kept_budget=1 << 40):    # every layer keeps its own
             best = {name: seconds * 1e3 / args.layers
                     for name, seconds in best_times(passes, args.repeat).items()}
         for *_, token in layers:
-            conv_winograd.discard_kept(token)
-        kept = conv_winograd.kept_weight_bytes(convolution.problem_of(attrs, layers[0][0]), 4)
+            kept.discard_others(token)
+        kept_bytes = winograd.kept_weight_bytes(convolution.problem_of(attrs, layers[0][0]), 4)
         print(f'{f"{channels}->{channels} @{size}":>16} {best["onednn"]:8.3f} '
               f'{best["kept"]:8.3f} {best["scratch"]:8.3f} {best["fused"]:8.3f} '
-              f'{best["onednn"] / best["fused"]:11.2f}x {kept / 2**20:8.1f}')
+              f'{best["onednn"] / best["fused"]:11.2f}x {kept_bytes / 2**20:8.1f}')
 
 
 if __name__ == '__main__':

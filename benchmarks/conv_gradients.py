@@ -24,7 +24,7 @@ channel-last as the training graph runs them (dy and x in NHWC, OHWI weights):
   dnn+b   oneDNN's backward-weights primitive summing the bias gradient itself
   dnn     the provider as it runs: the primitive without the bias, NumPy's column sums after
   sums    the compiled sums of ember._winograd.pointwise_gradient, the bias summed in the same
-          pass (conv_winograd.pointwise_weight_gradient)
+          pass (pointwise.weight_gradient)
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import engine
 from ember.backend import onednn
 from ember.op import registry
-from ember.op.nn import conv_winograd, onednn_provider
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import compiled, pointwise, winograd, winograd_compiled
 from ember.op.nn._common import make_window
 
 # (channels = filters, height = width, uses in resnet50_v1)
@@ -57,15 +58,15 @@ def _calls(batch, channels, size, threads):
     window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (size, size), (size, size))
     return {
         ('forward', 'dnn'): lambda: onednn_provider.convolution_forward(attrs, x, w, None, out),
-        ('forward', 'wino'): lambda: conv_winograd.winograd(x, w, None, out, window, False, 4,
-                                                            threads=threads),
+        ('forward', 'wino'): lambda: winograd.winograd(x, w, None, out, window, False, 4,
+                                                       threads=threads),
         ('data', 'dnn'): lambda: onednn_provider.convolution_backward_data(attrs, dy, w, dx),
-        ('data', 'wino'): lambda: conv_winograd.data_gradient(dy, w, dx, window, False,
-                                                              threads=threads),
+        ('data', 'wino'): lambda: winograd_compiled.data_gradient(dy, w, dx, window, False,
+                                                                  threads=threads),
         ('weight', 'dnn'): lambda: onednn_provider.convolution_backward_weights(attrs, dy, x,
                                                                                 dw),
-        ('weight', 'wino'): lambda: conv_winograd.weight_gradient(dy, x, dw, window, False,
-                                                                  threads=threads),
+        ('weight', 'wino'): lambda: winograd_compiled.weight_gradient(dy, x, dw, window, False,
+                                                                      threads=threads),
     }
 
 
@@ -98,8 +99,8 @@ def _pointwise_calls(batch, channels, filters, size, threads):
     return {
         'dnn+b': dnn_with_bias,
         'dnn': lambda: onednn_provider.convolution_backward_weights(attrs, dy, x, dw, db),
-        'sums': lambda: conv_winograd.pointwise_weight_gradient(dy, x, dw, db,
-                                                                threads=threads),
+        'sums': lambda: pointwise.weight_gradient(dy, x, dw, db,
+                                                  threads=threads),
     }
 
 
@@ -130,7 +131,7 @@ def main(argv=None) -> None:
     parser.add_argument('--threads', type=int, default=None,
                         help='kernel threads (default: the engine\'s)')
     args = parser.parse_args(argv)
-    if conv_winograd._winograd is None or not onednn_provider.enabled():
+    if compiled.MODULE is None or not onednn_provider.enabled():
         raise SystemExit('needs ember._winograd (python setup.py build_ext --inplace) and '
                          'oneDNN (pip install onednn-cpu-gomp)')
     threads = args.threads or engine.kernel_threads()

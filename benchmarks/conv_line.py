@@ -7,8 +7,8 @@ warm-up, the algorithms of a row taking turns, with bias and relu as in ``_sg_co
 
 - ``onednn``: oneDNN's convolution through Ember's provider, its reordered weights kept (as a
   weight token allows in inference);
-- ``gemm``: im2col and a GEMM on the compiled products (conv_gemm, packed weights kept);
-- ``line``: the 1-D Winograd F(m, r) (``conv_winograd.line``) with the tile size it picks
+- ``gemm``: im2col and a GEMM on the compiled products (conv.gemm, packed weights kept);
+- ``line``: the 1-D Winograd F(m, r) (``line.convolve``) with the tile size it picks
   (``m`` column), transformed weights kept;
 - ``F(4)``: the same with 4 outputs a tile forced, where it picked 6.
 
@@ -26,7 +26,7 @@ import numpy as np
 import ember.op.nn  # noqa: F401  (registers the operators)
 from ember import engine
 from ember.op import registry
-from ember.op.nn import conv_algorithms, conv_winograd, convolution
+from ember.op.nn.conv import algorithms, convolution, line, tuning
 from ember.op.registry import KernelContext
 
 # (input channels, filters, size, kernel, uses in inceptionv3)
@@ -74,9 +74,9 @@ def patched(module, name, value):
 
 
 def choosing(name):
-    """conv_algorithms.choose answering algorithm `name` for the block."""
-    algorithm = conv_algorithms.ALGORITHMS[name]
-    return patched(conv_algorithms, 'choose', lambda *args, **kwargs: algorithm)
+    """algorithms.choose answering algorithm `name` for the block."""
+    algorithm = algorithms.ALGORITHMS[name]
+    return patched(algorithms, 'choose', lambda *args, **kwargs: algorithm)
 
 
 def forced(name, attrs, x, w, bias, out, token):
@@ -89,7 +89,7 @@ def forced(name, attrs, x, w, bias, out, token):
 
 def with_four_outputs(call):
     def four():
-        with patched(conv_winograd, '_LINE_WIDE_MIN_TILES', 1 << 62):
+        with tuning.tuned(line_wide_min_tiles=1 << 62):
             call()
     return four
 
@@ -114,7 +114,7 @@ def main():
             calls = {name: forced(name, attrs, x, w, bias, out, ((Token(), 0),))
                      for name in ('onednn', 'gemm', 'winograd_line')}
             axis = 1 if kernel[1] == 1 else 2
-            m = conv_winograd.line_outputs(kernel[axis - 1], size, batch * size)
+            m = line.outputs(kernel[axis - 1], size, batch * size)
             if m != 4:
                 calls['F(4)'] = with_four_outputs(
                     forced('winograd_line', attrs, x, w, bias, out, ((Token(), 0),)))

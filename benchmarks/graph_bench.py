@@ -333,8 +333,7 @@ def main():
     if unknown:
         parser.error(f'--sections: unknown {unknown}; accepted: {", ".join(SECTIONS)}')
     print(f'graph_bench: {os.cpu_count()} cores, load average '
-          f'{", ".join(f"{v:.2f}" for v in os.getloadavg())}; missing passes: '
-          f'{pipeline.missing() or "none"}')
+          f'{", ".join(f"{v:.2f}" for v in os.getloadavg())}')
     if 'memory' in sections:
         memory_section()
     if 'rss' in sections:

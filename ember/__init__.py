@@ -46,11 +46,12 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'operator',
-         'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn', 'monitor',
-         'visualization', 'contrib')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
+         'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
+         'monitor', 'visualization', 'contrib')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
-_ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor'}
+_ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
+            'img': 'image'}
 
 
 def __getattr__(name):

@@ -159,6 +159,33 @@ def _parse_cores(raw):
     return tuple(cores)
 
 
+# Collective groups of these sizes must start at a multiple of their size (Neuron's rule).
+ALIGNED_GROUP_SIZES = (1, 2, 8, 32)
+
+
+def _parse_visible_cores(raw):
+    """A number, a range or a comma list of consecutive cores; groups of 2, 8 or 32 aligned.
+
+    '4' -> (4,); '0-3' -> (0, 1, 2, 3); '2,3' -> (2, 3); '0,2' and '1-2' are refused.
+    """
+    accepted = "consecutive core ids: a number ('3'), a range ('0-3') or a comma list ('4,5')"
+    try:
+        cores = _parse_cores(raw)
+    except ValueError as exc:
+        detail = str(exc).partition(' (')[2]
+        raise ValueError(accepted + (f' ({detail}' if detail else '')) from None
+    for before, after in zip(cores, cores[1:]):
+        if after != before + 1:
+            raise ValueError(f'{accepted}; core {after} does not follow core {before}')
+    count, first = len(cores), cores[0]
+    if count in ALIGNED_GROUP_SIZES and first % count:
+        start = first - first % count
+        raise ValueError(f'{count} cores starting at a multiple of {count}, e.g. '
+                         f"'{start}-{start + count - 1}' or '{start + count}-"
+                         f"{start + 2 * count - 1}'")
+    return cores
+
+
 TUNING_DTYPES = ('float32', 'float64', 'float16', 'uint8', 'int8', 'int32', 'int64', 'bfloat16')
 
 
@@ -260,6 +287,11 @@ def str_var(name, default, doc, section, owner, kind='str', parse=_parse_str, **
     return _declare(name, kind, parse, default, doc, section, owner, **extra)
 
 
+def _temp_dir():
+    import tempfile
+    return tempfile.gettempdir()
+
+
 def _default_from(other):
     fn = lambda get: get(other)  # noqa: E731
     return fn, f'value of {other}'
@@ -269,10 +301,8 @@ NOT_YET = 'not yet effective: '
 OPS = NOT_YET + 'honoured by the neural-network operators (operators issue)'
 KERNELS = NOT_YET + 'honoured by the fast CPU kernel providers (performance issue)'
 GPU = NOT_YET + 'needs the GPU backend (CuPy), which is not built yet'
-KV = NOT_YET + 'honoured by the KVStore (distributed issue)'
 COMPILER = NOT_YET + 'honoured by the graph compiler (compiler issue)'
 GLUON = NOT_YET + 'honoured by Gluon (operators issue)'
-DATA = NOT_YET + 'honoured by the Gluon data loader (data issue)'
 
 _THREADS, _MEMORY, _ENGINE, _EXEC = 'threads', 'memory', 'engine', 'execution'
 _KVSTORE, _MIRROR, _PROFILER, _API = 'kvstore', 'memonger', 'profiler', 'python interface'
@@ -318,10 +348,11 @@ int_var('MXNET_CPU_PRIORITY_NTHREADS', 4, 'Threads of the CPU pool that runs ope
         'with a priority, highest first.', _THREADS, 'engine', low=1, read='startup')
 int_var('MXNET_CPU_NNPACK_NTHREADS', 4, 'Threads of the Winograd convolution kernel (at most '
         "the operator's kernel threads).", _THREADS, 'op', low=1)
-int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each data-loader worker '
-        'process.', _THREADS, 'gluon', low=1, status=DATA)
-int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, 'Image-decoding threads in each data-loader worker '
-        'process (below 1: single-threaded).', _THREADS, 'gluon', status=DATA)
+int_var('MXNET_MP_WORKER_NTHREADS', 1, 'Engine worker threads in each DataLoader worker '
+        'process (its kernels run on one thread, as OpenMP is off in workers).', _THREADS,
+        'gluon', low=1)
+int_var('MXNET_MP_OPENCV_NUM_THREADS', 0, "OpenCV's threads in each DataLoader worker "
+        'process and any other forked child (below 1: single-threaded).', _THREADS, 'gluon')
 
 # Memory
 bool_var('MXNET_EXEC_ENABLE_INPLACE', True, 'Let a graph operator write its output over an input '
@@ -384,27 +415,47 @@ int_var('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD', _default_from(
         default_doc='value of MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN')
 
 # KVStore
-int_var('MXNET_KVSTORE_REDUCTION_NTHREADS', 4, 'Threads that sum big arrays across devices.',
-        _KVSTORE, 'kvstore', low=1, status=KV)
+int_var('MXNET_KVSTORE_REDUCTION_NTHREADS', 4, 'Threads that sum an array of at least '
+        'MXNET_KVSTORE_BIGARRAY_BOUND elements across devices on the CPU (local stores and '
+        'the device reduction inside each rank of dist_sync); smaller arrays sum on one.',
+        _KVSTORE, 'kvstore', low=1)
 int_var('MXNET_KVSTORE_BIGARRAY_BOUND', 1000000, 'Elements from which an array counts as big: '
-        'reduced by several threads and split over all servers.', _KVSTORE, 'kvstore', low=1,
-        status=KV)
-bool_var('MXNET_KVSTORE_USETREE', False, 'Reduce and broadcast along trees over the device '
-         'topology.', _KVSTORE, 'kvstore', status=KV)
-bool_var('MXNET_KVSTORE_LOGTREE', False, 'Print the reduction trees that were built.', _KVSTORE,
-         'kvstore', status=KV)
+        'its CPU reduction splits across MXNET_KVSTORE_REDUCTION_NTHREADS threads, and a '
+        'distributed store slices it across all server ranks (smaller keys live whole on '
+        'one rank).', _KVSTORE, 'kvstore', low=1)
+bool_var('MXNET_KVSTORE_USETREE', False, "The 'device' store reduces and broadcasts along "
+         'binary trees built from the link topology of the devices.', _KVSTORE, 'kvstore')
+bool_var('MXNET_KVSTORE_LOGTREE', False, 'With MXNET_KVSTORE_USETREE, print the trees when '
+         'they are built (to standard error).', _KVSTORE, 'kvstore')
 int_var('MXNET_KVSTORE_TREE_ARRAY_BOUND', 10000000, 'Elements from which a tree reduction '
-        'splits an array over several trees.', _KVSTORE, 'kvstore', low=1, status=KV)
+        'splits an array into one slice per device, each along the tree rooted there.',
+        _KVSTORE, 'kvstore', low=1)
 bool_var('MXNET_KVSTORE_TREE_BACKTRACK', False, 'Build reduction trees by backtracking '
-         'instead of the Kernighan-Lin heuristic.', _KVSTORE, 'kvstore', status=KV)
-float_var('MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY', 0.7, 'Cost factor for reusing a link when '
-          'building reduction trees.', _KVSTORE, 'kvstore', low=0.0, status=KV)
-bool_var('MXNET_ENABLE_GPU_P2P', True, 'Copy between GPUs directly when the devices allow it.',
-         _KVSTORE, 'kvstore', status=GPU)
-bool_var('MXNET_UPDATE_ON_KVSTORE', True, 'Apply the optimizer where gradients are reduced, '
-         'when possible.', _KVSTORE, 'kvstore', status=KV)
-float_var('BUCKET_CAP_MB', 50.0, 'Megabytes of gradients gathered into one all-reduce.',
-          _DIST, 'kvstore', low=0.0, status=KV)
+         'search (every edge a link where such a tree exists) instead of Kernighan-Lin '
+         'bisection.', _KVSTORE, 'kvstore')
+float_var('MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY', 0.7, 'Factor on the weight of a link each '
+          'time a tree uses it, so that the next trees prefer other links.', _KVSTORE,
+          'kvstore', low=0.0)
+bool_var('MXNET_ENABLE_GPU_P2P', True, "The 'device' store copies between GPUs directly "
+         '(peer to peer) where the GPUs allow it, and its trees weigh links by the P2P '
+         'matrix; off, copies go through host memory.', _KVSTORE, 'kvstore', status=GPU)
+bool_var('MXNET_UPDATE_ON_KVSTORE', True, 'Trainer and Module run the optimizer inside the '
+         "KVStore (on the server ranks of a 'dist' store) where the store can; an explicit "
+         'update_on_kvstore argument wins.', _KVSTORE, 'kvstore')
+float_var('BUCKET_CAP_MB', 50.0, 'Megabytes of gradients that a distributed store all-reduces '
+          'in one bucket, filled in reverse parameter order; a bigger gradient goes alone. '
+          'Each bucket starts as soon as its gradients are written.', _DIST, 'kvstore',
+          low=0.0)
+enum_var('DMLC_ROLE', 'worker', ('worker', 'server', 'scheduler'), "This process's role in "
+         'distributed training. Every MPI rank is a worker and serves a share of the keys, '
+         "so only 'worker' runs (Ember extension; set by python -m ember launch).", _DIST,
+         'kvstore', extension=True)
+int_var('DMLC_NUM_WORKER', None, 'Workers the launcher started; a distributed store checks '
+        'it against the MPI world size (Ember extension; set by python -m ember launch).',
+        _DIST, 'kvstore', low=1, extension=True, default_doc='the MPI world size')
+int_var('DMLC_NUM_SERVER', None, 'Server ranks; every rank serves, so it must equal '
+        'DMLC_NUM_WORKER (Ember extension; set by python -m ember launch).', _DIST,
+        'kvstore', low=1, extension=True, default_doc='the MPI world size')
 
 # Memonger
 bool_var('MXNET_BACKWARD_DO_MIRROR', False, 'Drop cheap forward results during training and '
@@ -536,9 +587,17 @@ bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN',
          default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
 int_var('NEURON_RT_STOCHASTIC_ROUNDING_SEED', 0, 'Seed of stochastic rounding.', _BF16,
         'compiler', low=0, status=COMPILER)
-str_var('NEURON_RT_VISIBLE_CORES', None, 'Which cores (devices) this process may use, e.g. '
-        "'0-3'.", _DIST, 'compiler', kind='cores', parse=_parse_cores, read='startup',
-        status=COMPILER, default_doc='all', accepts="core ids and ranges such as '0-3'")
+str_var('NEURON_RT_VISIBLE_CORES', None, 'The cores this process may use: consecutive '
+        "ids ('3', '0-3' or '4,5'), a group of 2, 8 or 32 starting at a multiple of its size. "
+        'The process pins itself to them, sizes its thread pools to them and holds a lock '
+        'on each for its lifetime; a second process asking for a held core gets an error '
+        'naming the holder.', _DIST, 'cores', kind='cores', parse=_parse_visible_cores,
+        read='startup', default_doc='all',
+        accepts="consecutive core ids such as '0-3'")
+str_var('MXNET_CORE_LOCK_DIR', (lambda get: os.path.join(_temp_dir(), 'ember-core-locks')),
+        'Directory of the per-core lock files of NEURON_RT_VISIBLE_CORES (Ember extension).',
+        _DIST, 'cores', kind='path', read='startup', extension=True,
+        default_doc='ember-core-locks in the temporary directory', accepts='a directory path')
 
 
 # ----------------------------------------------------------------------------------------------
@@ -878,6 +937,13 @@ _PROCESS_CORES = _read_cores()
 def process_cores() -> tuple:
     """The cores this process may run on (the affinity it started with), in order."""
     return _PROCESS_CORES
+
+
+def restrict_process_cores(cores) -> None:
+    """Record that the process now runs on `cores` only (``ember.cores`` pins it at import,
+    before any thread pool is sized)."""
+    global _PROCESS_CORES
+    _PROCESS_CORES = tuple(sorted(cores))
 
 
 def cpu_count() -> int:

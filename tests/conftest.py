@@ -26,36 +26,65 @@ def no_leaked_state():
 @pytest.fixture(autouse=True)
 def graph_sized_budget_reset():
     """Each test starts from the fixed budget of kept Winograd weights: a large graph run by
-    an earlier test would have raised it (conv_winograd.note_graph)."""
-    from ember.op.nn import conv_winograd
-    conv_winograd._largest_graph = 0
+    an earlier test would have raised it (ember.op.nn.conv.kept.note_graph)."""
+    from ember.op.nn.conv.state import STATE
+    STATE.largest_graph = 0
     yield
-    conv_winograd._largest_graph = 0
+    STATE.largest_graph = 0
+
+
+@pytest.fixture
+def conv_tuning(monkeypatch):
+    """conv_tuning(**values): the convolution subsystem runs with these tuning values
+    (fields of ``ember.op.nn.conv.tuning.ConvTuning``) for the rest of the test, as
+    ``tuning.tuned`` does for a block."""
+    import dataclasses
+    from ember.op.nn.conv import tuning
+
+    def tune(**values):
+        monkeypatch.setattr(tuning, 'TUNING', dataclasses.replace(tuning.TUNING, **values))
+    return tune
 
 
 @pytest.fixture
 def force_conv(monkeypatch):
     """force_conv(name, gradient=None): every convolution runs algorithm `name`
-    (``conv_algorithms.ALGORITHMS``); its data and weight gradients run `gradient`
+    (``algorithms.ALGORITHMS``); its data and weight gradients run `gradient`
     (``DATA_GRADIENT_ALGORITHMS``, ``WEIGHT_GRADIENT_ALGORITHMS``), or the rule when None."""
-    from ember.op.nn import conv_algorithms, onednn_provider
+    from ember.op.nn import onednn_provider
+    from ember.op.nn.conv import algorithms
 
     def force(name, gradient=None):
         def choose(problem, *args, **kwargs):
             if not problem.gradient:
-                return conv_algorithms.ALGORITHMS[name]
+                return algorithms.ALGORITHMS[name]
             if gradient is not None:
-                return conv_algorithms._table(problem)[gradient]
-            return conv_algorithms.rule(problem, onednn_provider.enabled())
-        monkeypatch.setattr(conv_algorithms, 'choose', choose)
+                return algorithms.table(problem)[gradient]
+            return algorithms.rule(problem, onednn_provider.enabled())
+        monkeypatch.setattr(algorithms, 'choose', choose)
     return force
+
+
+@pytest.fixture
+def compiled_module(monkeypatch):
+    """compiled_module(value): every convolution module sees `value` (None: not built; or a
+    spy) as the compiled ember._winograd for the rest of the test."""
+    from ember.op.nn import fully_connected
+    from ember.op.nn.conv import compiled, gemm, line, pointwise, winograd, winograd_compiled
+
+    def use(value):
+        monkeypatch.setattr(compiled, 'MODULE', value)
+        monkeypatch.setattr(winograd_compiled, 'MODULE', value)
+        for module in (winograd, pointwise, line, gemm, fully_connected):
+            monkeypatch.setattr(module, '_winograd', value)
+    return use
 
 
 @pytest.fixture(params=['avx512', 'avx2', 'baseline'])
 def build(request):
     """Each build of ember._winograd in turn (AVX-512 and AVX2 where the CPU has them)."""
-    from ember.op.nn import conv_winograd
-    module = conv_winograd._winograd
+    from ember.op.nn.conv import compiled
+    module = compiled.MODULE
     if module is None:
         pytest.skip('ember._winograd is not built')
     before = module.instruction_set()
@@ -71,8 +100,8 @@ def build(request):
 def wide_and_narrow():
     """wide_and_narrow(run) -> (run() on the AVX-512 build, run() on the AVX2 build) of
     ember._winograd, the build that ran before restored; skips where the CPU lacks either."""
-    from ember.op.nn import conv_winograd
-    module = conv_winograd._winograd
+    from ember.op.nn.conv import compiled
+    module = compiled.MODULE
     if module is None:
         pytest.skip('ember._winograd is not built')
     before = module.instruction_set()

@@ -3,3 +3,4 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / 'data'
 MXNET_FIXTURES = DATA / 'mxnet-1.9.1'
+IMAGE_FIXTURES = DATA / 'image-mxnet'

@@ -119,8 +119,6 @@ def test_metrics_by_name_and_their_errors():
 
 
 def test_optimizer_module_names_are_mxnets():
-    assert mx.optimizer.optimizer.LARS is mx.optimizer.LARS
-    assert mx.optimizer.optimizer.Updater is mx.optimizer.Updater
     assert mx.optimizer.NDabs is mx.nd.abs
     assert isinstance(mx.optimizer.create('groupadagrad'), mx.optimizer.contrib.GroupAdaGrad)
     with pytest.raises(ValueError, match='warmup_strategy'):

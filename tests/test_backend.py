@@ -176,19 +176,19 @@ def test_binding_returns_the_heap_it_used(monkeypatch):
 _ISA_SCRIPT = '''
 import numpy as np
 from ember.backend import onednn
-from ember.op.nn import conv_winograd
+from ember.op.nn.conv import compiled
 md = onednn.MemoryDesc.of
 data, weight, out = (np.ones(s, np.float32) for s in [(1, 64, 14, 14), (64, 64, 3, 3),
                                                      (1, 64, 14, 14)])
 conv = onednn.convolution(md(data), md(weight), None, md(out), (1, 1), (1, 1), (1, 1), (1, 1), ())
-print(conv_winograd._winograd.instruction_set(), conv.implementation)
+print(compiled.MODULE.instruction_set(), conv.implementation)
 '''
 
 
 def widest_builds():
     """The instruction sets of ember._winograd's builds that this CPU runs, widest first."""
-    from ember.op.nn import conv_winograd
-    module = conv_winograd._winograd
+    from ember.op.nn.conv import compiled
+    module = compiled.MODULE
     if module is None:
         pytest.skip('ember._winograd is not built')
     before, runs = module.instruction_set(), []
@@ -221,7 +221,7 @@ def test_max_cpu_isa_narrows_onednn_and_the_compiled_kernels(isa, build):
 def test_max_cpu_isa_rejects_what_onednn_would_ignore():
     env = config.child_environ(ONEDNN_MAX_CPU_ISA=None)
     env['ONEDNN_MAX_CPU_ISA'] = 'avx3'
-    code = 'from ember.op.nn import conv_winograd; conv_winograd._winograd.instruction_set()'
+    code = 'from ember.op.nn.conv import compiled; compiled.MODULE.instruction_set()'
     done = subprocess.run([sys.executable, '-c', code], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0

@@ -4,6 +4,7 @@ import pytest
 import ember as mx
 from ember import config
 from ember.passes import bulk, gradient
+from ember.passes.options import Options
 
 
 def mlp():
@@ -38,7 +39,7 @@ def test_inference_graph_is_one_segment_unless_turned_off():
 
 
 def test_training_graph_segments_forward_and_backward_apart():
-    graph = gradient.run(mlp().to_graph())
+    graph = gradient.with_gradients(mlp().to_graph())
     forward = graph.attrs['gradient'].num_forward_nodes
     with config.override(MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN=3):
         segmented = bulk.run(graph)
@@ -49,7 +50,7 @@ def test_training_graph_segments_forward_and_backward_apart():
 
 
 def test_forward_and_backward_sizes_have_their_own_variables():
-    graph = gradient.run(mlp().to_graph())
+    graph = gradient.with_gradients(mlp().to_graph())
     with config.override(MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD=4,
                          MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD=2):
         segmented = bulk.run(graph)
@@ -60,16 +61,18 @@ def test_forward_and_backward_sizes_have_their_own_variables():
                                        {'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN': 0},
                                        {'MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN': 1}])
 def test_training_bulk_off_runs_one_operator_per_segment(overrides):
-    graph = gradient.run(mlp().to_graph())
+    graph = gradient.with_gradients(mlp().to_graph())
     with config.override(**overrides):
         segments = bulk.run(graph).attrs['segments']
     assert all(len(s.nodes) == 1 for s in segments)
     assert len(segments) == len(operators(graph))
 
 
-def test_is_train_picks_the_rule_for_a_graph_without_backward():
+def test_the_rule_follows_the_graph_not_the_training_flag():
+    # as in MXNet: a forward pass in training mode without gradients bulks as inference
     graph = mlp().to_graph()
     with config.override(MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN=3):
-        assert sizes(bulk.run(graph, is_train=True), False) == [3, 1]
+        assert sizes(bulk.run(graph, Options(is_train=True)), False) == [4]
+        assert sizes(bulk.run(gradient.with_gradients(graph)), False) == [3, 1]
     with config.override(MXNET_EXEC_BULK_EXEC_INFERENCE=False):
-        assert sizes(bulk.run(graph, is_train=True), False) == [4]
+        assert sizes(bulk.run(graph, Options(is_train=True)), False) == [1, 1, 1, 1]

@@ -14,8 +14,12 @@ import pytest
 import ember as mx
 from ember import config, engine
 from ember.op import registry
-from ember.op.nn import conv_algorithms, conv_common, conv_winograd, onednn_provider
-from ember.op.nn.convolution import problem_of
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import (
+    algorithms, common, compiled, convolution, kept, line, tuning, winograd,
+    winograd_compiled)
+from ember.op.nn.conv.state import LINE, STATE, TRANSFORMED
+from ember.op.nn.conv.convolution import problem_of
 
 CONV = registry.get('Convolution')
 SG_CONV = registry.get('_sg_conv')
@@ -105,11 +109,11 @@ def run_algorithm(name, case, layout, residual=False, act_type=None, budget=None
     x, w, expected, res = case.arrays(layout)
     attrs = case.attrs(CONV, layout)
     problem = problem_of(attrs, x)
-    algorithm = conv_algorithms.ALGORITHMS[name]
+    algorithm = algorithms.ALGORITHMS[name]
     if not algorithm.supports(problem) or (name == 'onednn' and not onednn_provider.enabled()):
         return None
     out = np.empty(expected.shape, np.float32)
-    call = conv_algorithms.ConvCall(attrs, x, w, case.bias, out)
+    call = algorithms.ConvCall(attrs, x, w, case.bias, out)
     if residual:
         out[...] = res
         call.residual, call.act_type = out, act_type   # in place, as _sg_conv may run
@@ -137,8 +141,8 @@ def test_a_problem_is_worked_out_once_per_shape():
 
 def _supported(name, case, layout):
     x = CASES[case].arrays(layout)[0]
-    return conv_algorithms.ALGORITHMS[name].supports(problem_of(CASES[case].attrs(CONV, layout),
-                                                                x))
+    return algorithms.ALGORITHMS[name].supports(problem_of(CASES[case].attrs(CONV, layout),
+                                                           x))
 
 
 # every algorithm on every case it supports (Winograd runs only 3x3 stride 1, ...)
@@ -180,18 +184,18 @@ def test_residual_and_relu_are_applied_in_place(name, layout):
 def test_winograd_supports_only_unit_stride_undilated_3x3():
     problems = {case: problem_of(CASES[case].attrs(CONV, 'NCHW'), CASES[case].x)
                 for case in CASES}
-    supported = {case for case, p in problems.items() if conv_winograd.supports(p)}
+    supported = {case for case, p in problems.items() if winograd.supports(p)}
     assert supported == {'3x3 pad', '3x3 odd', '3x3 wide', '3x3 large', '3x3 many filters'}
 
 
 def test_copy_windows_zero_fills_a_tap_that_lies_in_the_padding():
     src = np.arange(6.0).reshape(1, 6)
     dst = np.full((1, 2), 7.0)
-    conv_common.copy_windows(src, dst, (1,), (6,), (1,))
+    common.copy_windows(src, dst, (1,), (6,), (1,))
     assert dst.tolist() == [[0.0, 0.0]]
-    conv_common.copy_windows(src, dst, (1,), (-3,), (3,))      # src[-3], src[0]
+    common.copy_windows(src, dst, (1,), (-3,), (3,))      # src[-3], src[0]
     assert dst.tolist() == [[0.0, 0.0]]
-    conv_common.copy_windows(src, dst, (1,), (-1,), (3,))      # src[-1], src[2]
+    common.copy_windows(src, dst, (1,), (-1,), (3,))      # src[-1], src[2]
     assert dst.tolist() == [[0.0, 2.0]]
 
 
@@ -226,15 +230,15 @@ def test_sg_conv_adds_its_residual_over_itself(forced, name, layout):
 def measured(monkeypatch):
     """The candidates of every measurement, in order; the choice cache starts empty."""
     calls = []
-    real = conv_algorithms.measure
+    real = algorithms.measure
 
-    def spy(problem, algorithms, trial):
-        calls.append([a.name for a in algorithms])
-        return real(problem, algorithms, trial)
-    monkeypatch.setattr(conv_algorithms, 'measure', spy)
-    conv_algorithms.clear_choices()
+    def spy(problem, candidates, trial):
+        calls.append([a.name for a in candidates])
+        return real(problem, candidates, trial)
+    monkeypatch.setattr(algorithms, 'measure', spy)
+    STATE.choices.clear()
     yield calls
-    conv_algorithms.clear_choices()
+    STATE.choices.clear()
 
 
 def nd_conv(case, layout='NCHW', **extra):
@@ -261,14 +265,14 @@ def test_value_1_measures_once_per_problem_then_reuses_the_choice(measured):
         nd_conv(BIG, 'NHWC')                # another layout: another problem
     assert len(measured) == 2
     assert 'gemm' in measured[0] and 'winograd4' in measured[0]
-    chosen = {key[0].channel_last: name for key, name in conv_algorithms.choices().items()}
+    chosen = {key[0].channel_last: name for key, name in STATE.choices.snapshot().items()}
     assert set(chosen) == {False, True} and set(chosen.values()) <= set(NAMES)
 
 
 def test_value_2_measures_what_value_1_leaves_out_for_its_workspace(measured):
     problem = problem_of(BIG.attrs(CONV, 'NCHW'), BIG.x)
-    winograd = conv_algorithms.ALGORITHMS['winograd4']
-    gemm = conv_algorithms.ALGORITHMS['gemm']
+    winograd = algorithms.ALGORITHMS['winograd4']
+    gemm = algorithms.ALGORITHMS['gemm']
     assert gemm.scratch(problem, 1) < 1 << 20 < winograd.scratch(problem, 1)
     for mode in ('1', '2'):
         with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=mode):
@@ -282,23 +286,23 @@ def test_value_2_measures_what_value_1_leaves_out_for_its_workspace(measured):
 
 def test_numpy_winograd_is_left_out_where_onednn_runs():
     problem = problem_of(BIG.attrs(CONV, 'NHWC'), BIG.arrays('NHWC')[0])
-    names = [a.name for a in conv_algorithms.candidates(problem, onednn=True)]
+    names = [a.name for a in algorithms.candidates(problem, onednn=True)]
     assert 'onednn' in names and 'winograd2' not in names
-    assert 'winograd2' in [a.name for a in conv_algorithms.candidates(problem, onednn=False)]
+    assert 'winograd2' in [a.name for a in algorithms.candidates(problem, onednn=False)]
     wide = dataclasses.replace(problem, dtype='float64')        # oneDNN runs float32 only
-    assert 'winograd2' in [a.name for a in conv_algorithms.candidates(wide, onednn=True)]
+    assert 'winograd2' in [a.name for a in algorithms.candidates(wide, onednn=True)]
 
 
 @pytest.mark.parametrize('gemm_seconds, chosen', [(0.95, 'onednn'), (0.5, 'gemm')])
 def test_measurement_keeps_onednn_unless_clearly_beaten(monkeypatch, gemm_seconds, chosen):
-    monkeypatch.setattr(conv_algorithms, 'measure',
-                        lambda problem, algorithms, trial: {'onednn': 1.0, 'gemm': gemm_seconds})
-    conv_algorithms.clear_choices()
+    monkeypatch.setattr(algorithms, 'measure',
+                        lambda problem, candidates, trial: {'onednn': 1.0, 'gemm': gemm_seconds})
+    STATE.choices.clear()
     problem = problem_of(BIG.attrs(CONV, 'NHWC'), BIG.arrays('NHWC')[0])
     try:
-        picked = conv_algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
+        picked = algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
     finally:
-        conv_algorithms.clear_choices()
+        STATE.choices.clear()
     assert picked.name == chosen
 
 
@@ -306,20 +310,20 @@ def test_measurement_keeps_onednn_unless_clearly_beaten(monkeypatch, gemm_second
                                                ('weight', 'gemm')])
 def test_a_gradient_takes_the_measured_fastest(monkeypatch, gradient, chosen):
     # the margin keeps oneDNN for a forward convolution 5% slower; a gradient takes the other
-    monkeypatch.setattr(conv_algorithms, 'measure',
-                        lambda problem, algorithms, trial: {'onednn': 1.0, 'gemm': 0.95})
-    conv_algorithms.clear_choices()
+    monkeypatch.setattr(algorithms, 'measure',
+                        lambda problem, candidates, trial: {'onednn': 1.0, 'gemm': 0.95})
+    STATE.choices.clear()
     x = BIG.arrays('NHWC')[0]
     problem = problem_of(BIG.attrs(CONV, 'NHWC'), x, gradient)
     try:
-        picked = conv_algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
+        picked = algorithms.choose(problem, '1', 1 << 30, True, lambda algorithm: True)
     finally:
-        conv_algorithms.clear_choices()
+        STATE.choices.clear()
     assert picked.name == chosen
 
 
 def _timed_trials(durations):
-    """A trial for conv_algorithms.measure: the calls in order, each algorithm's calls sleeping
+    """A trial for algorithms.measure: the calls in order, each algorithm's calls sleeping
     the next of its `durations` (the last one repeating); 'declines' declines."""
     import time
     calls = []
@@ -339,27 +343,27 @@ def test_measurement_takes_turns_and_keeps_each_best(monkeypatch):
     # is one of several and the best of a's rounds wins; what declines is left out
     fast, slow = 0.001, 0.03
     trial, calls = _timed_trials({'a': [fast, slow, fast], 'b': [0.004]})
-    names = [conv_algorithms.Algorithm(name, None, None, None)
+    names = [algorithms.Algorithm(name, None, None, None)
              for name in ('a', 'declines', 'b')]
-    seconds = conv_algorithms.measure(None, names, trial)
+    seconds = algorithms.measure(None, names, trial)
     assert set(seconds) == {'a', 'b'}
     assert seconds['a'] < 0.003 < seconds['b']
     assert calls[:2] == ['a', 'b']                  # the warm-ups, then rounds in turns
     rounds = calls[2:]
     assert rounds[0::2] == ['a'] * (len(rounds) // 2) and rounds[1::2] == ['b'] * (len(rounds) // 2)
-    assert conv_algorithms.MEASURE_ROUNDS <= len(rounds) // 2 <= conv_algorithms.MEASURE_MAX_ROUNDS
+    assert tuning.TUNING.measure_rounds <= len(rounds) // 2 <= tuning.TUNING.measure_max_rounds
 
 
-def test_measurement_of_slow_layers_stops_after_the_minimum_rounds(monkeypatch):
-    monkeypatch.setattr(conv_algorithms, 'MEASURE_SECONDS', 0.0)
+def test_measurement_of_slow_layers_stops_after_the_minimum_rounds(conv_tuning):
+    conv_tuning(measure_seconds=0.0)
     trial, calls = _timed_trials({'a': [0.0], 'b': [0.0]})
-    names = [conv_algorithms.Algorithm(name, None, None, None) for name in 'ab']
-    conv_algorithms.measure(None, names, trial)
-    assert len(calls) == 2 + 2 * conv_algorithms.MEASURE_ROUNDS
-    monkeypatch.setattr(conv_algorithms, 'MEASURE_SECONDS', 60.0)
+    names = [algorithms.Algorithm(name, None, None, None) for name in 'ab']
+    algorithms.measure(None, names, trial)
+    assert len(calls) == 2 + 2 * tuning.TUNING.measure_rounds
+    conv_tuning(measure_seconds=60.0)
     calls.clear()
-    conv_algorithms.measure(None, names, trial)
-    assert len(calls) == 2 + 2 * conv_algorithms.MEASURE_MAX_ROUNDS
+    algorithms.measure(None, names, trial)
+    assert len(calls) == 2 + 2 * tuning.TUNING.measure_max_rounds
 
 
 def test_cudnn_tune_of_the_operator_overrides_the_variable(measured):
@@ -379,24 +383,24 @@ def test_small_problems_take_the_rule(measured):
 
 def test_the_rule_is_winograd_for_wide_3x3_pointwise_for_1x1_and_gemm_elsewhere():
     def rule(batch, channels, size, kernel=3, stride=1):
-        problem = conv_algorithms.ConvProblem(True, batch, channels, channels, 1,
-                                              (kernel, kernel), (stride, stride), (1, 1),
-                                              (kernel // 2,) * 2, (size, size), 'float32')
-        return conv_algorithms.numpy_rule(problem).name
+        problem = algorithms.ConvProblem(True, batch, channels, channels, 1,
+                                         (kernel, kernel), (stride, stride), (1, 1),
+                                         (kernel // 2,) * 2, (size, size), 'float32')
+        return algorithms.numpy_rule(problem).name
     assert rule(8, 64, 56) == rule(8, 128, 28) == rule(8, 256, 14) == rule(1, 128, 28)
     assert rule(8, 128, 28) == 'winograd2'
     assert rule(8, 128, 28, stride=2) == 'gemm'
-    compiled = conv_winograd._winograd is not None
-    assert rule(8, 128, 28, kernel=1) == ('pointwise' if compiled else 'gemm')
-    assert rule(8, 128, 28, kernel=1, stride=2) == ('pointwise' if compiled else 'gemm')
+    built = compiled.MODULE is not None
+    assert rule(8, 128, 28, kernel=1) == ('pointwise' if built else 'gemm')
+    assert rule(8, 128, 28, kernel=1, stride=2) == ('pointwise' if built else 'gemm')
     assert rule(8, 16, 56) == 'gemm'           # few channels
     assert rule(1, 256, 14) == 'gemm'          # 49 tiles
     assert rule(8, 512, 7) == 'gemm'           # 16 MB of transformed weights
-    line = conv_algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1), (0, 3),
-                                       (17, 17), 'float32')
-    assert conv_algorithms.numpy_rule(line).name == ('winograd_line' if compiled else 'gemm')
+    line = algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1), (0, 3),
+                                  (17, 17), 'float32')
+    assert algorithms.numpy_rule(line).name == ('winograd_line' if built else 'gemm')
     channel_first = dataclasses.replace(line, channel_last=False)
-    assert conv_algorithms.numpy_rule(channel_first).name == 'gemm'
+    assert algorithms.numpy_rule(channel_first).name == 'gemm'
 
 
 def test_determinism_takes_the_rule_and_repeats_bit_for_bit(measured):
@@ -427,18 +431,18 @@ def gradients(case, layout, **extra):
 
 
 def gradient_choices(kind):
-    return {key[0].channel_last: name for key, name in conv_algorithms.choices().items()
+    return {key[0].channel_last: name for key, name in STATE.choices.snapshot().items()
             if key[0].gradient == kind}
 
 
 def test_the_gradients_are_measured_among_their_own_algorithms(measured, monkeypatch):
     measured_gradients = []
-    spy = conv_algorithms.measure
+    spy = algorithms.measure
 
-    def gradient_spy(problem, algorithms, trial):
-        measured_gradients.append((problem.gradient, [a.name for a in algorithms]))
-        return spy(problem, algorithms, trial)
-    monkeypatch.setattr(conv_algorithms, 'measure', gradient_spy)
+    def gradient_spy(problem, candidates, trial):
+        measured_gradients.append((problem.gradient, [a.name for a in candidates]))
+        return spy(problem, candidates, trial)
+    monkeypatch.setattr(algorithms, 'measure', gradient_spy)
     expected = {}
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         for layout in ('NCHW', 'NHWC'):
@@ -450,7 +454,7 @@ def test_the_gradients_are_measured_among_their_own_algorithms(measured, monkeyp
                 assert_close(got, want)
     backward = [names for gradient, names in measured_gradients if gradient]
     assert len(backward) == 4                       # data and weight, in each layout
-    wanted = {'gemm', 'winograd4'} if conv_winograd._winograd is not None else {'gemm'}
+    wanted = {'gemm', 'winograd4'} if compiled.MODULE is not None else {'gemm'}
     if onednn_provider.enabled():
         wanted.add('onednn')
     assert all(set(names) == wanted for names in backward)
@@ -470,10 +474,10 @@ def test_the_rule_and_determinism_keep_the_gradients_off_winograd(measured, kind
 
 
 def rule_of(problem, onednn):
-    return conv_algorithms.rule(problem, onednn).name
+    return algorithms.rule(problem, onednn).name
 
 
-@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+@pytest.mark.skipif(compiled.MODULE is None, reason='ember._winograd is not built')
 @pytest.mark.parametrize('layout', ['NCHW', 'NHWC'])
 @pytest.mark.parametrize('case', ['3x3 pad', '3x3 odd', '3x3 many filters'])
 def test_gradients_by_winograd_match_the_rule(force_conv, case, layout):
@@ -488,7 +492,7 @@ def test_gradients_by_winograd_match_the_rule(force_conv, case, layout):
 # The data gradient of strided 1x1 layers: oneDNN's stride-1 one over the output pixels, then
 # spread out with zeros between (onednn_spread)
 
-spread_kernel = conv_algorithms._kernels
+spread_kernel = algorithms._kernels
 needs_spread = pytest.mark.skipif(spread_kernel is None or not onednn_provider.enabled(),
                                   reason='needs ember._kernels and oneDNN')
 
@@ -539,11 +543,11 @@ def strided_pointwise(stride, size=(9, 7), channels=24, filters=40, seed=0):
 def test_strided_pointwise_data_gradient_spreads_the_unstrided_one(stride):
     attrs, x, w, dy = strided_pointwise(stride)
     problem = problem_of(attrs, x, 'data')
-    algorithm = conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
-    assert algorithm in conv_algorithms.candidates(problem, onednn=True)
-    assert algorithm not in conv_algorithms.candidates(problem, onednn=False)
+    algorithm = algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
+    assert algorithm in algorithms.candidates(problem, onednn=True)
+    assert algorithm not in algorithms.candidates(problem, onednn=False)
     dx = np.full(x.shape, np.nan, np.float32)
-    call = conv_algorithms.ConvCall(attrs, dy, w, None, dx)
+    call = algorithms.ConvCall(attrs, dy, w, None, dx)
     assert algorithm.run(problem, call, None, scratch, 2)
     expected = np.zeros(x.shape)
     expected[:, ::stride[0], ::stride[1]] = dy.astype(np.float64) @ w[:, 0, 0].astype(np.float64)
@@ -552,7 +556,7 @@ def test_strided_pointwise_data_gradient_spreads_the_unstrided_one(stride):
 
 @needs_spread
 def test_spread_is_only_for_strided_channel_last_1x1_data_gradients():
-    supports = conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread'].supports
+    supports = algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread'].supports
     attrs, x, _, _ = strided_pointwise((2, 2))
     assert supports(problem_of(attrs, x, 'data'))
     assert not supports(problem_of(attrs, x, 'weight'))
@@ -577,14 +581,14 @@ def test_a_strided_pointwise_layer_trains_through_the_spread(monkeypatch):
         return data.grad.asnumpy()
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
         expected = data_gradient()
-    calls, real = [], conv_algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
+    calls, real = [], algorithms.DATA_GRADIENT_ALGORITHMS['onednn_spread']
 
     def spy(*args):
         calls.append(args[0])
         return real.run(*args)
     spread = dataclasses.replace(real, run=spy)
-    rule = conv_algorithms.rule
-    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
+    rule = algorithms.rule
+    monkeypatch.setattr(algorithms, 'choose', lambda problem, *args, **kwargs: (
         spread if problem.gradient == 'data' else rule(problem, True)))
     got = data_gradient()
     assert len(calls) == 1 and calls[0].gradient == 'data'
@@ -596,12 +600,12 @@ def test_a_strided_pointwise_layer_trains_through_the_spread(monkeypatch):
 
 def test_nnpack_threads_reach_the_winograd_kernel(monkeypatch):
     seen = []
-    real = conv_winograd.winograd
+    real = winograd.winograd
 
     def spy(*args, **kwargs):
         seen.append(args[11] if len(args) > 11 else kwargs.get('threads'))
         return real(*args, **kwargs)
-    monkeypatch.setattr(conv_winograd, 'winograd', spy)
+    monkeypatch.setattr(winograd, 'winograd', spy)
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0', MXNET_MKLDNN_ENABLED=False):
         for threads in (1, 64):
             with config.override(MXNET_CPU_NNPACK_NTHREADS=threads):
@@ -621,7 +625,7 @@ def blas_threads():
 def test_parts_run_their_gemms_on_one_blas_thread_each():
     before, seen = blas_threads(), []
     with config.override(MXNET_CPU_PARALLEL_SIZE=1):
-        conv_common.run_parts(2, 1000, lambda part: seen.append((part, blas_threads())))
+        common.run_parts(2, 1000, lambda part: seen.append((part, blas_threads())))
     assert sorted(seen) == [(0, {1}), (1, {1})] and blas_threads() == before
 
 
@@ -630,10 +634,10 @@ def test_parts_of_compiled_kernels_leave_blas_alone(monkeypatch):
     # kernels that call no BLAS (the compiled Winograd) skip setting its threads, ~50 us
     def limit():
         raise AssertionError('BLAS limited for parts that do not use it')
-    monkeypatch.setattr(conv_common, 'single_threaded_blas', limit)
+    monkeypatch.setattr(common, 'single_threaded_blas', limit)
     before, seen = blas_threads(), []
     with config.override(MXNET_CPU_PARALLEL_SIZE=1):
-        conv_common.run_parts(2, 1000, lambda part: seen.append(part), blas=False)
+        common.run_parts(2, 1000, lambda part: seen.append(part), blas=False)
     assert sorted(seen) == [0, 1] and blas_threads() == before
 
 
@@ -645,7 +649,7 @@ def test_any_thread_limits_blas_whoever_set_it_before():
         seen = []
 
         def limited():
-            with conv_common.single_threaded_blas():
+            with common.single_threaded_blas():
                 seen.append(blas_threads())
         worker = threading.Thread(target=limited)
         worker.start()
@@ -685,8 +689,8 @@ def test_onednn_runs_forward_and_backward_when_enabled(monkeypatch, enabled):
 @pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
 def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
     from ember import resource
-    monkeypatch.setattr(conv_algorithms, 'fastest', lambda seconds, margin=0: 'onednn')
-    conv_algorithms.clear_choices()
+    monkeypatch.setattr(algorithms, 'fastest', lambda seconds, margin, incumbent=None: 'onednn')
+    STATE.choices.clear()
     x = mx.nd.array(np.random.default_rng(0).standard_normal((2, 32, 16, 16)), dtype='float32')
     w = mx.nd.array(np.random.default_rng(1).standard_normal((32, 32, 3, 3)), dtype='float32')
     temps, _ = resource.copies(mx.cpu())
@@ -700,26 +704,26 @@ def test_measured_scratch_is_freed_when_onednn_wins(monkeypatch):
         # Winograd and GEMM ran as candidates and took scratch; oneDNN needs none
         assert all(t.capacity == 0 for t in temps)
     finally:
-        conv_algorithms.clear_choices()
+        STATE.choices.clear()
 
 
-@pytest.mark.skipif(conv_winograd._winograd is None, reason='ember._winograd is not built')
+@pytest.mark.skipif(compiled.MODULE is None, reason='ember._winograd is not built')
 @pytest.mark.parametrize('size, mode, measured', [
     (7, '1', False),     # 512 channels at 7x7: 38 MB of transformed weights, 0.1 MB of output
     (7, '2', True),      # mode 2 lifts the limits
     (56, '1', True)])    # the same weights beside a 6 MB output
 def test_measurement_leaves_out_algorithms_keeping_much_memory_for_little_output(
         size, mode, measured):
-    problem = conv_algorithms.ConvProblem(
+    problem = algorithms.ConvProblem(
         channel_last=True, batch=1, channels=512, filters=512, groups=1, kernel=(3, 3),
         stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(size, size), dtype='float32')
     tried = []
-    conv_algorithms.clear_choices()
+    STATE.choices.clear()
     try:
-        conv_algorithms.choose(problem, mode, 1 << 40, True,
-                               lambda algorithm: tried.append(algorithm.name) or True)
+        algorithms.choose(problem, mode, 1 << 40, True,
+                          lambda algorithm: tried.append(algorithm.name) or True)
     finally:
-        conv_algorithms.clear_choices()
+        STATE.choices.clear()
     assert ('winograd4' in tried) == measured
 
 
@@ -730,15 +734,14 @@ def test_measurement_leaves_out_algorithms_keeping_much_memory_for_little_output
 def node_call(monkeypatch):
     """(run(**changes) -> output, choices): forward() of one NHWC 3x3 layer with its weight
     folded from a scale, on one kernel context as the executor calls a node, oneDNN chosen,
-    `choices` counting the calls of conv_algorithms.choose."""
-    from ember.op.nn import convolution
+    `choices` counting the calls of algorithms.choose."""
     choices = []
-    real = conv_algorithms.choose
+    real = algorithms.choose
 
     def choose(problem, *args, **kwargs):
         choices.append(problem)
         return real(problem, *args, **kwargs)
-    monkeypatch.setattr(conv_algorithms, 'choose', choose)
+    monkeypatch.setattr(algorithms, 'choose', choose)
     case = CASES['3x3 wide']
     x, w, expected, _ = case.arrays('NHWC')
     scale = np.linspace(0.5, 1.5, w.shape[0]).astype(np.float32)
@@ -758,7 +761,7 @@ def node_call(monkeypatch):
         return a['out']
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):     # the rule: oneDNN
         yield run, choices
-    conv_algorithms.clear_choices()
+    STATE.choices.clear()
 
 
 @pytest.mark.skipif(not onednn_provider.enabled(), reason='oneDNN is not available')
@@ -802,7 +805,7 @@ def test_a_replayed_convolution_is_worked_out_again_after(node_call, change):
     run()
     assert len(choices) == 1
     if change == 'choices cleared':
-        conv_algorithms.clear_choices()
+        STATE.choices.clear()
         run()
     elif change == 'oneDNN off':
         with config.override(MXNET_MKLDNN_ENABLED=0):
@@ -818,16 +821,16 @@ def test_a_replayed_convolution_is_worked_out_again_after(node_call, change):
     assert len(choices) == 2
 
 
-@pytest.mark.skipif(not onednn_provider.enabled() or conv_winograd._winograd is None,
+@pytest.mark.skipif(not onednn_provider.enabled() or compiled.MODULE is None,
                     reason='needs oneDNN and ember._winograd')
 def test_a_layer_past_the_kept_budget_chooses_again_on_every_call(node_call, monkeypatch):
     """Its choice follows the room other layers leave in the budget."""
     run, choices = node_call
-    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
-        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4']))
-    monkeypatch.setattr(conv_winograd, 'can_keep', lambda problem, version: False)
-    monkeypatch.setattr(conv_algorithms, 'choose_past_budget',
-                        lambda problem, onednn, trial: conv_algorithms.ALGORITHMS['onednn'])
+    monkeypatch.setattr(algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or algorithms.ALGORITHMS['winograd4']))
+    monkeypatch.setattr(winograd, 'can_keep', lambda problem, version: False)
+    monkeypatch.setattr(algorithms, 'choose_past_budget',
+                        lambda problem, algorithm, onednn, trial: algorithms.ALGORITHMS['onednn'])
     run()
     run()
     assert len(choices) == 2
@@ -836,22 +839,22 @@ def test_a_layer_past_the_kept_budget_chooses_again_on_every_call(node_call, mon
 @pytest.fixture
 def winograd_node_call(node_call, monkeypatch):
     """node_call with the compiled Winograd chosen (its transformed weights kept)."""
-    if conv_winograd._winograd is None:
+    if compiled.MODULE is None:
         pytest.skip('ember._winograd is not built')
     run, choices = node_call
-    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
-        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4']))
-    conv_winograd._kept.clear()
+    monkeypatch.setattr(algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or algorithms.ALGORITHMS['winograd4']))
+    STATE.kept[TRANSFORMED].clear()
     yield run, choices
-    conv_winograd._kept.clear()
+    STATE.kept[TRANSFORMED].clear()
 
 
 def test_a_node_runs_its_winograd_convolution_again_without_choosing(winograd_node_call,
                                                                     monkeypatch):
     run, choices = winograd_node_call
     worked_out = []
-    real = conv_winograd._compiled_winograd
-    monkeypatch.setattr(conv_winograd, '_compiled_winograd',
+    real = winograd_compiled.convolve
+    monkeypatch.setattr(winograd_compiled, 'convolve',
                         lambda *args: worked_out.append(1) or real(*args))
     for _ in range(3):
         run()
@@ -861,7 +864,7 @@ def test_a_node_runs_its_winograd_convolution_again_without_choosing(winograd_no
     # reading the weight as it is on each call
     run(weight_version=None)
     run(weight_version=None)
-    assert len(choices) == (2 if conv_winograd.fuses(choices[-1]) else 3)
+    assert len(choices) == (2 if winograd.fuses(choices[-1]) else 3)
 
 
 def test_a_replayed_winograd_convolution_is_worked_out_again_for_new_weights(
@@ -877,23 +880,23 @@ def test_a_fused_winograd_node_keeps_nothing_and_runs_again_on_the_weight_it_rea
     """winograd4_fused transforms the weights in every call: its layer keeps nothing, and is
     worked out once, then run again reading the (scaled) weight as it is, even changed in
     place under the same version."""
-    if conv_winograd._winograd is None:
+    if compiled.MODULE is None:
         pytest.skip('ember._winograd is not built')
     run, choices = node_call
-    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
-        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd4_fused']))
+    monkeypatch.setattr(algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or algorithms.ALGORITHMS['winograd4_fused']))
     fused = []                                  # per convolve() run: given the weights
-    real = conv_winograd.run_compiled
-    monkeypatch.setattr(conv_winograd, 'run_compiled', lambda kernel, elements, calls: (
+    real = compiled.run_compiled
+    monkeypatch.setattr(winograd_compiled, 'run_compiled', lambda kernel, elements, calls: (
         fused.append(all(len(args) > 14 for args in calls)), real(kernel, elements, calls)))
-    kept = conv_winograd.kept_bytes(), onednn_kept_bytes()
+    before = kept.kept_bytes(), onednn_kept_bytes()
     weight = CASES['3x3 wide'].arrays('NHWC')[1]
     run(weight=weight)
     run()
     weight *= 2                                 # the same version: run() checks the output
     run()
     assert len(choices) == 1 and len(fused) == 3 and all(fused)
-    assert (conv_winograd.kept_bytes(), onednn_kept_bytes()) == kept
+    assert (kept.kept_bytes(), onednn_kept_bytes()) == before
 
 
 def onednn_kept_bytes():
@@ -904,27 +907,27 @@ def onednn_kept_bytes():
 def test_measurement_times_a_prepared_call_as_the_node_replays_it(monkeypatch):
     """Each measured round runs a prepared call (the compiled Winograd's) again as the node's
     later calls would, not worked out again from the start: what the layer then costs."""
-    if conv_winograd._winograd is None:
+    if compiled.MODULE is None:
         pytest.skip('ember._winograd is not built')
     worked_out, measured = [], []
-    real = conv_winograd._compiled_winograd
-    monkeypatch.setattr(conv_winograd, '_compiled_winograd',
+    real = winograd_compiled.convolve
+    monkeypatch.setattr(winograd_compiled, 'convolve',
                         lambda *args, **kwargs: worked_out.append(1) or real(*args, **kwargs))
-    real_measure = conv_algorithms.measure
+    real_measure = algorithms.measure
 
-    def spy(problem, algorithms, trial):
+    def spy(problem, candidates, trial):
         before = len(worked_out)
-        seconds = real_measure(problem, algorithms, trial)
+        seconds = real_measure(problem, candidates, trial)
         measured.append((len(worked_out) - before,
-                         [a.name for a in algorithms if a.name.startswith('winograd4')]))
+                         [a.name for a in candidates if a.name.startswith('winograd4')]))
         return seconds
-    monkeypatch.setattr(conv_algorithms, 'measure', spy)
-    conv_algorithms.clear_choices()
+    monkeypatch.setattr(algorithms, 'measure', spy)
+    STATE.choices.clear()
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
         nd_conv(Case(1, 64, 64, 14, 3, pad=1), 'NHWC')
-    conv_algorithms.clear_choices()
-    (calls, compiled), = measured
-    assert compiled and calls == len(compiled)      # each worked out once, for its warm-up
+    STATE.choices.clear()
+    (calls, winograds), = measured
+    assert winograds and calls == len(winograds)    # each worked out once, for its warm-up
 
 
 def test_measure_runs_again_what_a_trial_returns():
@@ -935,38 +938,39 @@ def test_measure_runs_again_what_a_trial_returns():
         if algorithm.name == 'gemm':
             return True                     # no prepared call: the trial again
         return lambda: ran.append(('again', algorithm.name))
-    seconds = conv_algorithms.measure(None, [conv_algorithms.ALGORITHMS[name]
-                                             for name in ('gemm', 'onednn')], trial)
+    seconds = algorithms.measure(None, [algorithms.ALGORITHMS[name]
+                                        for name in ('gemm', 'onednn')], trial)
     assert set(seconds) == {'gemm', 'onednn'}
-    rounds = conv_algorithms.MEASURE_ROUNDS
+    rounds = tuning.TUNING.measure_rounds
     assert ran.count(('trial', 'onednn')) == 1 and ran.count(('again', 'onednn')) >= rounds
     assert ran.count(('trial', 'gemm')) >= rounds + 1 and ('again', 'gemm') not in ran
 
 
 def test_batch_1_layers_fuse_and_many_tiles_do_not(monkeypatch):
-    monkeypatch.setattr(conv_winograd, 'kernel_threads', lambda: 2)     # as on 2 cores
-    base = conv_algorithms.ConvProblem(
+    monkeypatch.setattr(winograd_compiled, 'kernel_threads', lambda: 2)     # as on 2 cores
+    base = algorithms.ConvProblem(
         channel_last=True, batch=1, channels=256, filters=256, groups=1, kernel=(3, 3),
         stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(14, 14), dtype='float32')
-    if conv_winograd._winograd is None:
-        assert not conv_winograd.fuses(base)
+    if compiled.MODULE is None:
+        assert not winograd.fuses(base)
         return
-    assert conv_winograd.fuses(base)
-    assert conv_winograd.fuses(dataclasses.replace(base, channel_last=False))
+    assert winograd.fuses(base)
+    assert winograd.fuses(dataclasses.replace(base, channel_last=False))
     for change in [dict(batch=8), dict(gradient='data'), dict(dtype='float64'),
                    dict(kernel=(1, 1), pad=(0, 0))]:
-        assert not conv_winograd.fuses(dataclasses.replace(base, **change)), change
-    fused = conv_algorithms.ALGORITHMS['winograd4_fused']
-    assert fused.kept(base) == 0 < conv_algorithms.ALGORITHMS['winograd4'].kept(base)
+        assert not winograd.fuses(dataclasses.replace(base, **change)), change
+    fused = algorithms.ALGORITHMS['winograd4_fused']
+    assert fused.kept(base) == 0 < algorithms.ALGORITHMS['winograd4'].kept(base)
     # each thread's own transformed weights (2 of the 16 panels of 256 channels), not all
-    assert fused.scratch(base, 1) < conv_algorithms.ALGORITHMS['winograd4'].scratch(base, 1) / 2
+    assert fused.scratch(base, 1) < algorithms.ALGORITHMS['winograd4'].scratch(base, 1) / 2
 
 
 def test_measurement_at_batch_1_weighs_the_fused_winograd_where_kept_weights_are_too_big(
         measured):
     """A 256-channel layer at 14x14 would keep 9.4 MB of transformed weights, too much for
-    its output at batch 1 (KEPT_PER_OUTPUT); the fused one keeps none and is measured."""
-    if conv_winograd._winograd is None:
+    its output at batch 1 (TUNING.kept_per_output); the fused one keeps none and is
+    measured."""
+    if compiled.MODULE is None:
         pytest.skip('ember._winograd is not built')
     case = Case(1, 256, 256, 14, 3, pad=1)
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='1'):
@@ -993,14 +997,13 @@ def test_a_replayed_winograd_convolution_is_worked_out_again_after(winograd_node
 def test_a_node_runs_its_line_convolution_again_without_choosing(monkeypatch):
     """A 1x3 layer on the compiled line kernel (winograd_line) is worked out once and run
     again while its transformed weights stay kept; a new weight version works it out again."""
-    if conv_winograd._winograd is None:
+    if compiled.MODULE is None:
         pytest.skip('ember._winograd is not built')
-    from ember.op.nn import convolution
     choices, worked_out = [], []
-    monkeypatch.setattr(conv_algorithms, 'choose', lambda problem, *args, **kwargs: (
-        choices.append(problem) or conv_algorithms.ALGORITHMS['winograd_line']))
-    real = conv_winograd.line
-    monkeypatch.setattr(conv_winograd, 'line',
+    monkeypatch.setattr(algorithms, 'choose', lambda problem, *args, **kwargs: (
+        choices.append(problem) or algorithms.ALGORITHMS['winograd_line']))
+    real = line.convolve
+    monkeypatch.setattr(line, 'convolve',
                         lambda *args, **kwargs: worked_out.append(1) or real(*args, **kwargs))
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 6, 8, 16)).astype(np.float32)
@@ -1027,4 +1030,19 @@ def test_a_node_runs_its_line_convolution_again_without_choosing(monkeypatch):
         run(1)
         assert len(choices) == 2 and len(worked_out) == 2
     finally:
-        conv_winograd._kept_line.clear()
+        STATE.kept[LINE].clear()
+
+
+def test_the_subsystem_forgets_everything_when_the_operators_reset():
+    """Its memory is one object: the choices, the kept weights and the largest graph go with
+    STATE.reset(), which overriding a start-up variable of the operators runs."""
+    token = ((engine.get().new_var(), 0),)
+    STATE.choices.remember(('a problem', 'a mode'), 'gemm')
+    for store in STATE.kept.values():
+        store.keep(token, np.ones(4, np.float32))
+    STATE.largest_graph, generation = 1 << 30, STATE.choices.generation
+    with config.override(MXNET_USE_NUM_CORES_OPERATOR_TUNING=1):
+        assert STATE.choices.get(('a problem', 'a mode')) is None
+        assert STATE.choices.generation > generation
+        assert all(store.nbytes() == 0 for store in STATE.kept.values())
+        assert STATE.largest_graph == 0 and kept.kept_budget() == tuning.TUNING.kept_budget

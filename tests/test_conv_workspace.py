@@ -5,7 +5,7 @@ import pytest
 
 import ember as mx
 from ember import config, resource
-from ember.op.nn import conv_algorithms, convolution
+from ember.op.nn.conv import generic
 
 NUMPY_ALGORITHMS = ('gemm', 'winograd2', 'winograd4')
 
@@ -21,9 +21,9 @@ def forced(force_conv):
 def test_the_backward_chunks_cover_the_batch():
     x = np.zeros((6, 4, 10, 10), np.float32)
     w = np.zeros((5, 4, 3, 3), np.float32)
-    window = convolution._conv_window('Convolution', {'kernel': (3, 3), 'stride': (),
-                                                      'dilate': (), 'pad': (1, 1)}, (10, 10))
-    chunks = convolution._batch_chunks(x, w, window, 20_000)
+    window = generic.conv_window('Convolution', {'kernel': (3, 3), 'stride': (),
+                                                 'dilate': (), 'pad': (1, 1)}, (10, 10))
+    chunks = generic._batch_chunks(x, w, window, 20_000)
     assert len(chunks) > 1 and chunks[0][0] == 0 and chunks[-1][1] == 6
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
 

@@ -5,9 +5,10 @@ import pytest
 
 import ember as mx
 from ember.op import fused
-from ember.op.nn import conv_winograd, fully_connected, onednn_provider
+from ember.op.nn import fully_connected, onednn_provider
+from ember.op.nn.conv import compiled
 
-_winograd = conv_winograd._winograd
+_winograd = compiled.MODULE
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
 
 

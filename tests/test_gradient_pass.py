@@ -7,6 +7,7 @@ import ember.executor  # noqa: F401  (attaches Symbol.bind)
 from ember import autograd
 from ember.base import EmberError
 from ember.passes import gradient, infer_shape, infer_type
+from ember.passes.options import Options
 
 
 def ops(graph, start=0):
@@ -16,7 +17,8 @@ def ops(graph, start=0):
 def test_outputs_are_forward_outputs_then_one_gradient_per_argument():
     x, w = mx.sym.var('x'), mx.sym.var('w')
     net = mx.sym.FullyConnected(x, w, num_hidden=2, no_bias=True, name='fc')
-    full = gradient.run(infer_shape.run(net.to_graph(), {'x': (3, 4)}), ['w', 'x'])
+    full = gradient.with_gradients(infer_shape.run(net.to_graph(), Options(shapes={'x': (3, 4)})),
+                                   ['w', 'x'])
     info = full.attrs['gradient']
     assert info.wrt == ('w', 'x') and info.grad_req == ('write', 'write')
     assert full.output_names() == ['fc_output', 'fc_backward_fullyconnected_weight_grad',
@@ -30,42 +32,43 @@ def test_outputs_are_forward_outputs_then_one_gradient_per_argument():
 
 def test_null_arguments_and_auxiliary_states_get_no_gradient():
     net = mx.sym.BatchNorm(mx.sym.var('x'), name='bn')
-    full = gradient.run(net.to_graph(), grad_req={'x': 'write', 'bn_gamma': 'null',
-                                                  'bn_beta': 'add'})
+    full = gradient.with_gradients(net.to_graph(), grad_req={'x': 'write', 'bn_gamma': 'null',
+                                                             'bn_beta': 'add'})
     assert full.attrs['gradient'].wrt == ('x', 'bn_beta')
     assert full.attrs['gradient'].grad_req == ('write', 'add')
     with pytest.raises(EmberError, match=r"\['bn_moving_mean'\] are not arguments"):
-        gradient.run(net.to_graph(), ['bn_moving_mean'])
+        gradient.with_gradients(net.to_graph(), ['bn_moving_mean'])
 
 
 def test_contributions_are_summed_and_unused_arguments_get_zeros():
     x, unused = mx.sym.var('x'), mx.sym.var('unused')
     twice = mx.sym.Group([x * x, unused * 0])
-    full = gradient.run(twice.to_graph(), ['x'])
+    full = gradient.with_gradients(twice.to_graph(), ['x'])
     assert 'elemwise_add' in ops(full)
-    three = gradient.run(mx.sym.Group([x + x + x]).to_graph(), ['x'])
+    three = gradient.with_gradients(mx.sym.Group([x + x + x]).to_graph(), ['x'])
     assert 'add_n' in ops(three)
-    lonely = gradient.run(mx.sym.Group([x * 2, unused]).to_graph(), ['unused'])
+    lonely = gradient.with_gradients(mx.sym.Group([x * 2, unused]).to_graph(), ['unused'])
     assert lonely.output_names()[-1] == 'unused_head_grad'     # the output's head gradient
-    alone = gradient.run(mx.sym.exp(x).to_graph(), ['x'])
-    dead = gradient.run(mx.sym.Group([mx.sym.exp(x), unused]).to_graph(), ['x', 'unused'])
+    alone = gradient.with_gradients(mx.sym.exp(x).to_graph(), ['x'])
+    dead = gradient.with_gradients(mx.sym.Group([mx.sym.exp(x), unused]).to_graph(),
+                                   ['x', 'unused'])
     assert ops(dead)[-1] == ops(alone)[-1]
 
 
 def test_zero_gradient_for_an_argument_no_output_depends_on_through_an_operator():
     x, label = mx.sym.var('x'), mx.sym.var('label')
-    full = gradient.run(mx.sym.SoftmaxOutput(x, label, name='sm').to_graph())
+    full = gradient.with_gradients(mx.sym.SoftmaxOutput(x, label, name='sm').to_graph())
     assert full.output_names()[-1] == 'label_zero_grad_output'
 
 
 def test_only_the_needed_rules_are_applied():
     a, b, c = mx.sym.var('a'), mx.sym.var('b'), mx.sym.var('c')
     net = a * b + mx.sym.shuffle(c)          # shuffle has no gradient
-    full = gradient.run(net.to_graph(), ['a'])
+    full = gradient.with_gradients(net.to_graph(), ['a'])
     forward = full.attrs['gradient'].num_forward_nodes
     assert 'shuffle' not in ops(full, forward)
     with pytest.raises(EmberError, match=r"'shuffle\d*' \(_shuffle\) has no gradient"):
-        gradient.run(net.to_graph(), ['c'])
+        gradient.with_gradients(net.to_graph(), ['c'])
 
 
 def test_gradients_match_autograd():
@@ -91,10 +94,11 @@ def test_gradients_match_autograd():
 
 def test_shapes_and_dtypes_of_the_backward_graph_are_inferred():
     net = mx.sym.FullyConnected(mx.sym.var('x'), num_hidden=5, name='fc')
-    graph = infer_type.run(infer_shape.run(net.to_graph(), {'x': (2, 3)}), {'x': 'float16'})
-    full = gradient.run(graph)
-    shapes = infer_shape.run(full, {'x': (2, 3)}).attrs['shape']
-    dtypes = infer_type.run(full, {'x': 'float16'}).attrs['dtype']
+    options = Options(shapes={'x': (2, 3)}, dtypes={'x': 'float16'})
+    graph = infer_type.run(infer_shape.run(net.to_graph(), options), options)
+    full = gradient.with_gradients(graph)
+    shapes = infer_shape.run(full, Options(shapes={'x': (2, 3)})).attrs['shape']
+    dtypes = infer_type.run(full, Options(dtypes={'x': 'float16'})).attrs['dtype']
     grads = full.outputs[1:]
     assert [shapes[full.entry_id(e)] for e in grads] == [(2, 3), (5, 3), (5,)]
     assert {dtypes[full.entry_id(e)].name for e in grads} == {'float16'}
@@ -104,13 +108,13 @@ def test_same_shape_reductions_are_dropped_when_shapes_are_known():
     a, b, bias = mx.sym.var('a'), mx.sym.var('b'), mx.sym.var('bias')
     net = mx.sym.broadcast_add(mx.sym.broadcast_add(a, b), bias, name='out')
     shapes = {'a': (2, 3), 'b': (2, 3), 'bias': (1, 3)}
-    graph = gradient.run(infer_shape.run(net.to_graph(), shapes))
+    graph = gradient.with_gradients(infer_shape.run(net.to_graph(), Options(shapes=shapes)))
     reductions = [n for n in graph.nodes if n.op is not None and n.op.name == '_reduce_to_shape']
     # a and b have the output's shape: their gradients are the head gradient itself;
     # the broadcast bias still sums over the batch
     assert [graph.nodes[n.inputs[1].node].name for n in reductions] == ['bias']
     forward = {graph.entry_id(e) for e in graph.outputs[1:]}
     assert len(forward) == 2              # a's and b's gradient are one entry
-    unshaped = gradient.run(net.to_graph())
+    unshaped = gradient.with_gradients(net.to_graph())
     assert sum(n.op is not None and n.op.name == '_reduce_to_shape'
                for n in unshaped.nodes) == 4

@@ -323,7 +323,10 @@ def test_model_zoo_hybridized_output_equals_imperative(make, shape):
     x = array(*shape, seed=11)
     expected = net(x).asnumpy()
     net.hybridize()
-    np.testing.assert_allclose(net(x).asnumpy(), expected, rtol=1e-4, atol=1e-5)
+    # a deep network's sums run in other orders hybridized (folded, channel-last, other
+    # algorithms): the tolerance scales with the output
+    np.testing.assert_allclose(net(x).asnumpy(), expected, rtol=1e-4,
+                               atol=1e-5 * np.abs(expected).max())
     assert net._cached_op.num_binds == 1
 
 

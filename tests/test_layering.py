@@ -9,7 +9,9 @@ import pytest
 EMBER = Path(__file__).resolve().parents[1] / 'ember'
 
 # Lowest first: a module may import the layers before its own, and modules of its own package.
-LAYERS = ['config', 'base',
+LAYERS = ['config',
+          'cores',         # NEURON_RT_VISIBLE_CORES: pins the process at import; needs config
+          'base',
           'accel',         # shape arithmetic of the hot path (compiled or Python); needs config
           'device', 'backend', 'profiler', 'storage', 'engine', 'resource', 'op', 'ndarray',
           'autograd',
@@ -17,7 +19,10 @@ LAYERS = ['config', 'base',
           'symbol', 'passes', 'executor',
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
-          'optimizer', 'kvstore', 'gluon', 'io',
+          'optimizer', 'kvstore',
+          'io',            # mx.io iterators and RecordIO; only NDArrays below them
+          'image',         # mx.image: NDArray-level decoding, augmenters, ImageIter (an io iter)
+          'gluon',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
           'module',
           'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam
@@ -144,6 +149,64 @@ def test_modules_import_only_lower_layers():
 ])
 def test_the_checker_itself(importer, code, bad):
     assert bool(violations(code, importer)) is bad
+
+
+# ----------------------------------------------------------------------------------------------
+# No import cycles inside a layer (the layers themselves are ordered above).
+
+def layer_graph() -> dict:
+    """Module -> the modules of its own layer that it imports, at any depth (function-level
+    imports count: they only hide a cycle)."""
+    graph = {}
+    for path in sources():
+        importer = dotted_name(path)
+        own = top_component(importer)
+        targets = imported_modules(path.read_text(), importer, path.name == '__init__.py')
+        graph[importer] = {t for t in targets if t.startswith('ember.') and t != importer
+                           and top_component(t) == own and is_module(t)}
+    return graph
+
+
+def cycles(graph: dict) -> list:
+    """The strongly connected groups of more than one module in `graph`, each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_cycles_between_modules_of_a_layer():
+    graph = layer_graph()
+    found = cycles(graph)
+    lines = [f'  {module} imports {", ".join(sorted(graph[module] & set(group)))}'
+             for group in found for module in group]
+    assert not found, 'import cycles; a lower module must not import a higher one:\n' \
+        + '\n'.join(lines)
+
+
+def test_the_cycle_finder_itself():
+    assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+    assert cycles({'a': {'b'}, 'b': set(), 'c': {'b'}}) == []
+    assert cycles({'pkg': {'pkg.m'}, 'pkg.m': {'pkg'}}) == [['pkg', 'pkg.m']]
 
 
 # ----------------------------------------------------------------------------------------------

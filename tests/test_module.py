@@ -212,16 +212,25 @@ def test_split_input_slice_rejects_empty_parts():
         split_input_slice(1, [1, 1])
 
 
-class DictStore:
-    """A KVStore with MXNet's protocol: the optimizer runs on the store's copy."""
-
-    type = 'local'
+class DictStore(mx.kv.KVStoreBase):
+    """A custom KVStore with MXNet's protocol: the optimizer runs on the store's copy."""
 
     def __init__(self):
         self.values, self.updater = {}, None
 
+    @property
+    def type(self):
+        return 'dictstore'
+
+    def is_capable(self, capability):
+        return True
+
     def init(self, key, value):
         self.values[key] = value.copy()
+
+    def broadcast(self, key, value, out, priority=0):
+        self.init(key, value)
+        self.pull(key, out)
 
     def set_optimizer(self, optimizer):
         self.updater = mx.optimizer.get_updater(optimizer)
@@ -235,6 +244,10 @@ class DictStore:
     def pull(self, key, out, priority=0):
         for array in out:
             self.values[key].copyto(array)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        self.push(key, value)
+        self.pull(key, out)
 
 
 def test_a_kvstore_object_updates_on_the_store():

@@ -2,6 +2,8 @@
 (``MXNET_MKLDNN_ENABLED=0``, the NumPy code), forward and backward, channel-first and
 channel-last; the convolution gradients the provider offers; and the switches that decide
 whether oneDNN runs at all."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from ember.backend import native, onednn
 from ember.op import registry
 from ember.op.nn import normalization, onednn_provider as provider
 from ember.op.registry import KernelContext
+from tolerance import assert_sums_close
 
 pytestmark = pytest.mark.skipif(native.find_wheel_library() is None,
                                 reason='oneDNN (onednn-cpu-gomp) is not installed')
@@ -63,9 +66,23 @@ def run_kernel(name, inputs, enabled, is_train=False, out_shapes=None, **kwargs)
         return call_kernel(name, inputs, is_train, out_shapes, **kwargs)
 
 
-def assert_same_both_ways(name, inputs, is_train=False, runs=None, out_shapes=None, **kwargs):
+def assert_products_close(got, want, name, inputs, **kwargs):
+    """Outputs `got` of operator `name`, a sum of products of `inputs` (a convolution, an inner
+    product or their gradients), match the NumPy kernel's `want` within the rounding of any
+    summation order: the tolerance scales with each output's sum of absolute terms, the NumPy
+    kernel's result on the absolute inputs."""
+    magnitudes, _ = run_kernel(name, [abs(a) for a in inputs], False, **kwargs)
+    terms = max(a.size for a in inputs)     # no output sums more terms than an input holds
+    for g, w, m in zip(got, want, magnitudes):
+        if g is not None:
+            assert_sums_close(g, w, m, terms)
+
+
+def assert_same_both_ways(name, inputs, is_train=False, runs=None, out_shapes=None,
+                          products=False, **kwargs):
     """The kernel gives the NumPy kernel's outputs (and updated inputs) with oneDNN on, and
-    oneDNN ran (when `runs`, the primitive_runs fixture, is given)."""
+    oneDNN ran (when `runs`, the primitive_runs fixture, is given). `products`: the outputs are
+    sums of products of the inputs, compared as assert_products_close does."""
     before = len(runs) if runs is not None else 0
     got, got_ins = run_kernel(name, inputs, True, is_train, out_shapes, **kwargs)
     if runs is not None:
@@ -74,7 +91,10 @@ def assert_same_both_ways(name, inputs, is_train=False, runs=None, out_shapes=No
     want, want_ins = run_kernel(name, inputs, False, is_train, out_shapes, **kwargs)
     if runs is not None:
         assert len(runs) == before, f'{name}: oneDNN ran although MXNET_MKLDNN_ENABLED=0'
-    for index, (g, w) in enumerate(zip(got + got_ins, want + want_ins)):
+    if products:
+        assert_products_close(got, want, name, inputs, **kwargs)
+    compared = (got_ins, want_ins) if products else (got + got_ins, want + want_ins)
+    for index, (g, w) in enumerate(zip(*compared)):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f'{name} array {index}')
     return got
 
@@ -107,10 +127,11 @@ def no_dense(monkeypatch):
 @pytest.mark.parametrize('shape, kwargs', FC_CASES)
 def test_fully_connected_forward_and_backward(shape, kwargs, primitive_runs, no_dense):
     inputs, out_shape = fc_inputs(shape, kwargs)
-    assert_same_both_ways('FullyConnected', inputs, runs=primitive_runs, **kwargs)
+    assert_same_both_ways('FullyConnected', inputs, runs=primitive_runs, products=True,
+                          **kwargs)
     dy = rand(*out_shape, seed=7)
     assert_same_both_ways('_backward_FullyConnected', [dy, inputs[0], inputs[1]],
-                          runs=primitive_runs, **kwargs)
+                          runs=primitive_runs, products=True, **kwargs)
 
 
 def test_fused_fully_connected_takes_onednn(primitive_runs, no_dense):
@@ -151,12 +172,13 @@ def test_pooling_forward_and_backward(shape, kwargs, primitive_runs):
 
 @pytest.mark.parametrize('pool_type', ['max', 'avg'])
 def test_nchw_pooling_runs_a_few_samples_at_a_time(pool_type, monkeypatch, primitive_runs):
-    # NCHW data is pooled in channel-last copies, bounded by _CHUNK_BYTES: the forward pass
+    # NCHW data is pooled in channel-last copies, bounded by pool_copy_bytes: the forward pass
     # copies two samples (of three) at a time, the backward pass (data, its gradient, the
     # output gradient twice) one
     x = np.maximum(rand(3, 4, 9, 9), 0)
     kwargs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type=pool_type)
-    monkeypatch.setattr(provider, '_CHUNK_BYTES', 2 * (4 * 9 * 9 + 4 * 5 * 5) * 4)
+    monkeypatch.setattr(provider, 'TUNING', dataclasses.replace(
+        provider.TUNING, pool_copy_bytes=2 * (4 * 9 * 9 + 4 * 5 * 5) * 4))
     (y,) = assert_same_both_ways('Pooling', [x], runs=primitive_runs, **kwargs)
     assert len(primitive_runs) == 2
     dy = rand(*y.shape, seed=3)
@@ -371,8 +393,7 @@ def test_convolution_gradients_match_numpy(shape, kwargs):
     db = None if attrs['no_bias'] else np.full(shapes[2], np.nan, np.float32)
     assert provider.convolution_backward_data(attrs, dy, w, dx)
     assert provider.convolution_backward_weights(attrs, dy, x, dw, db)
-    for got, expected in zip([dx, dw] + ([] if db is None else [db]), want):
-        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=1e-4)
+    assert_products_close([dx, dw, db], want, '_backward_Convolution', [dy, x, w], **kwargs)
 
 
 def test_channel_last_convolution_to_one_pixel_runs_the_channel_last_kernels(primitive_runs):
@@ -383,14 +404,14 @@ def test_channel_last_convolution_to_one_pixel_runs_the_channel_last_kernels(pri
     attrs = op.parse_attrs(kwargs)
     shapes, (out_shape,) = op.infer_shape(attrs, [(3, 5, 5, 16), None, None])
     x, w, b = rand(3, 5, 5, 16), rand(*shapes[1], seed=1), rand(*shapes[2], seed=2)
-    assert_same_both_ways('Convolution', [x, w, b], runs=primitive_runs, **kwargs)
+    assert_same_both_ways('Convolution', [x, w, b], runs=primitive_runs, products=True,
+                          **kwargs)
     dy = rand(*out_shape, seed=3)
     want, _ = run_kernel('_backward_Convolution', [dy, x, w], False, **kwargs)
     got = [np.full(a.shape, np.nan, np.float32) for a in (x, w, b)]
     assert provider.convolution_backward_data(attrs, dy, w, got[0])
     assert provider.convolution_backward_weights(attrs, dy, x, got[1], got[2])
-    for g, expected in zip(got, want):
-        np.testing.assert_allclose(g, expected, rtol=RTOL, atol=1e-4)
+    assert_products_close(got, want, '_backward_Convolution', [dy, x, w], **kwargs)
     assert all(not run.implementation.startswith('ref') for run in primitive_runs), \
         [run.implementation for run in primitive_runs]
 
@@ -405,13 +426,12 @@ def test_channel_last_gradients_run_on_the_activations_as_given(kwargs, primitiv
     shapes, (out_shape,) = registry.get('Convolution').infer_shape(
         attrs, [(4, 8, 8, 16), None])
     x, w, dy = rand(4, 8, 8, 16), rand(*shapes[1], seed=1), rand(*out_shape, seed=2)
-    want, _ = run_kernel('_backward_Convolution', [dy, x, w], False,
-                         **dict(kwargs, layout='NHWC', no_bias=True))
+    nhwc = dict(kwargs, layout='NHWC', no_bias=True)
+    want, _ = run_kernel('_backward_Convolution', [dy, x, w], False, **nhwc)
     dx, dw = np.full(x.shape, np.nan, np.float32), np.full(w.shape, np.nan, np.float32)
     assert provider.convolution_backward_data(attrs, dy, w, dx)
     assert provider.convolution_backward_weights(attrs, dy, x, dw)
-    np.testing.assert_allclose(dx, want[0], rtol=RTOL, atol=1e-4)
-    np.testing.assert_allclose(dw, want[1], rtol=RTOL, atol=1e-4)
+    assert_products_close([dx, dw], want, '_backward_Convolution', [dy, x, w], **nhwc)
     data, weights = primitive_runs
     assert not data.implementation.startswith('ref')
     assert not weights.implementation.startswith('ref')

@@ -788,8 +788,33 @@ DEFINED_GRADIENTS = [
              keepdims=True)),
 ]
 
+def lighting_offset(alpha):
+    eigval = np.array([55.46, 4.794, 1.148])
+    eigvec = np.array([[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140],
+                       [-0.5836, -0.6948, 0.4203]])
+    return (eigvec * (np.array(alpha) * eigval)).sum(axis=1)
+
+
+# mx.nd.image (images (H, W, C), tensors (C, H, W)); to_tensor and the random ones have no
+# gradient, as in MXNet
+IMAGE = [
+    Case('_image_normalize', (normal(3, 4, 5),), dict(mean=(0.1, 0.2, 0.3), std=(0.5, 2, 4)),
+         ref=lambda x: (x - np.array([0.1, 0.2, 0.3]).reshape(3, 1, 1))
+         / np.array([0.5, 2, 4]).reshape(3, 1, 1)),
+    Case('_image_crop', (normal(5, 6, 3),), dict(x=1, y=2, width=3, height=2),
+         ref=lambda x: x[2:4, 1:4]),
+    Case('_image_flip_left_right', (normal(3, 5, 2),), ref=lambda x: x[:, ::-1]),
+    Case('_image_flip_top_bottom', (normal(2, 3, 5, 2),), ref=lambda x: x[:, ::-1]),
+    Case('_image_adjust_lighting', (normal(3, 4, 3),), dict(alpha=(0.1, -0.2, 0.3)),
+         ref=lambda x: x + lighting_offset((0.1, -0.2, 0.3)), rtol=1e-6),
+    Case('_image_to_tensor', (uniform(0, 255, 4, 5, 3),), grad=(),
+         ref=lambda x: x.transpose(2, 0, 1) / 255, rtol=1e-6),
+    Case('_image_random_brightness', (uniform(0, 255, 3, 4, 3),),
+         dict(min_factor=1.5, max_factor=1.5), grad=(), ref=lambda x: 1.5 * x),
+]
+
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
-         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS)
+         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + IMAGE)
 # The mx.nd functions this table runs, for `python -m ember api-coverage`.
 EXERCISED_API = [f'ember.ndarray.{case.op}' for case in CASES]
 

@@ -309,9 +309,9 @@ elif mode.endswith('threads'):
     facts.update(kernel_threads=engine.kernel_threads(),
                  blas=[p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'])
 elif mode == 'winograd':
-    from ember.op.nn import conv_winograd
+    from ember.op.nn.conv import compiled
     facts.update(gomp_spincount=environment('GOMP_SPINCOUNT'),
-                 openmp=bool(conv_winograd._winograd and conv_winograd._winograd.openmp),
+                 openmp=bool(compiled.MODULE and compiled.MODULE.openmp),
                  gomp_loaded=native._is_loaded('libgomp.so.1'))
 else:
     native.onednn()

@@ -1,4 +1,5 @@
-"""The basic operator families (elemwise, reduce, matrix, init) against NumPy references.
+"""The basic operator families (elemwise, reduce, matrix, indexing, dot, init, random) against
+NumPy references.
 
 Forward results are compared with NumPy; gradient rules are checked against central finite
 differences by calling each operator's ``gradient`` with ``F = mx.nd`` directly.
@@ -394,10 +395,10 @@ def test_random_draws_are_seeded_and_in_range():
 def test_large_draws_go_in_pieces_with_the_values_of_one_draw(draw, monkeypatch):
     import tracemalloc
     from ember import random
-    from ember.op import init
+    from ember.op import random as random_ops
     random.seed(11)
     whole = draw().asnumpy()
-    monkeypatch.setattr(init, '_DRAW_CHUNK', 256)      # pieces of 256 and a last one of 52
+    monkeypatch.setattr(random_ops, '_DRAW_CHUNK', 256)      # pieces of 256 and a last one of 52
     random.seed(11)
     tracemalloc.start()
     pieces = draw().asnumpy()
@@ -497,8 +498,12 @@ def test_every_basic_family_operator_declares_a_gradient_or_none_on_purpose():
     no_gradient = {'_zeros', '_ones', '_full', '_arange', '_random_uniform', '_random_normal',
                    '_random_randint', '_split_like', '_backward_tile', '_backward_repeat',
                    '_backward_take', '_backward_pick', '_backward_gather_nd', '_backward_dot',
-                   '_advanced_index_backward'}
-    families = ('ember.op.elemwise', 'ember.op.reduce', 'ember.op.matrix', 'ember.op.init')
+                   '_advanced_index_backward', '_backward_diag', '_backward_slice_like',
+                   '_backward_khatri_rao', '_random_exponential', '_random_gamma',
+                   '_random_poisson', '_random_negative_binomial',
+                   '_random_generalized_negative_binomial', '_shuffle'}
+    families = ('ember.op.elemwise', 'ember.op.reduce', 'ember.op.matrix', 'ember.op.indexing',
+                'ember.op.dot', 'ember.op.init', 'ember.op.random')
     for name, op in registry.all_ops().items():
         if op.kernel.__module__ in families and op.name not in no_gradient:
             assert op.gradient is not None, name

@@ -1,5 +1,6 @@
-"""The operators of ember.op.extra and ember.op.sequence through mx.nd: forward outputs against
-NumPy references (and MXNet's documented examples), gradients computed by mx.autograd against
+"""Operators beyond the core of each family (add_n, L2Normalization, moments, the losses,
+slice_like, diag, scatter_nd, ROIPooling, the further random draws, ...) and those of
+ember.op.sequence, through mx.nd: forward outputs against NumPy references (and MXNet's documented examples), gradients computed by mx.autograd against
 central finite differences, shape errors, random draws and their parameter checks."""
 import itertools
 

@@ -10,7 +10,9 @@ from ember import config, sym
 from ember.base import EmberError
 from ember.op import registry
 from ember.op.fused import BLOCK, chain_text
-from ember.passes import cse, fusion, gradient, infer_shape, interpret, mirror, subgraph
+from ember.passes import cse, fusion, gradient, infer_shape, interpret, mirror
+from ember.passes.options import Options
+from subgraph_passes import rewritten
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +30,7 @@ def op_names(graph):
 
 def random_inputs(graph, shapes, seed=0):
     """A value per variable of `graph`; variances positive so BatchNorm stays finite."""
-    inferred = infer_shape.run(graph, shapes).attrs['shape']
+    inferred = infer_shape.run(graph, Options(shapes=shapes)).attrs['shape']
     rng = np.random.default_rng(seed)
     values = {}
     for position in graph.input_nodes:
@@ -46,7 +48,7 @@ def assert_same_results(before, after, values, exact=True, is_train=False):
         if exact:
             np.testing.assert_array_equal(have, want)
         else:
-            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ def parameters(values):
 
 def run_folded(graph, values):
     """The subgraph pass with parameter values; the inputs the new graph needs."""
-    new_graph, params = subgraph.run(graph, parameters(values))
+    new_graph, params = rewritten(graph, parameters(values))
     return new_graph, {**params, 'data': values['data']}
 
 
@@ -145,7 +147,7 @@ def test_batchnorm_folds_into_convolution(no_bias, fix_gamma, layout):
                                               'conv_weight']
     expected, = interpret.run(graph, values)
     got, = interpret.run(folded, inputs)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
 def test_batchnorm_folds_into_fully_connected():
@@ -156,17 +158,17 @@ def test_batchnorm_folds_into_fully_connected():
     assert op_names(folded) == ['FullyConnected'] and len(folded.nodes) < len(graph.nodes)
     expected, = interpret.run(graph, values)
     got, = interpret.run(folded, inputs)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
 def test_batchnorm_stays_without_values_or_when_the_layer_has_other_readers():
     graph = conv_bn_net(True, False).to_graph()
-    unfolded, params = subgraph.run(graph, None)
+    unfolded, params = rewritten(graph, None)
     assert 'BatchNorm' in op_names(unfolded) and params is None
     conv = sym.Convolution(sym.var('data'), kernel=(1, 1), num_filter=2, name='conv')
     shared = sym.Group([sym.BatchNorm(conv, name='bn'), sym.exp(conv)]).to_graph()
     values = random_inputs(shared, {'data': (1, 2, 3, 3)})
-    assert 'BatchNorm' in op_names(subgraph.run(shared, parameters(values))[0])
+    assert 'BatchNorm' in op_names(rewritten(shared, parameters(values))[0])
 
 
 def test_shared_weights_keep_their_values():
@@ -192,7 +194,7 @@ def residual_net():
 
 def test_convolution_add_relu_fuse_into_one_node():
     graph = residual_net().to_graph()
-    fused, _ = subgraph.run(graph, {})
+    fused, _ = rewritten(graph, {})
     assert op_names(fused) == ['Convolution', '_sg_conv']
     node = fused.nodes[-1]
     assert node.attrs['with_sum'] and node.attrs['act_type'] == 'relu' and node.name == 'out'
@@ -206,17 +208,19 @@ def test_broadcast_add_fuses_only_with_equal_known_shapes():
     conv = sym.Convolution(data, kernel=(1, 1), num_filter=3, name='conv')
     graph = sym.relu(conv + data, name='out').to_graph()
     # unknown shapes: the add might broadcast a bias, which is no residual
-    assert op_names(subgraph.run(graph, {})[0]) == ['Convolution', 'broadcast_add', 'relu']
-    shaped = infer_shape.run(graph, {'data': (1, 3, 4, 4)})
-    fused, _ = subgraph.run(shaped, {})
+    assert op_names(rewritten(graph, {})[0]) == ['Convolution', 'broadcast_add', 'relu']
+    shaped = infer_shape.run(graph, Options(shapes={'data': (1, 3, 4, 4)}))
+    fused, _ = rewritten(shaped, {})
     assert op_names(fused) == ['_sg_conv'] and fused.nodes[-1].attrs['with_sum']
-    assert_same_results(graph, fused, random_inputs(graph, {'data': (1, 3, 4, 4)}))
+    # the fused kernel adds the residual inside its sum: rounding may differ by CPU
+    assert_same_results(graph, fused, random_inputs(graph, {'data': (1, 3, 4, 4)}),
+                        exact=False)
 
 
 def test_fully_connected_activation_fuse():
     fc = sym.FullyConnected(sym.var('data'), num_hidden=4, name='fc')
     graph = sym.Activation(fc, act_type='sigmoid', name='act').to_graph()
-    fused, _ = subgraph.run(graph, {})
+    fused, _ = rewritten(graph, {})
     assert op_names(fused) == ['_sg_fc'] and fused.output_names() == ['act_output']
     assert_same_results(graph, fused, random_inputs(graph, {'data': (3, 5)}))
 
@@ -226,10 +230,10 @@ def test_identities_and_inference_dropout_are_removed():
     net = sym.exp(sym.identity(sym.Dropout(sym._copy(data), p=0.3)), name='e')
     kept = sym.exp(sym.Dropout(data, p=0.3, mode='always'), name='e')
     graph = net.to_graph()
-    removed, _ = subgraph.run(graph, {})
+    removed, _ = rewritten(graph, {})
     assert op_names(removed) == ['exp']
     assert_same_results(graph, removed, {'data': np.arange(4, dtype=np.float32)})
-    assert 'Dropout' in op_names(subgraph.run(kept.to_graph(), {})[0])
+    assert 'Dropout' in op_names(rewritten(kept.to_graph(), {})[0])
 
 
 def test_sg_conv_kernel_writes_over_its_residual():
@@ -272,15 +276,15 @@ def test_subgraph_is_a_no_op_when_off_and_folds_nothing_in_training():
     graph = conv_bn_net(False, False).to_graph()
     params = parameters(random_inputs(graph, {'data': (1, 3, 4, 4)}))
     with config.override(MXNET_SUBGRAPH_BACKEND='NONE'):
-        off_graph, off_params = subgraph.run(graph, params)
-        assert subgraph.run(graph, params, is_train=True) == (graph, params)
+        off_graph, off_params = rewritten(graph, params)
+        assert rewritten(graph, params, is_train=True) == (graph, params)
     assert off_graph is graph and off_params is params
     # training (without shapes: nothing goes channel-last): the BatchNorm only joins its relu
-    train_graph, train_params = subgraph.run(graph, params, is_train=True)
+    train_graph, train_params = rewritten(graph, params, is_train=True)
     assert train_params is params
     assert [n.op.name for n in train_graph.nodes if n.op] == \
         ['Convolution', '_contrib_BatchNormWithReLU']
-    assert subgraph.run(graph, params)[0] is not graph
+    assert rewritten(graph, params)[0] is not graph
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,7 +319,7 @@ def test_broadcasting_operators_fuse_when_shapes_are_known():
     graph = out.to_graph()
     assert fusion.run(graph) is graph       # shapes unknown: broadcast_add may change them
     shapes = {'x': (300, 500), 'bias': (1, 500)}                # rows of blocks, broadcast
-    fused = fusion.run(infer_shape.run(graph, shapes))
+    fused = fusion.run(infer_shape.run(graph, Options(shapes=shapes)))
     assert op_names(fused) == ['_FusedElemwise']
     assert_same_results(graph, fused, random_inputs(graph, shapes))
 
@@ -384,12 +388,12 @@ def test_fusion_is_a_no_op_when_off():
 def training_graph(forward):
     graph = forward.to_graph()
     wrt = [graph.nodes[i].name for i in graph.arg_nodes]
-    return gradient.run(graph, wrt, 'write')
+    return gradient.with_gradients(graph, wrt, 'write')
 
 
 def training_inputs(graph, shapes, seed=0):
     """Random inputs, and ones for the head gradients (shaped like their outputs)."""
-    inferred = infer_shape.run(graph, shapes).attrs['shape']
+    inferred = infer_shape.run(graph, Options(shapes=shapes)).attrs['shape']
     heads = {name: inferred[graph.entry_id(graph.outputs[index])]
              for index, name in graph.attrs['gradient'].head_grads}
     values = random_inputs(graph, {**shapes, **heads}, seed)
@@ -590,4 +594,5 @@ def test_mirror_is_a_no_op_when_off_or_without_backward():
     forward_only = mlp_forward().to_graph()
     with config.override(MXNET_BACKWARD_DO_MIRROR=True):
         assert mirror.run(forward_only) is forward_only
-        assert mirror.run(forward_only, num_forward_outputs=1) is forward_only
+        declared = forward_only.replace(attrs={'num_forward_outputs': 1})
+        assert mirror.run(declared) is declared

@@ -7,12 +7,13 @@ import ember as mx
 from ember import config, engine
 from ember.base import EmberError
 from ember.passes import gradient, infer_shape, infer_type, plan_memory
+from ember.passes.options import Options
 from ember.passes.plan_memory import ALIGNMENT, EXTERNAL
 
 
 def typed(symbol, **shapes):
-    graph = infer_shape.run(symbol.to_graph(), shapes)
-    return infer_type.run(graph, {name: np.float32 for name in shapes})
+    graph = infer_shape.run(symbol.to_graph(), Options(shapes=shapes))
+    return infer_type.run(graph, Options(dtypes={name: np.float32 for name in shapes}))
 
 
 def plan_of(graph, **overrides):
@@ -107,7 +108,7 @@ def test_graph_outputs_are_never_released_and_variables_live_outside():
 def test_external_entries_are_left_out():
     graph = typed(chain(), x=(16,))
     last = graph.entry_id(graph.outputs[0])
-    plan = plan_memory.run(graph, external=[last]).attrs['memory_plan']
+    plan = plan_memory.plan(graph, external=[last]).attrs['memory_plan']
     assert plan.storage[last] == EXTERNAL and plan.offset_of(last) is None
     assert plan.entry_bytes == 2 * 64
 
@@ -132,8 +133,9 @@ def test_entries_sharing_a_buffer_are_never_alive_together(overrides):
     net = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, pad=(1, 1), name='conv')
     net = mx.sym.relu(mx.sym.BatchNorm(net, name='bn'), name='relu')
     net = mx.sym.FullyConnected(net + mx.sym.sigmoid(net), num_hidden=3, name='fc')
-    graph = gradient.run(typed(mx.sym.SoftmaxOutput(net, name='sm'), data=(2, 3, 5, 5)))
-    graph = infer_type.run(infer_shape.run(graph, {'data': (2, 3, 5, 5)}), {'data': 'float32'})
+    graph = gradient.with_gradients(typed(mx.sym.SoftmaxOutput(net, name='sm'), data=(2, 3, 5, 5)))
+    options = Options(shapes={'data': (2, 3, 5, 5)}, dtypes={'data': 'float32'})
+    graph = infer_type.run(infer_shape.run(graph, options), options)
     plan = plan_of(graph, **overrides)
     ranges = _live_ranges(graph)
     by_buffer = {}
@@ -176,6 +178,7 @@ def test_planning_runs_nothing():
 def test_unknown_shapes_are_reported():
     with pytest.raises(EmberError, match='run the infer_shape'):
         plan_memory.run(chain().to_graph())
-    graph = infer_type.run(infer_shape.run(chain().to_graph()), {'x': 'float32'})
+    graph = infer_type.run(infer_shape.run(chain().to_graph()),
+                           Options(dtypes={'x': 'float32'}))
     with pytest.raises(EmberError, match="entry '_mulscalar"):
         plan_memory.run(graph)

@@ -4,7 +4,8 @@ import numpy as np
 import ember as mx
 import ember.executor  # noqa: F401  (attaches Symbol.bind)
 from ember import engine, symbol as sym
-from ember.op.nn import convolution, onednn_provider
+from ember.op.nn import onednn_provider
+from ember.op.nn.conv import convolution, generic
 from ember.op.registry import KernelContext
 
 
@@ -16,11 +17,11 @@ def _conv_net():
 
 def _data_grads_computed(monkeypatch, data_req):
     calls = []
-    real_chosen, real_numpy = convolution._backward_data, convolution.numpy_backward_data
+    real_chosen, real_numpy = convolution._backward_data, generic.backward_data
     real_onednn = onednn_provider.convolution_backward_data
     monkeypatch.setattr(convolution, '_backward_data',
                         lambda *a: (calls.append('chosen'), real_chosen(*a)))
-    monkeypatch.setattr(convolution, 'numpy_backward_data',
+    monkeypatch.setattr(generic, 'backward_data',
                         lambda *a: (calls.append('numpy'), real_numpy(*a)))
     monkeypatch.setattr(onednn_provider, 'convolution_backward_data',
                         lambda *a: calls.append('onednn') or real_onednn(*a))

@@ -16,7 +16,8 @@ import pytest
 
 import ember as mx
 from ember import autograd, config
-from ember.op.nn import conv_algorithms
+from ember.op.nn.conv import algorithms
+from ember.op.nn.conv.state import STATE
 from reference_numpy import reference_of
 
 CASES = [('resnet50_v1', 32, 8), ('inceptionv3', 299, 8)]
@@ -105,19 +106,19 @@ def algorithm(request, monkeypatch):
     16 3x3 layers, forward and backward."""
     name = request.param
     if name != 'rule':
-        def measure(problem, algorithms, trial):
-            return {a.name: 0.0 if a.name == name else 1.0 for a in algorithms if trial(a)}
-        monkeypatch.setattr(conv_algorithms, 'measure', measure)
-    conv_algorithms.clear_choices()
+        def measure(problem, candidates, trial):
+            return {a.name: 0.0 if a.name == name else 1.0 for a in candidates if trial(a)}
+        monkeypatch.setattr(algorithms, 'measure', measure)
+    STATE.choices.clear()
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=0 if name == 'rule' else 2):
         yield name
-    conv_algorithms.clear_choices()
+    STATE.choices.clear()
 
 
 def test_float32_matches_reference(case, algorithm):
     actual, expected = _ember_run(case, 'float32'), case['expected']
     if algorithm != 'rule':
-        assert algorithm in conv_algorithms.choices().values(), f'{algorithm} never ran'
+        assert algorithm in STATE.choices.snapshot().values(), f'{algorithm} never ran'
     np.testing.assert_allclose(actual['output'], expected['output'], rtol=1e-4,
                                atol=1e-4 * _scale(expected['output'], 'output'),
                                err_msg=f"{case['name']} output")

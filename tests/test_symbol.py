@@ -14,6 +14,7 @@ from ember.op import registry
 from ember.op.registry import ShapeError
 from ember.passes import infer_shape as infer_shape_pass
 from ember.passes import infer_type as infer_type_pass
+from ember.passes.options import Options
 from ember.symbol import AttrScope, NameManager, Prefix, graph as ir
 from ember.symbol.infer import infer_shapes
 from data_files import MXNET_FIXTURES
@@ -409,8 +410,9 @@ def test_infer_type():
 
 def test_inference_passes_store_per_entry_results():
     graph = conv_net().to_graph()
-    shaped = infer_shape_pass.run(graph, {'data': (2, 3, 8, 8)})
-    typed = infer_type_pass.run(shaped, {'data': np.float32})
+    options = Options(shapes={'data': (2, 3, 8, 8)}, dtypes={'data': np.float32})
+    shaped = infer_shape_pass.run(graph, options)
+    typed = infer_type_pass.run(shaped, options)
     assert len(typed.attrs['shape']) == graph.num_entries == len(typed.attrs['dtype'])
     bn = [i for i, n in enumerate(graph.nodes) if n.name == 'bn1'][0]
     mean_entry = graph.entry_id(ir.Entry(bn, 1))

@@ -1,9 +1,10 @@
-"""The compiled Winograd F(4x4, 3x3) (ember._winograd) through conv_winograd.winograd.
+"""The compiled Winograd F(4x4, 3x3) (ember._winograd) through winograd.winograd.
 
 Checked against a float64 direct convolution on shapes that end in partial vectors, panels
 and tiles, with every padding, with bias, residual (in place) and activations, on each of the
-module's builds (the AVX-512 and AVX2 ones agree bit for bit); the results do not depend on how the work is split; the transformed weights
-are kept per weight version; the NumPy code runs where the module cannot.
+module's builds (the AVX-512 and AVX2 ones agree bit for bit); the results do not depend on
+how the work is split; the transformed weights are kept per weight version; the NumPy code
+runs where the module cannot.
 """
 import threading
 import types
@@ -13,11 +14,14 @@ import numpy as np
 import pytest
 
 import ember as mx
-from ember.op.nn import conv_algorithms, conv_winograd
+from ember.op.nn.conv import (
+    algorithms, common, compiled, convolution, kept, pointwise, tuning, winograd,
+    winograd_compiled)
+from ember.op.nn.conv.state import LINE, PACKED, STATE, TRANSFORMED
 from ember.op.nn._common import make_window
 from ember.op.nn.activation import ACTIVATIONS
 
-_winograd = conv_winograd._winograd
+_winograd = compiled.MODULE
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
 
 
@@ -49,9 +53,9 @@ class Case:
         if residual is not None:
             out[...] = residual
             residual = out                          # in place, as _sg_conv runs it
-        conv_winograd.winograd(self.x, self.w if w is None else w, self.bias, out,
-                               self.window, True, 4, residual, act_type, budget,
-                               threads=threads, weight_version=weight_version)
+        winograd.winograd(self.x, self.w if w is None else w, self.bias, out,
+                          self.window, True, 4, residual, act_type, budget,
+                          threads=threads, weight_version=weight_version)
         return out
 
 
@@ -80,7 +84,7 @@ def test_matches_the_direct_convolution(build, case, threads):
 def test_an_empty_batch_writes_nothing():
     c = CASES['one tile']
     out = np.empty((0,) + c.expected.shape[1:], np.float32)
-    conv_winograd.winograd(c.x[:0], c.w, c.bias, out, c.window, True, 4, threads=2)
+    winograd.winograd(c.x[:0], c.w, c.bias, out, c.window, True, 4, threads=2)
     assert out.shape[0] == 0
 
 
@@ -101,41 +105,48 @@ def test_results_do_not_depend_on_threads_or_chunks(case):
     np.testing.assert_array_equal(c.run(threads=2, budget=1), alone)    # one tile a chunk
 
 
+def split_of(tiles, channels, filters, threads):
+    return winograd_compiled._split(tiles, channels, filters, threads, tuning.TUNING)
+
+
 def test_few_tiles_split_the_filters_and_many_split_the_tiles():
-    split = conv_winograd._Split
+    split = winograd_compiled._Split
     # (threads taking items, filter panels per item (0: chunks of tiles), products' width)
-    assert conv_winograd._split(1, 8, 64, 2) == split(2, 1, 16)
-    assert conv_winograd._split(1, 8, 21, 4) == split(2, 1, 16)
-    assert conv_winograd._split(64, 8, 64, 2) == split(2, 0, 64)
-    assert conv_winograd._split(16, 256, 256, 2) == split(2, 4, 64)
+    assert split_of(1, 8, 64, 2) == split(2, 1, 16)
+    assert split_of(1, 8, 21, 4) == split(2, 1, 16)
+    assert split_of(64, 8, 64, 2) == split(2, 0, 64)
+    assert split_of(16, 256, 256, 2) == split(2, 4, 64)
     # weights too large for the cache: each item reads only its filters' part
-    assert conv_winograd._split(64, 512, 512, 2) == split(2, 8, 128)
+    assert split_of(64, 512, 512, 2) == split(2, 8, 128)
     # a batch-1 layer at 28x28 (7x7 tiles): under 32 tiles a thread, they share the filters
-    assert conv_winograd._split(49, 128, 128, 2) == split(2, 2, 32)
+    assert split_of(49, 128, 128, 2) == split(2, 2, 32)
 
 
 def test_threads_sharing_the_filters_take_all_the_tiles_in_one_chunk():
     """Each such thread reads its part of the weights once per chunk, so a chunk holds all
-    of a call's tiles, as many as fit _SHARED_CHUNK_BYTES a thread and the budget."""
-    chunk = conv_winograd._chunk
+    of a call's tiles, as many as fit TUNING.shared_chunk_bytes a thread and the budget."""
+    def chunk(channels, filters, width, parts, budget, shared_tiles=0):
+        return winograd_compiled._chunk(channels, filters, width, parts, budget, shared_tiles,
+                                        tuning.TUNING)
     assert chunk(256, 256, 64, 2, None, shared_tiles=16) == 16
     assert chunk(128, 128, 32, 2, None, shared_tiles=49) == 49
     # as many as fit the bytes, each tile position rounded up to an odd number of lines
     many = chunk(512, 512, 128, 2, None, shared_tiles=1000)
-    assert 4 * conv_winograd._chunk_floats(many, 512, 128) <= \
-        conv_winograd._SHARED_CHUNK_BYTES < 4 * conv_winograd._chunk_floats(many + 1, 512, 128)
-    five = 4 * conv_winograd._chunk_floats(5, 256, 64)
+    floats = winograd_compiled._chunk_floats
+    assert 4 * floats(many, 512, 128) <= tuning.TUNING.shared_chunk_bytes \
+        < 4 * floats(many + 1, 512, 128)
+    five = 4 * winograd_compiled._chunk_floats(5, 256, 64)
     assert chunk(256, 256, 64, 2, 2 * five, shared_tiles=16) == 5
     assert chunk(256, 256, 64, 2, 2 * five - 8, shared_tiles=16) == 4
     # threads that share the tiles keep the short chunks that stay in L2
-    assert chunk(256, 256, 64, 2, None) == conv_winograd._SHORT_CHUNK
+    assert chunk(256, 256, 64, 2, None) == tuning.TUNING.short_chunk
 
 
 def _convolve_args(c, chunk, width):
     """convolve()'s arguments for a whole case with fresh scratch, as lists to edit."""
-    u = conv_winograd._packed_weights(c.w, None, 1)
+    u = winograd_compiled._packed_weights(c.w, None, 1)
     out = np.zeros(c.expected.shape, np.float32)
-    tiles = c.x.shape[0] * int(np.prod(conv_winograd._tiles(c.window, 4)))
+    tiles = c.x.shape[0] * int(np.prod(common.output_tiles(c.window, 4)))
     channels, filters = c.w.shape[-1], c.w.shape[0]
     return [c.x, u, out, c.bias, None, False, c.window.pad_before, (0, tiles), (0, filters),
             chunk, np.empty(_winograd.tile_floats(chunk, channels), np.float32),
@@ -151,7 +162,7 @@ def test_weights_of_any_strides_transform_as_their_copies():
              'flipped and swapped (the data gradient)': ohwi.transpose(3, 1, 2, 0)[:, ::-1, ::-1],
              'every other filter': np.concatenate([ohwi, ohwi])[::2]}
     for name, view in views.items():
-        shape = conv_winograd._packed_shape(view.shape[-1], view.shape[0])
+        shape = winograd_compiled.packed_shape(view.shape[-1], view.shape[0])
         strided, copied = np.empty(shape, np.float32), np.empty(shape, np.float32)
         _winograd.transform_weights(view, strided, (0, shape[1]))
         _winograd.transform_weights(np.ascontiguousarray(view), copied, (0, shape[1]))
@@ -174,7 +185,7 @@ def test_adjacent_channels_transform_as_gathered_ones(build, filters, channels):
     wider = np.zeros((filters, channels, 3, 4), np.float32)    # a row of 4: no fast path
     wider[..., :3] = runs.transpose(0, 3, 1, 2)
     gathered = wider[..., :3].transpose(0, 2, 3, 1)
-    shape = conv_winograd._packed_shape(channels, filters)
+    shape = winograd_compiled.packed_shape(channels, filters)
     fast, slow = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
     _winograd.transform_weights(gathered, slow, (0, shape[1]))
     for layout in (ohwi, runs):
@@ -269,8 +280,8 @@ def test_fused_weights_give_the_bits_of_transformed_ones(build, shape, layout):
     c = _fused_case(7, *shape, layout)
     channels, filters = c.w.shape[-1], c.w.shape[0]
     panels = -(-filters // 16)
-    u = conv_winograd._packed_weights(c.w * c.scale[:, None, None, None], None, 1)
-    tiles = c.x.shape[0] * int(np.prod(conv_winograd._tiles(c.window, 4)))
+    u = winograd_compiled._packed_weights(c.w * c.scale[:, None, None, None], None, 1)
+    tiles = c.x.shape[0] * int(np.prod(common.output_tiles(c.window, 4)))
     for group, chunk, callers, ahead in [(1, tiles, 2, 2), (2, tiles, 1, 0),
                                          (panels, 5, 2, 1), (1, 3, 3, 0)]:
         outs = []
@@ -305,16 +316,16 @@ def test_a_prepared_call_runs_again_on_its_scratch_or_moved_scratch(fused):
         return held['arrays']
     out = np.empty(c.expected.shape, np.float32)
     version = ((Var(), 0),)
-    prepared = conv_winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
-                                      threads=2, weight_version=version, fused=fused)
-    assert isinstance(prepared, conv_winograd.Prepared)
+    prepared = winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
+                                 threads=2, weight_version=version, fused=fused)
+    assert isinstance(prepared, compiled.Prepared)
     for moved in (False, False, True, False):
         if moved:
             held.clear()
         out[...] = np.nan
         assert prepared.run(version)
         assert_close(out, c.expected)
-    conv_winograd.discard_kept(version)
+    kept.discard_others(version)
 
 
 @needs_module
@@ -374,8 +385,8 @@ def test_relative_error_on_resnet_like_data():
     x = np.maximum(rng.standard_normal((2, 14, 14, 128)), 0).astype(np.float32)
     w = (rng.standard_normal((128, 3, 3, 128)) * np.sqrt(2 / (9 * 128))).astype(np.float32)
     out = np.empty((2, 14, 14, 128), np.float32)
-    conv_winograd.winograd(x, w, None, out, make_window((3, 3), (1, 1), (1, 1), (1, 1),
-                                                        (14, 14), (14, 14)), True, 4)
+    winograd.winograd(x, w, None, out, make_window((3, 3), (1, 1), (1, 1), (1, 1),
+                                                   (14, 14), (14, 14)), True, 4)
     expected = direct(x, w, 1)
     error = np.abs(out - expected)
     assert error.max() / np.abs(expected).max() < 1e-4
@@ -390,7 +401,7 @@ class Var:
 
 
 @pytest.fixture
-def transforms(monkeypatch):
+def transforms(compiled_module):
     """The weight transforms that the compiled module runs (one entry per thread's part):
     transform_weights(), and convolve() given the weights to transform itself (fused)."""
     if _winograd is None:
@@ -410,16 +421,16 @@ def transforms(monkeypatch):
                                 patches=_winograd.patches, tile_floats=_winograd.tile_floats,
                                 own_u_floats=_winograd.own_u_floats,
                                 transform_weights=transform_weights, openmp=0)
-    monkeypatch.setattr(conv_winograd, '_winograd', spy)
+    compiled_module(spy)
     yield calls
-    conv_winograd._kept.clear()
+    STATE.kept[TRANSFORMED].clear()
 
 
 def test_weights_are_transformed_once_per_version(transforms):
     c, var = CASES['many tiles'], Var()
-    before = conv_winograd.kept_bytes()
+    before = kept.kept_bytes()
     first = c.run(threads=1, weight_version=((var, 0),))
-    assert len(transforms) == 1 and conv_winograd.kept_bytes() > before
+    assert len(transforms) == 1 and kept.kept_bytes() > before
     np.testing.assert_array_equal(c.run(threads=1, weight_version=((var, 0),)), first)
     assert len(transforms) == 1
     changed = c.w * 2           # a new version of the same variable: transformed again
@@ -430,42 +441,42 @@ def test_weights_are_transformed_once_per_version(transforms):
 
 def test_without_a_version_the_weights_are_transformed_every_call(transforms):
     c = CASES['one tile']
-    before = conv_winograd.kept_bytes()
+    before = kept.kept_bytes()
     c.run(threads=1)
     c.run(threads=1)
-    assert len(transforms) == 2 and conv_winograd.kept_bytes() == before
+    assert len(transforms) == 2 and kept.kept_bytes() == before
 
 
 def test_kept_weights_go_with_their_variable_or_when_discarded(transforms):
     c, var, other = CASES['one tile'], Var(), Var()
     c.run(weight_version=((var, 0),))
     c.run(weight_version=((other, 0),))
-    kept = conv_winograd.kept_bytes()
-    conv_winograd.discard_kept(((other, 0),))
-    assert conv_winograd.kept_bytes() < kept
+    before = kept.kept_bytes()
+    kept.discard_others(((other, 0),))
+    assert kept.kept_bytes() < before
     gone = weakref.ref(var)
     del var
     assert gone() is None
     c.run(weight_version=((Var(), 0),))         # keeping another drops the dead one's copy
-    assert conv_winograd.kept_bytes() < kept
+    assert kept.kept_bytes() < before
 
 
 # ----------------------------------------------------------------------------------------------
 # Where the compiled module does not run
 
-def test_without_the_module_the_numpy_code_runs(monkeypatch):
-    monkeypatch.setattr(conv_winograd, '_winograd', None)
+def test_without_the_module_the_numpy_code_runs(compiled_module):
+    compiled_module(None)
     c = CASES['odd channels and filters']
     assert_close(c.run(c.residual, 'relu'), np.maximum(c.expected + c.residual, 0))
 
 
 @needs_module
-def test_float64_data_takes_the_numpy_code(monkeypatch):
-    monkeypatch.setattr(conv_winograd, '_winograd', None)      # would fail if called
+def test_float64_data_takes_the_numpy_code(compiled_module):
+    compiled_module(None)      # would fail if called
     c = CASES['no padding']
     out = np.empty(c.expected.shape)
-    conv_winograd.winograd(c.x.astype(np.float64), c.w.astype(np.float64), c.bias, out,
-                           c.window, True, 4)
+    winograd.winograd(c.x.astype(np.float64), c.w.astype(np.float64), c.bias, out,
+                      c.window, True, 4)
     assert_close(out, c.expected)
 
 
@@ -482,12 +493,12 @@ def _nchw(a):
 def test_channel_first_data_runs_compiled(monkeypatch, transforms, case, budget):
     c = CASES[case]
     convolved = []
-    spy = conv_winograd._winograd                # the transforms fixture's
+    spy = winograd_compiled.MODULE                # the transforms fixture's
     real = spy.convolve
     monkeypatch.setattr(spy, 'convolve', lambda *a: convolved.append(a[0].shape) or real(*a))
     out = _nchw(c.residual)
-    conv_winograd.winograd(_nchw(c.x), _nchw(c.w), c.bias, out, c.window, False, 4,
-                           residual=out, act_type='relu', budget=budget, threads=2)
+    winograd.winograd(_nchw(c.x), _nchw(c.w), c.bias, out, c.window, False, 4,
+                      residual=out, act_type='relu', budget=budget, threads=2)
     assert_close(out, _nchw(np.maximum(c.expected + c.residual, 0)))
     panels = -(-c.w.shape[0] // 16)              # the weights once, however many chunks:
     assert len(transforms) == min(2, panels)     # one entry per thread's panels
@@ -519,10 +530,10 @@ def test_data_gradient_is_the_flipped_convolution(channel_last, pad):
     expected = direct_data_gradient(dy.astype(np.float64), w.astype(np.float64), pad)
     if channel_last:
         dx = np.empty(x_shape, np.float32)
-        conv_winograd.data_gradient(dy, w, dx, window, True, threads=2)
+        winograd_compiled.data_gradient(dy, w, dx, window, True, threads=2)
     else:
         dx = np.empty(_nchw(np.empty(x_shape)).shape, np.float32)
-        conv_winograd.data_gradient(_nchw(dy), _nchw(w), dx, window, False, threads=2)
+        winograd_compiled.data_gradient(_nchw(dy), _nchw(w), dx, window, False, threads=2)
         expected = _nchw(expected)
     assert_close(dx, expected)
 
@@ -548,22 +559,22 @@ def test_weight_gradient_sums_in_the_winograd_domain(build, channel_last, pad):
     expected = direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64), pad)
     dw = np.empty((filters, 3, 3, 13), np.float32)
     if channel_last:
-        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
+        winograd_compiled.weight_gradient(dy, x, dw, window, True, threads=2)
     else:
         dw = np.empty((filters, 13, 3, 3), np.float32)
-        conv_winograd.weight_gradient(_nchw(dy), _nchw(x), dw, window, False, threads=2)
+        winograd_compiled.weight_gradient(_nchw(dy), _nchw(x), dw, window, False, threads=2)
         expected = expected.transpose(0, 3, 1, 2)
     assert_close(dw, expected)
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch, wide_and_narrow):
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(conv_tuning, wide_and_narrow):
     """The AVX-512 products take two panels by 12 rows at a time, the AVX2 ones one panel by
     6: each output is still the same chain of multiply-adds. 40 filters: a pair of panels
     and a single one; 25 channels and 5 x 9 tiles: blocks of 12 with a remainder. The same
     for the 1x1 weight gradient's sums (48 channels: a pair and a single panel), and for the
     1x1 forward products over two blocks of channels, with their epilogue."""
-    monkeypatch.setattr(conv_winograd, '_POINTWISE_DEPTH', 32)
+    conv_tuning(pointwise_depth=32)
     c = Case(1, (18, 34), 25, 40, 1, seed=4)
     x, dy, window = same_size_layer(5, (2, 20, 18, 25), 40)
 
@@ -571,11 +582,11 @@ def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch, wide_and_narr
 
     def both():
         dw = np.empty((40, 3, 3, 25), np.float32)
-        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=2)
+        winograd_compiled.weight_gradient(dy, x, dw, window, True, threads=2)
         pw, pb = np.empty((40, 1, 1, 48), np.float32), np.empty(40, np.float32)
-        conv_winograd.pointwise_weight_gradient(pdy, px, pw, pb, threads=1)
+        pointwise.weight_gradient(pdy, px, pw, pb, threads=1)
         forward = pdy.copy()
-        conv_winograd.pointwise(px, pw, pb, forward, (1, 1), forward, 'relu', threads=2)
+        pointwise.convolve(px, pw, pb, forward, (1, 1), forward, 'relu', threads=2)
         return c.run(c.residual, 'relu'), dw, pw, pb, forward
     wide, narrow = wide_and_narrow(both)
     for a, b in zip(wide, narrow):
@@ -603,20 +614,20 @@ def test_pointwise_weight_gradient_matches_float64(build, filters, threads, bias
     x, dy, expected, sums = pointwise_case(filters, (3, 17, 13, 32), filters)
     dw = np.full(expected.shape, np.nan, np.float32)
     db = np.full(filters, np.nan, np.float32) if bias else None
-    conv_winograd.pointwise_weight_gradient(dy, x, dw, db, threads=threads)
+    pointwise.weight_gradient(dy, x, dw, db, threads=threads)
     assert_close(dw, expected)
     if bias:
         assert_close(db, sums)
 
 
 @needs_module
-def test_pointwise_weight_gradient_writes_strided_outputs_and_any_chunk(monkeypatch):
+def test_pointwise_weight_gradient_writes_strided_outputs_and_any_chunk(conv_tuning):
     x, dy, expected, sums = pointwise_case(1, (2, 5, 6, 16), 20)
     holder = np.full((20, 1, 1, 32), np.nan, np.float32)
     bias_holder = np.full(40, np.nan, np.float32)
     dw, db = holder[..., ::2], bias_holder[::2]           # not contiguous
-    monkeypatch.setattr(conv_winograd, '_POINTWISE_CHUNK_ROWS', 7)
-    conv_winograd.pointwise_weight_gradient(dy, x, dw, db, threads=2)
+    conv_tuning(pointwise_chunk_rows=7)
+    pointwise.weight_gradient(dy, x, dw, db, threads=2)
     assert_close(dw, expected)
     assert_close(db, sums)
     assert np.isnan(holder[..., 1::2]).all() and np.isnan(bias_holder[1::2]).all()
@@ -662,13 +673,13 @@ def test_pointwise_gradient_errors_name_the_argument():
     (dict(channels=1024, filters=256), True), (dict(channels=2048, filters=512), False),
     (dict(channels=512, filters=2048, batch=64), False)])
 def test_pointwise_gradient_support(change, supported):
-    problem = conv_algorithms.ConvProblem(**dict(dict(
+    problem = algorithms.ConvProblem(**dict(dict(
         channel_last=True, batch=2, channels=32, filters=8, groups=1, kernel=(1, 1),
         stride=(1, 1), dilate=(1, 1), pad=(0, 0), size_in=(5, 5), dtype='float32',
         gradient='weight'), **change))
     expected = supported and _winograd is not None
-    assert conv_winograd.supports_pointwise_gradient(problem) == expected
-    names = [a.name for a in conv_algorithms.candidates(problem, onednn=False)]
+    assert pointwise.supports_weight_gradient(problem) == expected
+    names = [a.name for a in algorithms.candidates(problem, onednn=False)]
     assert ('pointwise' in names) == expected
 
 
@@ -688,18 +699,18 @@ def weight_gradient_layer(seed, x_shape, filters):
 
     def run(threads):
         dw = np.empty((filters, 3, 3, x_shape[-1]), np.float32)
-        conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads)
+        winograd_compiled.weight_gradient(dy, x, dw, window, True, threads=threads)
         return dw
     return run, direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64), 1)
 
 
 @needs_module
-def test_weight_gradient_bits_do_not_depend_on_threads(monkeypatch):
+def test_weight_gradient_bits_do_not_depend_on_threads(conv_tuning):
     run, expected = weight_gradient_layer(3, (2, 12, 12, 40), 50)
     one = run(1)
     assert all(run(t).tobytes() == one.tobytes() for t in (2, 3, 4))
     # chunks of a few tiles round otherwise, but sum the same
-    monkeypatch.setattr(conv_winograd, '_GRADIENT_CHUNK_BYTES', 36 * 90 * 4 * 5)
+    conv_tuning(gradient_chunk_bytes=36 * 90 * 4 * 5)
     assert_close(run(2), expected)
 
 
@@ -723,15 +734,15 @@ def test_weight_gradient_scratch_covers_what_it_takes(channel_last, counted_allo
     dy = np.zeros((2, 9, 9, 40) if channel_last else (2, 40, 9, 9), np.float32)
     dw = np.empty((40, 3, 3, 24) if channel_last else (40, 24, 3, 3), np.float32)
     window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (9, 9), (9, 9))
-    conv_winograd.weight_gradient(dy, x, dw, window, channel_last, alloc=alloc,
-                                  threads=mx.engine.kernel_threads())
-    problem = conv_algorithms.ConvProblem(channel_last, 2, 24, 40, 1, (3, 3), (1, 1), (1, 1),
-                                          (1, 1), (9, 9), 'float32', 'weight')
-    assert 0 < sum(taken) <= conv_winograd.weight_gradient_scratch_bytes(problem, 2)
+    winograd_compiled.weight_gradient(dy, x, dw, window, channel_last, alloc=alloc,
+                                      threads=mx.engine.kernel_threads())
+    problem = algorithms.ConvProblem(channel_last, 2, 24, 40, 1, (3, 3), (1, 1), (1, 1),
+                                     (1, 1), (9, 9), 'float32', 'weight')
+    assert 0 < sum(taken) <= winograd_compiled.weight_gradient_scratch_bytes(problem, 2)
 
 
 @needs_module
-def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch):
+def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch, conv_tuning):
     x, dy, window = same_size_layer(5, (4, 9, 9, 6), 10)
     expected = direct_weight_gradient(dy.astype(np.float64), x.astype(np.float64),
                                       1).transpose(0, 3, 1, 2)
@@ -741,31 +752,31 @@ def test_channel_first_gradients_copy_a_few_samples_at_a_time(monkeypatch):
     monkeypatch.setattr(_winograd, 'weight_gradient',
                         lambda *a: seen.append(a[0].shape[0]) or real(*a))
     # room for two samples of x and dy: the sums run over the batch in two copies
-    monkeypatch.setattr(conv_winograd, '_COPY_BYTES', 2 * 4 * (x[0].size + dy[0].size))
+    conv_tuning(copy_bytes=2 * 4 * (x[0].size + dy[0].size))
     dw = np.empty((10, 6, 3, 3), np.float32)
-    conv_winograd.weight_gradient(dy, x, dw, window, False, threads=1)
+    winograd_compiled.weight_gradient(dy, x, dw, window, False, threads=1)
     assert seen == [2, 2]
     assert_close(dw, expected)
 
 
 def test_weight_gradient_sums_must_fit_the_cache():
     def problem(channels):
-        return conv_algorithms.ConvProblem(False, 16, channels, channels, 1, (3, 3), (1, 1),
-                                           (1, 1), (1, 1), (14, 14), 'float32', 'weight')
+        return algorithms.ConvProblem(False, 16, channels, channels, 1, (3, 3), (1, 1),
+                                      (1, 1), (1, 1), (14, 14), 'float32', 'weight')
     if _winograd is not None:
-        assert conv_winograd.supports_weight_gradient(problem(256))
-    assert not conv_winograd.supports_weight_gradient(problem(512))     # 38 MB of sums
+        assert winograd.supports_weight_gradient(problem(256))
+    assert not winograd.supports_weight_gradient(problem(512))     # 38 MB of sums
 
 
 @needs_module
 def test_weight_gradient_zeroes_its_sums_when_asked():
     x, dy, window = same_size_layer(3, (2, 10, 10, 24), 40)
-    tiles = 2 * int(np.prod(conv_winograd._tiles(window, 4)))
-    row = conv_winograd._round_up(40, conv_winograd._PANEL)
+    tiles = 2 * int(np.prod(common.output_tiles(window, 4)))
+    row = compiled.round_up(40, compiled.PANEL)
 
     def sums(du, zero, ranges=((0, 32), (32, 40))):
         for f_lo, f_hi in ranges:
-            width = conv_winograd._round_up(f_hi - f_lo, conv_winograd._PANEL)
+            width = compiled.round_up(f_hi - f_lo, compiled.PANEL)
             v = np.empty(_winograd.tile_floats(5, 24), np.float32)
             m = np.empty(_winograd.tile_floats(5, width), np.float32)
             _winograd.weight_gradient(x, dy, du, window.pad_before, (0, tiles), (f_lo, f_hi),
@@ -808,25 +819,25 @@ def test_gradient_support_follows_the_flipped_convolution():
         base = dict(channel_last=False, batch=2, channels=8, filters=8, groups=1,
                     kernel=(3, 3), stride=(1, 1), dilate=(1, 1), pad=(1, 1), size_in=(9, 9),
                     dtype='float32', gradient='data')
-        return conv_algorithms.ConvProblem(**{**base, **changes})
-    assert conv_winograd.supports_gradient(problem())
-    assert conv_winograd.supports_gradient(problem(pad=(2, 0)))
+        return algorithms.ConvProblem(**{**base, **changes})
+    assert winograd.supports_gradient(problem())
+    assert winograd.supports_gradient(problem(pad=(2, 0)))
     for unsupported in (dict(pad=(3, 1)), dict(stride=(2, 2)), dict(dtype='float64'),
                         dict(groups=2), dict(kernel=(5, 5))):
-        assert not conv_winograd.supports_gradient(problem(**unsupported)), unsupported
+        assert not winograd.supports_gradient(problem(**unsupported)), unsupported
     # its transformed weights, made on every call, stay within the weight gradient's bound on
     # its sums: resnet50_v1's 256-channel layers (9.4 MB) take it, the 512-channel ones
     # (38 MB) do not, whatever the data
-    assert conv_winograd.supports_data_gradient(problem(channels=256, filters=256))
-    assert not conv_winograd.supports_data_gradient(problem(channels=512, filters=512))
-    assert not conv_winograd.supports_data_gradient(problem(channels=512, filters=512,
-                                                            batch=64, size_in=(56, 56)))
-    assert not conv_winograd.supports_data_gradient(problem(stride=(2, 2)))
-    assert conv_algorithms.DATA_GRADIENT_ALGORITHMS['winograd4'].supports is \
-        conv_winograd.supports_data_gradient
+    assert winograd.supports_data_gradient(problem(channels=256, filters=256))
+    assert not winograd.supports_data_gradient(problem(channels=512, filters=512))
+    assert not winograd.supports_data_gradient(problem(channels=512, filters=512,
+                                                       batch=64, size_in=(56, 56)))
+    assert not winograd.supports_data_gradient(problem(stride=(2, 2)))
+    assert algorithms.DATA_GRADIENT_ALGORITHMS['winograd4'].supports is \
+        winograd.supports_data_gradient
     # its scratch is that of the forward convolution with channels and filters swapped
     wide = problem(channels=16, filters=64)
-    assert conv_winograd.gradient_scratch_bytes(wide, 1) == conv_winograd.scratch_bytes(
+    assert winograd.gradient_scratch_bytes(wide, 1) == winograd.scratch_bytes(
         problem(channels=64, filters=16, gradient=''), 1, 4)
 
 
@@ -835,17 +846,17 @@ def test_scratch_covers_what_a_call_takes(counted_alloc):
     c = CASES['many tiles']
     alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
-    conv_winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
-                           threads=mx.engine.kernel_threads())
-    problem = conv_algorithms.ConvProblem(True, 2, 24, 32, 1, (3, 3), (1, 1), (1, 1), (1, 1),
-                                          (18, 14), 'float32')
-    assert 0 < sum(taken) <= conv_winograd.scratch_bytes(problem, 2, 4)
+    winograd.winograd(c.x, c.w, c.bias, out, c.window, True, 4, alloc=alloc,
+                      threads=mx.engine.kernel_threads())
+    problem = algorithms.ConvProblem(True, 2, 24, 32, 1, (3, 3), (1, 1), (1, 1), (1, 1),
+                                     (18, 14), 'float32')
+    assert 0 < sum(taken) <= winograd.scratch_bytes(problem, 2, 4)
 
 
 @needs_module
 def test_errors_name_the_argument_and_what_it_accepts():
     c = CASES['one tile']
-    u = np.zeros(conv_winograd._packed_shape(8, 16), np.float32)
+    u = np.zeros(winograd_compiled.packed_shape(8, 16), np.float32)
     out = np.empty(c.expected.shape, np.float32)
     scratch = np.empty(36 * 6 * 16, np.float32)
     args = [c.x, u, out, None, None, False, (1, 1), (0, 1), (0, 16), 6, scratch, scratch]
@@ -870,8 +881,8 @@ def test_errors_name_the_argument_and_what_it_accepts():
 
 @needs_module
 def test_inference_keeps_the_transformed_weights_of_its_layers(monkeypatch, transforms):
-    monkeypatch.setattr(conv_algorithms, 'choose',
-                        lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])
+    monkeypatch.setattr(algorithms, 'choose',
+                        lambda *args, **kwargs: algorithms.ALGORITHMS['winograd4'])
     net = mx.gluon.nn.HybridSequential()
     net.add(mx.gluon.nn.Conv2D(16, 3, padding=1, in_channels=8, layout='NHWC'),
             mx.gluon.nn.Conv2D(16, 3, padding=1, in_channels=16, layout='NHWC'))
@@ -894,8 +905,8 @@ def test_a_scaled_strided_weight_is_made_plain_only_to_transform_it(transforms):
     expected = (c.expected - c.bias) * scale + c.bias
     for _ in range(2):
         out = np.empty(c.expected.shape, np.float32)
-        conv_winograd.winograd(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, c.window, True, 4,
-                               threads=1, weight_version=((var, 0),), weight_scale=scale)
+        winograd.winograd(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, c.window, True, 4,
+                          threads=1, weight_version=((var, 0),), weight_scale=scale)
         assert_close(out, expected)
     assert len(transforms) == 1
 
@@ -903,78 +914,77 @@ def test_a_scaled_strided_weight_is_made_plain_only_to_transform_it(transforms):
 def test_a_measured_layer_keeps_only_what_its_winner_uses():
     from ember import config, engine
     from ember.backend import onednn
-    from ember.op.nn import convolution
     from ember.op.registry import KernelContext
     c = CASES['many tiles']
     attrs = mx.op.registry.get('Convolution').parse_attrs(
         dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
     token = ((engine.get().new_var(), 0),)
-    before = (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes())
+    before = (onednn.kept_bytes(), kept.kept_bytes(), kept.plain_weight_bytes())
     out = np.empty(c.expected.shape, np.float32)
     with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT=2):
         convolution.forward(dict(attrs, cudnn_tune=None), c.x, c.w, c.bias, out,
                             KernelContext(None), weight_version=token)
     assert_close(out, c.expected)
     grown = [after > b for after, b in zip(
-        (onednn.kept_bytes(), conv_winograd.kept_bytes(), convolution.plain_weight_bytes()),
+        (onednn.kept_bytes(), kept.kept_bytes(), kept.plain_weight_bytes()),
         before)]
     assert sum(grown) <= 1      # the winner's copy at most: the losers' went
 
 
-def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transforms):
+def test_past_the_budget_weights_are_transformed_every_call(conv_tuning, transforms):
     c, first, second = CASES['one tile'], Var(), Var()
-    conv_winograd._kept.clear()
-    conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
-    conv_winograd._kept_line.clear()            # and 1-D layers'
-    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
-    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
+    STATE.kept[TRANSFORMED].clear()
+    STATE.kept[PACKED].clear()          # kept_bytes() counts 1x1 layers' too
+    STATE.kept[LINE].clear()            # and 1-D layers'
+    size = np.prod(winograd_compiled.packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    conv_tuning(kept_budget=int(size * 1.5))   # room for one
     for _ in range(2):
         assert_close(c.run(threads=1, weight_version=((first, 0),)), c.expected)
         assert_close(c.run(threads=1, weight_version=((second, 0),)), c.expected)
-    assert conv_winograd.kept_bytes() == size
+    assert kept.kept_bytes() == size
     assert len(transforms) == 3          # the first kept once, the second every call
 
 
 def test_a_wide_layer_keeps_its_transformed_weights_only_for_a_large_enough_output():
     """256 channels at 14x14: U is 9.4 MB. At batch 1 (a 0.2 MB output) measurement leaves
     the layer to algorithms that keep nothing; at batch 8 it may keep U."""
-    u_bytes = int(np.prod(conv_winograd._packed_shape(256, 256))) * 4
+    u_bytes = int(np.prod(winograd_compiled.packed_shape(256, 256))) * 4
 
     def problem(batch):
         return types.SimpleNamespace(batch=batch, filters=256, size_out=(14, 14), dtype_size=4)
-    assert conv_algorithms._kept_limit(problem(1)) < u_bytes <= \
-        conv_algorithms._kept_limit(problem(8))
+    assert algorithms._kept_limit(problem(1)) < u_bytes <= \
+        algorithms._kept_limit(problem(8))
     # a 128-channel layer's 2.4 MB are kept at any batch
-    assert int(np.prod(conv_winograd._packed_shape(128, 128))) * 4 <= \
-        conv_algorithms._kept_limit(problem(1))
+    assert int(np.prod(winograd_compiled.packed_shape(128, 128))) * 4 <= \
+        algorithms._kept_limit(problem(1))
 
 
-def test_a_large_graph_raises_the_budget_by_its_share(monkeypatch, transforms):
+def test_a_large_graph_raises_the_budget_by_its_share(conv_tuning, transforms):
     c, first, second = CASES['one tile'], Var(), Var()
-    conv_winograd._kept.clear()
-    conv_winograd._kept_pointwise.clear()
-    conv_winograd._kept_line.clear()
-    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
-    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
+    STATE.kept[TRANSFORMED].clear()
+    STATE.kept[PACKED].clear()
+    STATE.kept[LINE].clear()
+    size = np.prod(winograd_compiled.packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    conv_tuning(kept_budget=int(size * 1.5))   # room for one
     problem = types.SimpleNamespace(batch=1, filters=1, size_out=(1, 1), dtype_size=4)
-    assert conv_winograd.kept_budget() == int(size * 1.5)
-    assert conv_algorithms._kept_limit(problem) == conv_algorithms.KEPT_ALWAYS
-    conv_winograd.note_graph(int(size * 2.5 / conv_winograd.KEPT_SHARE))    # room for two
-    conv_winograd.note_graph(10)                   # a smaller graph lowers nothing
-    assert conv_winograd.kept_budget() == int(size * 2.5)
+    assert kept.kept_budget() == int(size * 1.5)
+    assert algorithms._kept_limit(problem) == tuning.TUNING.kept_always
+    kept.note_graph(int(size * 2.5 / tuning.TUNING.kept_share))    # room for two
+    kept.note_graph(10)                   # a smaller graph lowers nothing
+    assert kept.kept_budget() == int(size * 2.5)
     # mode 1 measures a layer keeping up to the whole budget
-    assert conv_algorithms._kept_limit(problem) == \
-        max(conv_algorithms.KEPT_ALWAYS, int(size * 2.5))
+    assert algorithms._kept_limit(problem) == \
+        max(tuning.TUNING.kept_always, int(size * 2.5))
     for _ in range(2):
         assert_close(c.run(threads=1, weight_version=((first, 0),)), c.expected)
         assert_close(c.run(threads=1, weight_version=((second, 0),)), c.expected)
-    assert conv_winograd.kept_bytes() == 2 * size
+    assert kept.kept_bytes() == 2 * size
     assert len(transforms) == 2          # each kept once
 
 
 def test_the_executor_tells_kernels_the_bytes_of_its_variables(monkeypatch):
     seen = []
-    monkeypatch.setattr(conv_winograd, 'note_graph', seen.append)
+    monkeypatch.setattr(kept, 'note_graph', seen.append)
     out = mx.sym.Activation(mx.sym.Convolution(mx.sym.var('data'), kernel=(3, 3), num_filter=8,
                                                name='c'), act_type='relu')
     args = {'data': mx.nd.ones((2, 4, 6, 6)), 'c_weight': mx.nd.ones((8, 4, 3, 3)),
@@ -986,45 +996,44 @@ def test_the_executor_tells_kernels_the_bytes_of_its_variables(monkeypatch):
 
 
 @pytest.mark.parametrize('faster', ['winograd4', 'other'])
-def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(monkeypatch,
-                                                                          transforms, faster):
+def test_past_the_budget_a_layer_measures_winograd_again_against_the_rule(
+        monkeypatch, conv_tuning, transforms, faster):
     from ember import config, engine
-    from ember.op.nn import convolution
     from ember.op.registry import KernelContext
     c = CASES['many tiles']
     attrs = mx.op.registry.get('Convolution').parse_attrs(
         dict(kernel=(3, 3), pad=(1, 1), num_filter=c.w.shape[0], layout='NHWC'))
-    size = np.prod(conv_winograd._packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
-    conv_winograd._kept_pointwise.clear()       # kept_bytes() counts 1x1 layers' too
-    conv_winograd._kept_line.clear()            # and 1-D layers'
-    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', int(size * 1.5))   # room for one
-    monkeypatch.setattr(conv_algorithms, 'choose',
-                        lambda *args, **kwargs: conv_algorithms.ALGORITHMS['winograd4'])
+    size = np.prod(winograd_compiled.packed_shape(c.w.shape[-1], c.w.shape[0])) * 4
+    STATE.kept[PACKED].clear()          # kept_bytes() counts 1x1 layers' too
+    STATE.kept[LINE].clear()            # and 1-D layers'
+    conv_tuning(kept_budget=int(size * 1.5))   # room for one
+    monkeypatch.setattr(algorithms, 'choose',
+                        lambda *args, **kwargs: algorithms.ALGORITHMS['winograd4'])
     measured = []
 
-    def measure(problem, algorithms, trial):
-        measured.append([a.name for a in algorithms])
-        for algorithm in algorithms:
+    def measure(problem, candidates, trial):
+        measured.append([a.name for a in candidates])
+        for algorithm in candidates:
             assert trial(algorithm)
         return {a.name: 1.0 if (a.name == 'winograd4') == (faster == 'winograd4') else 2.0
-                for a in algorithms}
-    monkeypatch.setattr(conv_algorithms, 'measure', measure)
-    conv_algorithms.clear_choices()
+                for a in candidates}
+    monkeypatch.setattr(algorithms, 'measure', measure)
+    STATE.choices.clear()
     layers = [((engine.get().new_var(), 0),) for _ in range(3)]
     with config.override(MXNET_MKLDNN_ENABLED=False):
-        rule = conv_algorithms.numpy_rule(convolution.problem_of(attrs, c.x)).name
+        rule = algorithms.numpy_rule(convolution.problem_of(attrs, c.x)).name
         for _ in range(2):
             for token in layers:
                 out = np.empty(c.expected.shape, np.float32)
                 convolution.forward(attrs, c.x, c.w, c.bias, out, KernelContext(None),
                                     weight_version=token)
                 assert_close(out, c.expected)
-    conv_algorithms.clear_choices()
+    STATE.choices.clear()
     assert measured == [['winograd4', rule]]          # once, for the second layer's problem
-    assert conv_winograd._kept.nbytes() == size       # the first layer's weights alone
+    assert STATE.kept[TRANSFORMED].nbytes() == size       # the first layer's weights alone
     # (a GEMM that wins keeps its packed weights, in place of a plain copy)
     # the first layer keeps its weights; the others transform theirs every call or not at all
-    kept, per_call = 1, 2 * 2 if faster == 'winograd4' else 0
+    kept_once, per_call = 1, 2 * 2 if faster == 'winograd4' else 0
     trials = 1                                        # the measured Winograd's trial
     assert len(transforms) // max(1, min(2, -(-c.w.shape[0] // 16))) == \
-        kept + per_call + trials
+        kept_once + per_call + trials

@@ -1,4 +1,4 @@
-"""The compiled 1-D Winograd F(m, r) of 1 x r and r x 1 kernels (conv_winograd.line): its
+"""The compiled 1-D Winograd F(m, r) of 1 x r and r x 1 kernels (line.convolve): its
 Toom-Cook transforms, agreement with the float64 convolution on every build (the AVX-512 and
 AVX2 ones bit for bit), its argument errors, its kept weights and when it applies."""
 import dataclasses
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import ember as mx
-from ember.op.nn import conv_algorithms, conv_winograd
+from ember.op.nn.conv import algorithms, compiled, kept, line, tuning, winograd
+from ember.op.nn.conv.state import LINE, PACKED, STATE, TRANSFORMED
 
-_winograd = conv_winograd._winograd
+_winograd = compiled.MODULE
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
 
 
@@ -70,8 +71,8 @@ def assert_close(out, expected):
 @pytest.mark.parametrize('m', [4, 6])
 @pytest.mark.parametrize('r', [3, 5, 7])
 def test_transforms_compute_the_correlation(r, m):
-    assert conv_winograd.line_transforms(r, m)[0] == m
-    m, bt, g, at = conv_winograd.line_transforms(r, m)
+    assert line.transforms(r, m)[0] == m
+    m, bt, g, at = line.transforms(r, m)
     a = m + r - 1
     assert bt.shape == (a, a) and g.shape == (a, r) and at.shape == (m, a)
     rng = np.random.default_rng(r)
@@ -80,7 +81,7 @@ def test_transforms_compute_the_correlation(r, m):
         expected = np.array([taps @ d[i:i + r] for i in range(m)])
         np.testing.assert_allclose(at @ ((g @ taps) * (bt @ d)), expected, rtol=0,
                                    atol=1e-12 * np.abs(expected).max())
-    assert conv_winograd.line_transforms(r, m)[1] is bt       # worked out once
+    assert line.transforms(r, m)[1] is bt       # worked out once
     assert not bt.flags.writeable
 
 
@@ -99,19 +100,19 @@ SHAPES = [(17, 3, 3, 5, 1), (8, 2, 20, 40, 3), (5, 4, 70, 67, 3), (1, 3, 16, 33,
 @pytest.mark.parametrize('r', [3, 5, 7])
 @pytest.mark.parametrize('axis', [1, 2])
 @pytest.mark.parametrize('m', [4, 6])
-def test_matches_float64(build, axis, r, padded, shape, m, monkeypatch):
+def test_matches_float64(build, axis, r, padded, shape, m, conv_tuning):
     # F(6, r) wherever it needs fewer products than F(4, r) (not on lines of 1 or 8)
-    monkeypatch.setattr(conv_winograd, '_LINE_WIDE_MIN_TILES', 0 if m == 6 else 1 << 30)
+    conv_tuning(line_wide_min_tiles=0 if m == 6 else 1 << 30)
     length, across, channels, filters, threads = shape
     c = layer(r * length + channels, axis, r, r // 2 if padded else 0, length, across,
               channels, filters)
     out = np.full(c.expected.shape, np.nan, np.float32)
-    conv_winograd.line(c.x, c.w, c.bias, out, axis, c.pad, threads=threads)
+    line.convolve(c.x, c.w, c.bias, out, axis, c.pad, threads=threads)
     assert_close(out, c.expected + c.bias)
-    conv_winograd.line(c.x, c.w, None, out, axis, c.pad, c.residual, 'relu', threads=threads)
+    line.convolve(c.x, c.w, None, out, axis, c.pad, c.residual, 'relu', threads=threads)
     assert_close(out, np.maximum(c.expected + c.residual, 0))
     np.copyto(out, c.residual)          # the residual may be the output itself
-    conv_winograd.line(c.x, c.w, c.bias, out, axis, c.pad, out, 'relu', threads=threads)
+    line.convolve(c.x, c.w, c.bias, out, axis, c.pad, out, 'relu', threads=threads)
     assert_close(out, np.maximum(c.expected + c.bias + c.residual, 0))
 
 
@@ -121,7 +122,7 @@ def test_padding_may_differ_before_and_after(build, axis):
     # one zero before the input, three past it (the output's length sets them)
     c = layer(3, axis, 5, 1, 11, 3, 12, 20, after=3)
     out = np.empty(c.expected.shape, np.float32)
-    conv_winograd.line(c.x, c.w, c.bias, out, axis, 1, threads=2)
+    line.convolve(c.x, c.w, c.bias, out, axis, 1, threads=2)
     assert_close(out, c.expected + c.bias)
 
 
@@ -132,8 +133,8 @@ def test_a_scaled_strided_weight_and_other_activations(build):
     oihw = np.ascontiguousarray(c.w.transpose(0, 3, 1, 2))
     scale = np.linspace(0.5, 2, 40).astype(np.float32)
     out = np.empty(c.expected.shape, np.float32)
-    conv_winograd.line(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, 2, 3, c.residual,
-                       'sigmoid', threads=2, weight_scale=scale)
+    line.convolve(c.x, oihw.transpose(0, 2, 3, 1), c.bias, out, 2, 3, c.residual,
+                  'sigmoid', threads=2, weight_scale=scale)
     expected = c.expected * scale + c.bias + c.residual
     assert_close(out, 1 / (1 + np.exp(-expected)))
 
@@ -142,28 +143,28 @@ def test_a_scaled_strided_weight_and_other_activations(build):
 def test_a_strided_output_and_no_tiles():
     c = layer(8, 1, 3, 1, 6, 4, 8, 16)
     wide = np.zeros(c.expected.shape[:3] + (32,), np.float32)
-    conv_winograd.line(c.x, c.w, c.bias, wide[..., :16], 1, 1)
+    line.convolve(c.x, c.w, c.bias, wide[..., :16], 1, 1)
     assert_close(wide[..., :16], c.expected + c.bias)
     assert not wide[..., 16:].any()
-    conv_winograd.line(c.x[:0], c.w, c.bias, np.empty((0,) + c.expected.shape[1:]), 1, 1)
+    line.convolve(c.x[:0], c.w, c.bias, np.empty((0,) + c.expected.shape[1:]), 1, 1)
 
 
 @needs_module
-def test_the_avx512_and_avx2_builds_agree_bit_for_bit(monkeypatch, wide_and_narrow):
+def test_the_avx512_and_avx2_builds_agree_bit_for_bit(conv_tuning, wide_and_narrow):
     """The AVX-512 products take two panels by 12 tiles at a time, the AVX2 ones one panel by
     6; the transforms are the same 8-lane code: each output is the same chain of operations.
     40 filters: a pair of panels and a single one; 25 channels."""
     # F(6, 7) on 17 outputs along the rows (it has 3 x 5 x 2 = 30 tiles), F(4, 3) down 9
     cases = [layer(9, 2, 7, 3, 17, 5, 25, 40), layer(10, 1, 3, 1, 9, 6, 25, 40)]
-    monkeypatch.setattr(conv_winograd, '_LINE_WIDE_MIN_TILES', 30)
-    assert conv_winograd._line_outputs_of(cases[0].expected.shape, 2, 7) == 6
-    assert conv_winograd._line_outputs_of(cases[1].expected.shape, 1, 3) == 4
+    conv_tuning(line_wide_min_tiles=30)
+    assert line._outputs_of(cases[0].expected.shape, 2, 7) == 6
+    assert line._outputs_of(cases[1].expected.shape, 1, 3) == 4
 
     def both():
         outs = []
         for c in cases:
             out = c.residual.copy()
-            conv_winograd.line(c.x, c.w, c.bias, out, c.axis, c.pad, out, 'relu', threads=2)
+            line.convolve(c.x, c.w, c.bias, out, c.axis, c.pad, out, 'relu', threads=2)
             outs.append(out)
         return outs
     wide, narrow = wide_and_narrow(both)
@@ -177,9 +178,9 @@ def test_results_do_not_depend_on_threads_or_chunks(monkeypatch):
     c = layer(11, 2, 7, 3, 13, 7, 32, 48, batch=3)
     outs = []
     for chunk, threads in [(1, 1), (5, 3), (12, 2), (1000, 2)]:
-        monkeypatch.setattr(conv_winograd, '_line_chunk', lambda *args, chunk=chunk: chunk)
+        monkeypatch.setattr(line, '_chunk', lambda *args, chunk=chunk: chunk)
         out = np.empty(c.expected.shape, np.float32)
-        conv_winograd.line(c.x, c.w, c.bias, out, 2, 3, threads=threads)
+        line.convolve(c.x, c.w, c.bias, out, 2, 3, threads=threads)
         outs.append(out)
     for out in outs[1:]:
         assert out.tobytes() == outs[0].tobytes()
@@ -191,8 +192,8 @@ def test_results_do_not_depend_on_threads_or_chunks(monkeypatch):
 @needs_module
 def test_errors_name_the_argument_and_what_it_accepts():
     c = layer(12, 2, 3, 0, 8, 2, 8, 16, batch=1)            # x (1, 2, 10, 8)
-    bt, at = conv_winograd._line_matrices(3, 4)
-    u = np.zeros(conv_winograd._line_packed_shape(3, 4, 8, 16), np.float32)
+    bt, at = line._matrices(3, 4)
+    u = np.zeros(line._packed_shape(3, 4, 8, 16), np.float32)
     out = np.empty(c.expected.shape, np.float32)
     scratch = np.empty(6 * 4 * 16, np.float32)
     args = [c.x, u, out, None, None, False, 2, 0, bt, at, (0, 4), 4, scratch, scratch, None]
@@ -227,9 +228,9 @@ def transforms(monkeypatch):
     def counted(*args, **kwargs):
         calls.append(args[0].shape)
         return transform(*args, **kwargs)
-    transform = conv_winograd._line_weights
-    monkeypatch.setattr(conv_winograd, '_line_weights', counted)
-    stores = (conv_winograd._kept, conv_winograd._kept_pointwise, conv_winograd._kept_line)
+    transform = line._weights
+    monkeypatch.setattr(line, '_weights', counted)
+    stores = (STATE.kept[TRANSFORMED], STATE.kept[PACKED], STATE.kept[LINE])
     for store in stores:        # what earlier tests kept would go as their variables do
         store.clear()
     yield calls
@@ -240,17 +241,17 @@ def transforms(monkeypatch):
 @needs_module
 def test_weights_are_transformed_once_per_version(transforms):
     c, var = layer(13, 1, 7, 3, 9, 4, 16, 24), Var()
-    before = conv_winograd.kept_bytes()
+    before = kept.kept_bytes()
 
     def run(w, version):
         out = np.empty(c.expected.shape, np.float32)
-        conv_winograd.line(c.x, w, c.bias, out, 1, 3, weight_version=((var, version),))
+        line.convolve(c.x, w, c.bias, out, 1, 3, weight_version=((var, version),))
         return out
     first = run(c.w, 0)
     assert len(transforms) == 1
-    problem = conv_algorithms.ConvProblem(True, 2, 16, 24, 1, (7, 1), (1, 1), (1, 1), (3, 0),
-                                          (9, 4), 'float32')
-    assert conv_winograd.kept_bytes() - before == conv_winograd.line_kept_bytes(problem) > 0
+    problem = algorithms.ConvProblem(True, 2, 16, 24, 1, (7, 1), (1, 1), (1, 1), (3, 0),
+                                     (9, 4), 'float32')
+    assert kept.kept_bytes() - before == line.kept_bytes(problem) > 0
     np.testing.assert_array_equal(run(c.w, 0), first)
     assert len(transforms) == 1
     assert_close(run(2 * c.w, 1), 2 * c.expected + c.bias)     # a new version: again
@@ -260,56 +261,56 @@ def test_weights_are_transformed_once_per_version(transforms):
 @needs_module
 def test_without_a_version_the_weights_are_transformed_every_call(transforms):
     c = layer(14, 2, 3, 1, 8, 3, 8, 16)
-    before = conv_winograd.kept_bytes()
+    before = kept.kept_bytes()
     for _ in range(2):
-        conv_winograd.line(c.x, c.w, c.bias, np.empty(c.expected.shape, np.float32), 2, 1)
-    assert len(transforms) == 2 and conv_winograd.kept_bytes() == before
+        line.convolve(c.x, c.w, c.bias, np.empty(c.expected.shape, np.float32), 2, 1)
+    assert len(transforms) == 2 and kept.kept_bytes() == before
 
 
 @needs_module
 def test_kept_weights_go_with_their_variable_or_when_discarded(transforms):
     c, var, other = layer(15, 2, 5, 2, 8, 3, 8, 16), Var(), Var()
     for token in (((var, 0),), ((other, 0),)):
-        conv_winograd.line(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
-                           weight_version=token)
-    kept = conv_winograd.kept_bytes()
-    conv_winograd.discard_kept(((other, 0),), keep='winograd_line')     # its winner: kept
-    assert conv_winograd.kept_bytes() == kept
-    conv_winograd.discard_kept(((other, 0),))
-    assert conv_winograd.kept_bytes() < kept
+        line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
+                      weight_version=token)
+    before = kept.kept_bytes()
+    kept.discard_others(((other, 0),), keep=LINE)     # its winner: kept
+    assert kept.kept_bytes() == before
+    kept.discard_others(((other, 0),))
+    assert kept.kept_bytes() < before
     gone = weakref.ref(var)
     del var
     assert gone() is None
-    conv_winograd.line(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
-                       weight_version=((Var(), 0),))    # keeping another drops the dead one's
-    assert conv_winograd.kept_bytes() < kept
+    line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 2,
+                  weight_version=((Var(), 0),))    # keeping another drops the dead one's
+    assert kept.kept_bytes() < before
 
 
 @needs_module
-def test_past_the_budget_weights_are_transformed_every_call(monkeypatch, transforms):
-    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', 0)
+def test_past_the_budget_weights_are_transformed_every_call(conv_tuning, transforms):
+    conv_tuning(kept_budget=0)
     c, var = layer(16, 2, 3, 1, 8, 3, 8, 16), Var()
-    before = conv_winograd.kept_bytes()
+    before = kept.kept_bytes()
     for _ in range(2):
-        conv_winograd.line(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 1,
-                           weight_version=((var, 0),))
-    assert len(transforms) == 2 and conv_winograd.kept_bytes() == before
+        line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 1,
+                      weight_version=((var, 0),))
+    assert len(transforms) == 2 and kept.kept_bytes() == before
 
 
 @needs_module
-def test_line_and_2d_weights_share_one_budget(monkeypatch, transforms):
+def test_line_and_2d_weights_share_one_budget(conv_tuning, transforms):
     c, var = layer(18, 2, 7, 3, 8, 3, 16, 16), Var()
-    line_bytes = int(np.prod(conv_winograd._line_packed_shape(7, 4, 16, 16))) * 4
-    problem = conv_algorithms.ConvProblem(True, 1, 16, 16, 1, (3, 3), (1, 1), (1, 1), (1, 1),
-                                          (8, 8), 'float32')
-    square_bytes = conv_winograd.kept_weight_bytes(problem, 4)
-    monkeypatch.setattr(conv_winograd, 'KEPT_BUDGET', line_bytes + square_bytes - 1)
+    line_bytes = int(np.prod(line._packed_shape(7, 4, 16, 16))) * 4
+    problem = algorithms.ConvProblem(True, 1, 16, 16, 1, (3, 3), (1, 1), (1, 1), (1, 1),
+                                     (8, 8), 'float32')
+    square_bytes = winograd.kept_weight_bytes(problem, 4)
+    conv_tuning(kept_budget=line_bytes + square_bytes - 1)
     other = ((Var(), 0),)
-    assert conv_winograd.can_keep(problem, other)             # room for the 2-D layer alone
-    conv_winograd.line(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 3,
-                       weight_version=((var, 0),))
-    assert conv_winograd._kept_line.nbytes() == line_bytes
-    assert not conv_winograd.can_keep(problem, other)         # not beside the line layer's
+    assert winograd.can_keep(problem, other)             # room for the 2-D layer alone
+    line.convolve(c.x, c.w, None, np.empty(c.expected.shape, np.float32), 2, 3,
+                  weight_version=((var, 0),))
+    assert STATE.kept[LINE].nbytes() == line_bytes
+    assert not winograd.can_keep(problem, other)         # not beside the line layer's
 
 
 @needs_module
@@ -317,19 +318,19 @@ def test_scratch_covers_what_a_call_takes(counted_alloc):
     c = layer(17, 1, 7, 3, 17, 17, 48, 40, batch=3)
     alloc, taken = counted_alloc, counted_alloc.taken
     out = np.empty(c.expected.shape, np.float32)
-    conv_winograd.line(c.x, c.w, c.bias, out, 1, 3, alloc=alloc,
-                       threads=mx.engine.kernel_threads())
-    problem = conv_algorithms.ConvProblem(True, 3, 48, 40, 1, (7, 1), (1, 1), (1, 1), (3, 0),
-                                          (17, 17), 'float32')
-    assert 0 < sum(taken) <= conv_winograd.line_scratch_bytes(problem, 3)
+    line.convolve(c.x, c.w, c.bias, out, 1, 3, alloc=alloc,
+                  threads=mx.engine.kernel_threads())
+    problem = algorithms.ConvProblem(True, 3, 48, 40, 1, (7, 1), (1, 1), (1, 1), (3, 0),
+                                     (17, 17), 'float32')
+    assert 0 < sum(taken) <= line.scratch_bytes(problem, 3)
     assert_close(out, c.expected + c.bias)
 
 
 # ----------------------------------------------------------------------------------------------
 # When it applies
 
-LINE_PROBLEM = conv_algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1),
-                                           (0, 3), (17, 17), 'float32')
+LINE_PROBLEM = algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1), (1, 1),
+                                      (0, 3), (17, 17), 'float32')
 
 
 @pytest.mark.parametrize('change, supported', [
@@ -353,14 +354,14 @@ LINE_PROBLEM = conv_algorithms.ConvProblem(True, 8, 192, 192, 1, (1, 7), (1, 1),
 ])
 def test_supports_line(change, supported):
     problem = dataclasses.replace(LINE_PROBLEM, **change)
-    assert conv_winograd.supports_line(problem) == (supported and _winograd is not None)
+    assert line.supports(problem) == (supported and _winograd is not None)
     if not supported:
-        assert conv_winograd.line_kept_bytes(problem) == 0
+        assert line.kept_bytes(problem) == 0
 
 
-def test_without_the_module_nothing_is_supported(monkeypatch):
-    monkeypatch.setattr(conv_winograd, '_winograd', None)
-    assert not conv_winograd.supports_line(LINE_PROBLEM)
+def test_without_the_module_nothing_is_supported(compiled_module):
+    compiled_module(None)
+    assert not line.supports(LINE_PROBLEM)
 
 
 @needs_module
@@ -370,8 +371,8 @@ def test_the_numpy_provider_runs_1xr_layers_on_it(monkeypatch, kernel):
     the channel-first Convolution's (im2col + GEMM)."""
     from ember import config
     runs = []
-    original = conv_winograd.line
-    monkeypatch.setattr(conv_winograd, 'line',
+    original = line.convolve
+    monkeypatch.setattr(line, 'convolve',
                         lambda *args, **kwargs: runs.append(1) or original(*args, **kwargs))
     rng = np.random.default_rng(8)
     pad = (kernel[0] // 2, kernel[1] // 2)
@@ -390,8 +391,8 @@ def test_the_numpy_provider_runs_1xr_layers_on_it(monkeypatch, kernel):
 
 
 def test_long_lines_of_many_tiles_take_six_outputs_a_tile():
-    line_outputs = conv_winograd.line_outputs
-    few = -(-conv_winograd._LINE_WIDE_MIN_TILES // 3) - 1      # lines of 3 tiles of 6
+    line_outputs = line.outputs
+    few = -(-tuning.TUNING.line_wide_min_tiles // 3) - 1      # lines of 3 tiles of 6
     assert line_outputs(7, 17, few + 1) == 6 and line_outputs(7, 17, few) == 4
     assert line_outputs(3, 17, 1000) == 6           # 8 x 3 products per line against 6 x 5
     assert line_outputs(3, 8, 1000) == 4            # 6 x 2 against 8 x 2

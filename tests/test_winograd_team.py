@@ -15,10 +15,11 @@ import pytest
 
 from ember import config
 from ember.engine import threads
-from ember.op.nn import conv_winograd
+from ember.op.nn.conv import compiled, line, pointwise, winograd, winograd_compiled
 from ember.op.nn._common import make_window
+from tolerance import assert_sums_close
 
-_winograd = conv_winograd._winograd
+_winograd = compiled.MODULE
 needs_module = pytest.mark.skipif(_winograd is None, reason='ember._winograd is not built')
 needs_openmp = pytest.mark.skipif(_winograd is None or not _winograd.openmp,
                                   reason='ember._winograd is built without OpenMP')
@@ -37,27 +38,27 @@ def _every_kernel(threads_):
     window = make_window((3, 3), (1, 1), (1, 1), (1, 1), (14, 14), (14, 14))
     results = {}
     out = np.empty(x.shape[:3] + (40,), np.float32)
-    conv_winograd.winograd(x, w, bias, out, window, True, 4, threads=threads_)
+    winograd.winograd(x, w, bias, out, window, True, 4, threads=threads_)
     results['convolve + transform_weights'] = out
     few = np.empty((1, 7, 7, 40), np.float32)       # few tiles: the filters are split
-    conv_winograd.winograd(np.ascontiguousarray(x[:1, :7, :7]), w, bias, few,
-                           make_window((3, 3), (1, 1), (1, 1), (1, 1), (7, 7), (7, 7)), True,
-                           4, threads=threads_)
+    winograd.winograd(np.ascontiguousarray(x[:1, :7, :7]), w, bias, few,
+                      make_window((3, 3), (1, 1), (1, 1), (1, 1), (7, 7), (7, 7)), True,
+                      4, threads=threads_)
     results['convolve, filters split'] = few
     dw = np.empty(w.shape, np.float32)
     dy = rng.standard_normal(out.shape).astype(np.float32)
-    conv_winograd.weight_gradient(dy, x, dw, window, True, threads=threads_)
+    winograd_compiled.weight_gradient(dy, x, dw, window, True, threads=threads_)
     results['weight_gradient + finish_gradient'] = dw
     pw = rng.standard_normal((40, 1, 1, 32)).astype(np.float32)
     forward = np.empty(x.shape[:3] + (40,), np.float32)
-    conv_winograd.pointwise(x, pw, bias, forward, (1, 1), None, 'relu', threads=threads_)
+    pointwise.convolve(x, pw, bias, forward, (1, 1), None, 'relu', threads=threads_)
     results['pointwise'] = forward
     pdw, pdb = np.empty(pw.shape, np.float32), np.empty(40, np.float32)
-    conv_winograd.pointwise_weight_gradient(dy, x, pdw, pdb, threads=threads_)
+    pointwise.weight_gradient(dy, x, pdw, pdb, threads=threads_)
     results['pointwise_gradient'] = (pdw, pdb)
     lw = rng.standard_normal((40, 1, 7, 32)).astype(np.float32)
     line_out = np.empty(x.shape[:3] + (40,), np.float32)
-    conv_winograd.line(x, lw, bias, line_out, 2, 3, None, 'relu', threads=threads_)
+    line.convolve(x, lw, bias, line_out, 2, 3, None, 'relu', threads=threads_)
     results['line'] = line_out
     return results
 
@@ -71,7 +72,7 @@ def _same_bits(a, b):
 @needs_module
 @pytest.mark.parametrize('use_team', [True, False], ids=['OpenMP team', 'kernel threads'])
 def test_each_kernel_gives_the_same_bits_however_its_parts_run(monkeypatch, use_team):
-    monkeypatch.setattr(conv_winograd, 'use_team', use_team)
+    monkeypatch.setattr(compiled, 'use_team', use_team)
     with config.override(MXNET_CPU_PARALLEL_SIZE=1):        # every kernel splits
         alone = _every_kernel(1)
         for count in (2, 3):
@@ -83,21 +84,21 @@ def test_each_kernel_gives_the_same_bits_however_its_parts_run(monkeypatch, use_
 @needs_module
 def test_run_compiled_splits_only_from_the_parallel_size_and_outside_a_split(monkeypatch):
     seen = []
-    monkeypatch.setattr(conv_winograd, '_winograd', type(
+    monkeypatch.setattr(compiled, 'MODULE', type(
         'Spy', (), {'openmp': 1, 'team': staticmethod(lambda *a: seen.append('team'))}))
     kernel = _winograd.finish_gradient
     calls = [('a',), ('b',)]
-    monkeypatch.setattr(conv_winograd, 'run_parts', lambda *a, **k: seen.append('pool'))
+    monkeypatch.setattr(compiled, 'run_parts', lambda *a, **k: seen.append('pool'))
     with config.override(MXNET_CPU_PARALLEL_SIZE=100):
-        conv_winograd.run_compiled(kernel, 100, calls)
+        compiled.run_compiled(kernel, 100, calls)
         assert seen == ['team']
-        monkeypatch.setattr(conv_winograd, 'use_team', False)
-        conv_winograd.run_compiled(kernel, 100, calls)
+        monkeypatch.setattr(compiled, 'use_team', False)
+        compiled.run_compiled(kernel, 100, calls)
         assert seen == ['team', 'pool']
         ran = []
-        conv_winograd.run_compiled(lambda *args: ran.append(args), 99, calls)
+        compiled.run_compiled(lambda *args: ran.append(args), 99, calls)
         with threads.serial_region():
-            conv_winograd.run_compiled(lambda *args: ran.append(args), 100, calls)
+            compiled.run_compiled(lambda *args: ran.append(args), 100, calls)
         assert ran == calls * 2 and seen == ['team', 'pool']
 
 
@@ -106,19 +107,20 @@ def test_team_runs_every_call():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 6, 6, 16)).astype(np.float32)
     w = rng.standard_normal((32, 1, 1, 16)).astype(np.float32)
-    u = conv_winograd.packed_weights(w, None, None)
+    u = pointwise.packed_weights(w, None, None)
     out = np.zeros((1, 6, 6, 32), np.float32)
     calls = [(x, u, out, None, None, False, (lo, lo + 12), 4, 16) for lo in (0, 12, 24)]
     _winograd.team(_winograd.pointwise, calls)
     expected = x.reshape(36, 16) @ w.reshape(32, 16).T
-    np.testing.assert_allclose(out.reshape(36, 32), expected, rtol=1e-5, atol=1e-5)
+    magnitude = abs(x.reshape(36, 16)) @ abs(w.reshape(32, 16)).T
+    assert_sums_close(out.reshape(36, 32), expected, magnitude, terms=16)
     _winograd.team(_winograd.pointwise, [])                 # nothing to run
 
 
 @needs_module
 def test_team_checks_every_call_before_it_runs_one():
     x = np.ones((1, 4, 4, 16), np.float32)
-    u = conv_winograd.packed_weights(np.ones((16, 1, 1, 16), np.float32), None, None)
+    u = pointwise.packed_weights(np.ones((16, 1, 1, 16), np.float32), None, None)
     out = np.zeros((1, 4, 4, 16), np.float32)
     good = (x, u, out, None, None, False, (0, 16), 4, 16)
     with pytest.raises(ValueError, match=r'rows \[0, 99\): expected 0 <= lo <= hi <= 16'):
@@ -157,10 +159,10 @@ def _run_script(body, env=None):
     script = textwrap.dedent('''
         import os, sys, time
         import numpy as np
-        from ember.op.nn import conv_winograd
-        _winograd = conv_winograd._winograd
+        from ember.op.nn.conv import compiled, pointwise
+        _winograd = compiled.MODULE
         x = np.ones((1, 8, 8, 16), np.float32)
-        u = conv_winograd.packed_weights(np.ones((16, 1, 1, 16), np.float32), None, None)
+        u = pointwise.packed_weights(np.ones((16, 1, 1, 16), np.float32), None, None)
         out = np.zeros((1, 8, 8, 16), np.float32)
         def team(cores=None):
             claim = np.zeros(1, np.int64)

@@ -32,9 +32,10 @@ def assert_sums_close(actual, expected, magnitude, terms, rtol=1e-5, eps=EPS32):
     error = np.abs(actual - expected)
     bad = ~(error <= allowed)
     if bad.any():
-        where = np.unravel_index(int(np.argmax(np.where(bad, error - allowed, -np.inf))),
-                                 error.shape)
+        where = tuple(int(i) for i in np.unravel_index(
+            int(np.argmax(np.where(bad, error - allowed, -np.inf))), error.shape))
         raise AssertionError(
             f'{int(bad.sum())} of {error.size} elements differ by more than the sum tolerance '
-            f'({terms} terms); worst at {where}: {actual[where]!r} against {expected[where]!r}, '
-            f'allowed {allowed[where]:.3g} (sum of |terms| {np.broadcast_to(magnitude, error.shape)[where]:.3g})')
+            f'({terms} terms); worst at {where}: {float(actual[where])} against '
+            f'{float(expected[where])}, allowed {allowed[where]:.3g} '
+            f'(sum of |terms| {np.broadcast_to(magnitude, error.shape)[where]:.3g})')

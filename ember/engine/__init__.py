@@ -44,7 +44,7 @@ import atexit
 import os
 import threading
 
-from ember import config
+from ember import config, cores
 from ember.backend import native
 from ember.engine import threads as _threads
 from ember.engine.segment import bulk, flush as _flush_bulk, set_bulk_size
@@ -88,6 +88,7 @@ def _build() -> Engine:
     global _engine, _carried
     with _build_lock:
         if _engine is None:
+            cores.claim()       # NEURON_RT_VISIBLE_CORES: pin before sizing any pool
             settings = Settings.from_config()
             engine = KINDS[settings.kind](settings)
             engine.adopt(_carried)

@@ -26,6 +26,7 @@ from ember import engine
 from ember.backend.cpu import return_free_heap
 from ember.base import EmberError
 from ember.executor import pipeline
+from ember.passes.gradient import direct_gradients
 from ember.executor.program import Program
 from ember.ndarray import creation
 from ember.ndarray.ndarray import NDArray, empty, view_of
@@ -291,13 +292,13 @@ class Executor:
     def _direct_gradients(self, graph):
         grads = dict(zip(self._arg_names, self.grad_arrays))
         return {eid: grads[name]
-                for eid, name in pipeline.direct_gradients(graph, self._grad_req).items()}
+                for eid, name in direct_gradients(graph, self._grad_req).items()}
 
     def _commits(self, graph):
         info = graph.attrs.get('gradient')
         if info is None:
             return []
-        direct = pipeline.direct_gradients(graph, self._grad_req)
+        direct = direct_gradients(graph, self._grad_req)
         grads = dict(zip(self._arg_names, self.grad_arrays))
         commits = []
         for k, name in enumerate(info.wrt):

@@ -1,9 +1,20 @@
-"""Trainer: applies an optimizer to a set of Gluon parameters (MXNet 1.x's ``gluon.Trainer``)."""
+"""Trainer: applies an optimizer to a set of Gluon parameters (MXNet 1.x's ``gluon.Trainer``).
+
+With parameters on several devices, or a distributed store, the gradients meet in a KVStore
+(``kvstore``: a type name or a store). The optimizer then runs either on the store
+(``update_on_kvstore``: the summed gradient updates the store's copy, which every device pulls)
+or on each device after the gradients are summed; ``None`` lets ``MXNET_UPDATE_ON_KVSTORE``
+and the store decide, as MXNet does. An asynchronous store always updates on the store.
+
+The gradients go to the store in one call, last parameter first: that is the order backward
+writes them, so a distributed store's first bucket (``BUCKET_CAP_MB``) is reduced while
+backward still computes the others.
+"""
 from __future__ import annotations
 
 import warnings
 
-from ember import autograd, optimizer as opt
+from ember import autograd, kvstore as kvs, optimizer as opt
 from ember.base import EmberError
 from ember.gluon.parameter import Parameter, ParameterDict
 
@@ -31,13 +42,17 @@ class Trainer:
         self._params = _parameter_list(params)
         self._param2idx = {p.name: i for i, p in enumerate(self._params)}
         optimizer_params = dict(optimizer_params or {})
-        self._scale = optimizer_params.get('rescale_grad', 1.0)
         self._init_optimizer(optimizer, optimizer_params)
-        self._kvstore_type = kvstore
+        self._scale = self._optimizer.rescale_grad
         self._compression_params = compression_params
-        self._update_on_kvstore = update_on_kvstore
+        self._kvstore_params = {'kvstore': kvstore, 'update_on_kvstore': update_on_kvstore}
         self._contexts = None
         self._updaters = None
+        self._kv_initialized = False
+        self._kvstore = None
+        self._update_on_kvstore = None
+        self._distributed = None
+        self._params_to_init = list(self._params)
 
     def _init_optimizer(self, optimizer, optimizer_params):
         param_dict = {i: p for i, p in enumerate(self._params)}
@@ -63,6 +78,58 @@ class Trainer:
         self._contexts = contexts or []
         self._updaters = [opt.get_updater(self._optimizer) for _ in self._contexts]
 
+    # -- the store ------------------------------------------------------------------------------
+    def _init_kvstore(self):
+        """Create the store and decide where the optimizer runs (MXNet's rules)."""
+        self._ensure_contexts()
+        asked = self._kvstore_params['update_on_kvstore']
+        shapes = {p.name: p.shape for p in self._params}
+        store, update_on_kvstore = kvs.create_kvstore(self._kvstore_params['kvstore'],
+                                                      len(self._contexts), shapes)
+        self._distributed = store is not None and 'dist' in store.type
+        if self._distributed and 'async' in store.type:
+            if asked is False:
+                raise ValueError('update_on_kvstore=False: an asynchronous store '
+                                 f'({store.type!r}) applies every update itself; set '
+                                 'update_on_kvstore=True or leave it None')
+            update_on_kvstore = True
+        if asked is not None:
+            update_on_kvstore = bool(asked)
+        if store is not None and update_on_kvstore and not store.is_capable('optimizer'):
+            if asked:
+                raise ValueError(f'update_on_kvstore=True: the store {store.type!r} cannot '
+                                 f'run an optimizer; set update_on_kvstore=False')
+            update_on_kvstore = False
+        self._install(store, update_on_kvstore)
+
+    def _install(self, store, update_on_kvstore):
+        if store is not None:
+            if self._compression_params:
+                store.set_gradient_compression(self._compression_params)
+            if update_on_kvstore:
+                store.set_optimizer(self._optimizer)
+        self._kvstore = store
+        self._update_on_kvstore = update_on_kvstore if store is not None else None
+        self._kv_initialized = True
+
+    def _init_params(self):
+        """Give the store every parameter that is initialized, broadcasting its value (rank
+        0's, in a distributed store) to all devices; deferred ones wait for a later step."""
+        waiting = []
+        for param in self._params_to_init:
+            if param._data is None:
+                waiting.append(param)
+            elif self._kvstore is not None:
+                arrays = param.list_data()
+                self._kvstore.broadcast(self._param2idx[param.name], arrays[0], arrays)
+        self._params_to_init = waiting
+
+    def _prepare(self):
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
+
     @property
     def learning_rate(self):
         """The optimizer's current learning rate."""
@@ -76,35 +143,60 @@ class Trainer:
         """Set the optimizer's learning rate (refused when an lr_scheduler drives it)."""
         self._optimizer.set_learning_rate(lr)
 
+    def _check_and_rescale_grad(self, scale):
+        if self._update_on_kvstore and self._distributed and self._kv_initialized:
+            if self._optimizer.rescale_grad != scale:
+                raise UserWarning('batch_size changed since the last step: with a '
+                                  'distributed store that runs the optimizer '
+                                  '(update_on_kvstore), the gradient scale cannot follow it')
+        self._optimizer.rescale_grad = scale
+
+    # -- steps ----------------------------------------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):
-        """Reduce gradients across devices and update, scaling gradients by 1/batch_size."""
+        """Reduce gradients across devices and workers and update, scaling gradients by
+        1/batch_size."""
         self._ensure_contexts()
-        self._optimizer.rescale_grad = self._scale / batch_size
-        self.allreduce_grads()
+        self._check_and_rescale_grad(self._scale / batch_size)
+        self._prepare()
+        self._allreduce_grads()
         self._update(ignore_stale_grad)
 
     def allreduce_grads(self):
-        """Sum each parameter's gradient over its devices into every copy."""
+        """Sum each parameter's gradient over its devices (and workers) into every copy; for
+        a manual step with :meth:`update` (not with ``update_on_kvstore``)."""
         self._ensure_contexts()
-        if len(self._contexts) < 2:
-            return
-        with autograd.pause():
-            for param in self._trainable():
-                grads = param.list_grad()
-                total = grads[0].copy()
-                for g in grads[1:]:
-                    total += g.as_in_context(total.context)
-                for g in grads:
-                    total.copyto(g)
+        self._prepare()
+        self._refuse_on_store('allreduce_grads')
+        self._allreduce_grads()
 
     def update(self, batch_size, ignore_stale_grad=False):
-        """Update without reducing (after a manual allreduce_grads)."""
+        """Update without reducing (after :meth:`allreduce_grads`)."""
         self._ensure_contexts()
-        self._optimizer.rescale_grad = self._scale / batch_size
+        self._prepare()
+        self._refuse_on_store('update')
+        self._check_and_rescale_grad(self._scale / batch_size)
         self._update(ignore_stale_grad)
+
+    def _refuse_on_store(self, what):
+        if self._kvstore is not None and self._update_on_kvstore:
+            raise EmberError(f'{what}() cannot run while the store applies the optimizer '
+                             f'(update_on_kvstore); create the Trainer with '
+                             f'update_on_kvstore=False')
 
     def _trainable(self):
         return [p for p in self._params if p.grad_req != 'null']
+
+    def _allreduce_grads(self):
+        if self._kvstore is None:
+            return
+        keys, grads, outs = [], [], []
+        for param in reversed(self._trainable()):
+            keys.append(self._param2idx[param.name])
+            grads.append(param.list_grad())
+            outs.append(param.list_data() if self._update_on_kvstore else param.list_grad())
+        if keys:
+            with autograd.pause():
+                kvs.pushpull_all(self._kvstore, keys, grads, out=outs)
 
     def _update(self, ignore_stale_grad):
         if not ignore_stale_grad:
@@ -118,6 +210,8 @@ class Trainer:
                 if not ignore_stale_grad or grad._fresh_grad:
                     update.append((index, grad, data))
                     grad._fresh_grad = False
+        if self._kvstore is not None and self._update_on_kvstore:
+            return      # the store updated the weights and the devices pulled them
         with autograd.pause():
             for updater, update in zip(self._updaters, updates):
                 if update:
@@ -136,6 +230,7 @@ class Trainer:
                         f'of its parameters on purpose, call step(..., ignore_stale_grad=True) '
                         f'to skip the stale ones')
 
+    # -- states ---------------------------------------------------------------------------------
     def save_states(self, fname):
         """Save the optimizer and its states (momenta etc.) to ``fname``.
 
@@ -143,6 +238,10 @@ class Trainer:
         :class:`ember.optimizer.Updater`.
         """
         self._ensure_contexts()
+        self._prepare()
+        if self._update_on_kvstore:
+            self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
+            return
         if not self._updaters:
             raise EmberError('save_states: the parameters of this Trainer have not been '
                              'initialized on any device yet')
@@ -152,13 +251,18 @@ class Trainer:
     def load_states(self, fname):
         """Load what :meth:`save_states` wrote; the saved optimizer replaces the current one."""
         self._ensure_contexts()
-        with open(fname, 'rb') as f:
-            blob = f.read()
-        for updater in self._updaters:
-            updater.set_states(blob)
-            updater.optimizer = self._updaters[0].optimizer
-        if self._updaters:
-            self._optimizer = self._updaters[0].optimizer
+        self._prepare()
+        if self._update_on_kvstore:
+            self._kvstore.load_optimizer_states(fname)
+            self._optimizer = self._kvstore._updater.optimizer
+        else:
+            with open(fname, 'rb') as f:
+                blob = f.read()
+            for updater in self._updaters:
+                updater.set_states(blob)
+                updater.optimizer = self._updaters[0].optimizer
+            if self._updaters:
+                self._optimizer = self._updaters[0].optimizer
         self._optimizer.param_dict = {i: p for i, p in enumerate(self._params)}
 
 

@@ -143,30 +143,50 @@ def download(url, path=None, overwrite=False, sha1_hash=None, retries=5, verify_
     """Copy the file at `url` to `path` (a file or directory; default the current directory)
     and return the path written.
 
-    Ember fetches only local files: a plain path or a ``file://`` URL (for example under a
-    local ``MXNET_GLUON_REPO``). An existing file with the right `sha1_hash` is kept unless
-    `overwrite`. `retries` and `verify_ssl` are accepted for MXNet compatibility.
+    `url` is a local path, a ``file://`` URL (for example under a local ``MXNET_GLUON_REPO``)
+    or an http(s) URL, fetched with up to `retries` attempts when the network reaches it. An
+    existing file with the right `sha1_hash` is kept unless `overwrite`; a fetched file whose
+    SHA-1 differs is removed and reported.
     """
     target = _target_path(url, path)
     if os.path.exists(target) and not overwrite and (
             sha1_hash is None or check_sha1(target, sha1_hash)):
         return target
-    source = _local_source(url)
-    if source is None:
-        raise EmberError(
-            f'download: cannot fetch {url!r}: Ember reads only local files and file:// URLs '
-            f'(this machine has no network access). Copy the file here and pass its path, or '
-            f'set MXNET_GLUON_REPO to a local directory that mirrors the repository.')
-    if not os.path.isfile(source):
-        raise EmberError(f'download: {url!r}: no such file {source!r}')
     directory = os.path.dirname(os.path.abspath(target))
     os.makedirs(directory, exist_ok=True)
-    shutil.copyfile(source, target)
+    source = _local_source(url)
+    if source is None:
+        _fetch(url, target, retries, verify_ssl)
+    elif not os.path.isfile(source):
+        raise EmberError(f'download: {url!r}: no such file {source!r}')
+    else:
+        shutil.copyfile(source, target)
     if sha1_hash and not check_sha1(target, sha1_hash):
-        raise EmberError(f'download: {target!r} copied from {url!r} does not match the '
-                         f'expected SHA-1 {sha1_hash}; the source file may be outdated or '
-                         f'corrupt')
+        os.remove(target)
+        raise EmberError(f'download: {target!r} from {url!r} does not match the expected '
+                         f'SHA-1 {sha1_hash}; the source file may be outdated or corrupt')
     return target
+
+
+def _fetch(url, target, retries, verify_ssl):
+    """Fetch an http(s) URL into `target` (through a temporary file beside it)."""
+    import ssl
+    context = None if verify_ssl else ssl._create_unverified_context()
+    partial = f'{target}.{os.getpid()}.part'
+    for attempt in range(max(1, retries)):
+        try:
+            with urllib.request.urlopen(url, timeout=30, context=context) as response, \
+                    open(partial, 'wb') as out:
+                shutil.copyfileobj(response, out)
+            os.replace(partial, target)
+            return
+        except OSError as exc:
+            reason = exc
+            if os.path.exists(partial):
+                os.remove(partial)
+    raise EmberError(f'download: cannot fetch {url!r} ({reason}) after {max(1, retries)} '
+                     f'attempts; copy the file here and pass its path, or set '
+                     f'MXNET_GLUON_REPO to a local directory that mirrors the repository')
 
 
 def _get_repo_url():

@@ -10,6 +10,8 @@ MXNet's ``mx.recordio``).
 from ember.io import recordio
 from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter,
                          ResizeIter)
+from ember.io.array_iters import CSVIter, MNISTIter
+from ember.io.image_record import ImageRecordIter, ImageRecordUInt8Iter
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'recordio', 'io']
+           'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter', 'io']

@@ -30,9 +30,28 @@ from collections import namedtuple
 
 import numpy as np
 
+from ember.backend import imaging
 from ember.base import EmberError
 
-__all__ = ['MXRecordIO', 'MXIndexedRecordIO', 'IRHeader', 'pack', 'unpack']
+__all__ = ['MXRecordIO', 'MXIndexedRecordIO', 'IRHeader', 'pack', 'unpack', 'pack_img',
+           'unpack_img', 'RecordFile', 'RecordIOError', 'read_index']
+
+
+class RecordIOError(EmberError):
+    """A RecordIO file or its index is missing, cut short or not in the format."""
+
+
+class MissingFileError(RecordIOError, FileNotFoundError):
+    """A RecordIO file or index that does not exist."""
+
+
+def _open_file(path, mode, what):
+    try:
+        return open(path, mode)
+    except FileNotFoundError:
+        raise MissingFileError(f'{what}: no such file {path!r}') from None
+    except IsADirectoryError:
+        raise RecordIOError(f'{what}: {path!r} is a directory, not a file') from None
 
 MAGIC = 0xced7230a
 _MAGIC_BYTES = struct.pack('<I', MAGIC)
@@ -79,7 +98,7 @@ class MXRecordIO:
 
     def open(self):
         """Open the file: a writer truncates it, a reader starts at its first record."""
-        self.handle = open(self.uri, 'wb' if self.writable else 'rb')
+        self.handle = _open_file(self.uri, 'wb' if self.writable else 'rb', 'MXRecordIO')
         self.pid = os.getpid()
         self.is_open = True
 
@@ -157,16 +176,26 @@ class MXRecordIO:
         if not header and first:
             return None, None
         if len(header) != 8:
-            raise EmberError(f'MXRecordIO: {self.uri!r} ends inside a record at byte {offset}')
-        magic, word = struct.unpack('<II', header)
-        if magic != MAGIC:
-            raise EmberError(f'MXRecordIO: {self.uri!r} is not a RecordIO file: found '
-                             f'0x{magic:08x} at byte {offset} where 0x{MAGIC:08x} belongs')
-        length = word & _MAX_LENGTH
+            raise _cut_short(self.uri, offset)
+        flag, length = _part_header(self.uri, header, offset)
         body = self.handle.read(_round_up_to_word(length))
         if len(body) != _round_up_to_word(length):
-            raise EmberError(f'MXRecordIO: {self.uri!r} ends inside a record at byte {offset}')
-        return word >> _LENGTH_BITS, body[:length]
+            raise _cut_short(self.uri, offset)
+        return flag, body[:length]
+
+
+def _cut_short(uri, offset):
+    return RecordIOError(f'MXRecordIO: {uri!r} ends inside a record at byte {offset} (the '
+                         f'file is truncated or the offset is not a record start)')
+
+
+def _part_header(uri, header, offset):
+    """(continuation flag, length) of a record part's 8-byte header at `offset`."""
+    magic, word = struct.unpack('<II', header)
+    if magic != MAGIC:
+        raise RecordIOError(f'MXRecordIO: {uri!r} is not a RecordIO file: found '
+                            f'0x{magic:08x} at byte {offset} where 0x{MAGIC:08x} belongs')
+    return word >> _LENGTH_BITS, word & _MAX_LENGTH
 
 
 class MXIndexedRecordIO(MXRecordIO):
@@ -196,19 +225,11 @@ class MXIndexedRecordIO(MXRecordIO):
         super().open()
         self.idx = {}
         self.keys = []
-        self.fidx = open(self.idx_path, self.flag)
+        self.fidx = _open_file(self.idx_path, self.flag, 'MXIndexedRecordIO')
         if not self.writable:
-            for line in self.fidx:
-                self._add_index_line(line)
-
-    def _add_index_line(self, line):
-        fields = line.strip().split('\t')
-        if len(fields) != 2:
-            raise EmberError(f'MXIndexedRecordIO: {self.idx_path!r}: expected lines '
-                             f"'key<TAB>offset', got {line!r}")
-        key = self.key_type(fields[0])
-        self.idx[key] = int(fields[1])
-        self.keys.append(key)
+            for key, offset in read_index(self.idx_path, self.key_type, self.fidx):
+                self.idx[key] = offset
+                self.keys.append(key)
 
     def close(self):
         if not self.is_open:
@@ -238,7 +259,16 @@ class MXIndexedRecordIO(MXRecordIO):
     def read_idx(self, idx):
         """The record of key `idx`."""
         self.seek(idx)
-        return self.read()
+        try:
+            record = self.read()
+        except RecordIOError as exc:
+            raise RecordIOError(f'{exc}; reading the record of key {idx!r}, which '
+                                f'{self.idx_path!r} puts at byte {self.idx[idx]}') from None
+        if record is None:
+            raise RecordIOError(f'MXIndexedRecordIO: {self.idx_path!r} puts the record of key '
+                                f'{idx!r} at byte {self.idx[idx]}, past the end of '
+                                f'{self.uri!r} ({os.path.getsize(self.uri)} bytes)')
+        return record
 
     def write_idx(self, idx, buf):
         """Append a record under key `idx` and index it."""
@@ -248,6 +278,107 @@ class MXIndexedRecordIO(MXRecordIO):
         self.fidx.write(f'{key}\t{position}\n')
         self.idx[key] = position
         self.keys.append(key)
+
+
+def read_index(idx_path, key_type=int, lines=None):
+    """[(key, byte offset)] of an index file (lines ``key<TAB>offset``), in its order."""
+    entries = []
+    if lines is None:
+        with _open_file(idx_path, 'r', 'read_index') as file:
+            return read_index(idx_path, key_type, file)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fields = line.strip().split('\t')
+        try:
+            entries.append((key_type(fields[0]), int(fields[1])))
+            if len(fields) != 2 or entries[-1][1] < 0:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise RecordIOError(f'MXIndexedRecordIO: {idx_path!r} line {number}: expected '
+                                f"'key<TAB>byte offset', got {line.rstrip()!r}") from None
+    return entries
+
+
+class RecordFile:
+    """Random access to the records of a RecordIO file by byte offset, for any number of
+    threads and forked processes at once (``os.pread``: no shared file position).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), 'r.rec')
+    >>> writer = MXRecordIO(path, 'w')
+    >>> for record in (b'one', b'two'):
+    ...     writer.write(record)
+    >>> writer.close()
+    >>> records = RecordFile(path)
+    >>> offsets = records.offsets()
+    >>> offsets, records.read_at(offsets[1])
+    ([0, 12], b'two')
+    """
+
+    def __init__(self, uri):
+        self.uri = os.fspath(uri)
+        self._fd = None
+        self._open()
+
+    def _open(self):
+        try:
+            self._fd = os.open(self.uri, os.O_RDONLY)
+        except FileNotFoundError:
+            raise MissingFileError(f'RecordIO: no such file {self.uri!r}') from None
+        except IsADirectoryError:
+            raise RecordIOError(f'RecordIO: {self.uri!r} is a directory, not a file') from None
+        self.size = os.fstat(self._fd).st_size
+
+    def __getstate__(self):
+        return {'uri': self.uri}
+
+    def __setstate__(self, state):
+        self.uri = state['uri']
+        self._open()
+
+    def __del__(self):
+        if getattr(self, '_fd', None) is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _read(self, offset, count):
+        data = os.pread(self._fd, count, offset)
+        if len(data) != count:
+            raise _cut_short(self.uri, offset)
+        return data
+
+    def read_at(self, offset):
+        """The record that starts at byte `offset`."""
+        return self.read_with_end(offset)[0]
+
+    def read_with_end(self, offset):
+        """(the record at `offset`, the offset just past it)."""
+        if offset >= self.size:
+            raise RecordIOError(f'RecordIO: {self.uri!r} has {self.size} bytes; no record '
+                                f'starts at byte {offset}')
+        pieces = []
+        while True:
+            flag, length = _part_header(self.uri, self._read(offset, 8), offset)
+            pieces.append(self._read(offset + 8, length))
+            offset += 8 + _round_up_to_word(length)
+            if flag in (_WHOLE, _LAST):
+                return _MAGIC_BYTES.join(pieces), offset
+
+    def offsets(self):
+        """The byte offset of every record, in file order (reads each part's header)."""
+        found, offset = [], 0
+        while offset < self.size:
+            start = offset
+            while True:
+                flag, length = _part_header(self.uri, self._read(offset, 8), offset)
+                offset += 8 + _round_up_to_word(length)
+                if offset > self.size:
+                    raise _cut_short(self.uri, start)
+                if flag in (_WHOLE, _LAST):
+                    break
+            found.append(start)
+        return found
 
 
 IRHeader = namedtuple('HEADER', ['flag', 'label', 'id', 'id2'])
@@ -287,3 +418,28 @@ def unpack(s):
         header = header._replace(label=np.frombuffer(s, np.float32, header.flag))
         s = s[header.flag * 4:]
     return header, s
+
+
+def pack_img(header, img, quality=95, img_fmt='.jpg'):
+    """A record of `header` and the image `img` (OpenCV's BGR, or gray), encoded as `img_fmt`
+    ('.jpg' with JPEG `quality` 1-100, or '.png' with compression level `quality` 0-9).
+
+    >>> import numpy as np
+    >>> image = np.full((4, 5, 3), 50, np.uint8)
+    >>> header, decoded = unpack_img(pack_img(IRHeader(0, 1.0, 2, 0), image, 3, '.png'))
+    >>> header.label, decoded.shape, int(decoded.max())
+    (1.0, (4, 5, 3), 50)
+    """
+    return pack(header, imaging.encode(np.asarray(img), img_fmt, quality))
+
+
+def unpack_img(s, iscolor=-1):
+    """``(IRHeader, image)`` of a record made by :func:`pack_img`: the image as OpenCV reads
+    it (BGR; 2-D when gray), `iscolor` as OpenCV's flag (-1 unchanged, 0 gray, 1 colour)."""
+    header, payload = unpack(s)
+    try:
+        image = imaging.decode(payload, iscolor, to_rgb=False)
+    except imaging.ImageDecodeError as exc:
+        raise imaging.ImageDecodeError(f'unpack_img: the record of id {header.id}: {exc}') \
+            from None
+    return header, image[:, :, 0] if image.shape[2] == 1 else image

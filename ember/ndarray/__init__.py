@@ -13,21 +13,20 @@ this package was imported is found on first use.
 """
 from __future__ import annotations
 
-import importlib.util as _importlib_util
+import sys as _sys
 import types as _types
 
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
+from ember.ndarray import ndarray as _ndarray
 from ember.ndarray.ndarray import NDArray, View, invoke, waitall
 from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
-from ember.ndarray import indexing, random  # noqa: F401
+from ember.ndarray import image, indexing, io, random  # noqa: F401
+from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
 from ember.ndarray.register import make_function as _make_function
 
-if _importlib_util.find_spec('ember.ndarray.io') is not None:
-    from ember.ndarray import io  # noqa: F401
-    from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
-
+_ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
 _internal = _types.ModuleType('ember.ndarray._internal',
                               'Operators whose names start with an underscore.')
 _generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
@@ -39,8 +38,8 @@ def __getattr__(name):
 
 _generator.populate()
 
-__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing']
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image']
                  + list(_creation.__all__)
-                 + (['save', 'load', 'load_frombuffer'] if 'save' in globals() else [])
+                 + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

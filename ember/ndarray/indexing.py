@@ -23,6 +23,7 @@ import numpy as np
 
 from ember.op import registry
 from ember.ndarray import ndarray as _nd
+from ember.ndarray.creation import array
 from ember.ndarray.ndarray import NDArray, invoke, view_of
 
 __all__ = ['getitem', 'setitem', 'BasicIndex', 'parse_basic']
@@ -178,7 +179,6 @@ def setitem(x: NDArray, key, value) -> None:
 def _value_array(x, value, shape):
     """`value` as an NDArray of x's dtype and device, broadcast to `shape`."""
     if not isinstance(value, NDArray):
-        from ember.ndarray.creation import array
         value = array(np.asarray(value), ctx=x.context, dtype=x.dtype)
     if value.context != x.context:
         value = value.as_in_context(x.context)
@@ -211,3 +211,8 @@ _BROADCAST_TO = registry.get('broadcast_to')
 _ADVANCED = registry.get('_advanced_index')
 _ADVANCED_ASSIGN = registry.get('_advanced_index_assign')
 _ADVANCED_ASSIGN_SCALAR = registry.get('_advanced_index_assign_scalar')
+
+
+# x[key] and x[key] = value of every NDArray
+NDArray.__getitem__ = getitem
+NDArray.__setitem__ = setitem

@@ -42,6 +42,8 @@ import numpy as np
 
 from ember.base import EmberError, dtype_of, prod
 from ember.device import current_device
+from ember.ndarray.creation import array
+from ember.ndarray.ndarray import NDArray
 
 __all__ = ['save_arrays', 'load_arrays', 'dumps', 'loads', 'save', 'load', 'load_frombuffer']
 
@@ -137,7 +139,6 @@ def save(fname, data) -> None:
 
 def _ndarray_entries(data):
     """(names, NDArrays) with the checks and errors of MXNet's mx.nd.save."""
-    from ember.ndarray import NDArray
     accepted = 'save accepts an NDArray, a dict str -> NDArray or a list of NDArrays'
     if isinstance(data, NDArray):
         data = [data]
@@ -179,7 +180,6 @@ def load_frombuffer(buf) -> list | dict:
 
 
 def _to_ndarrays(loaded):
-    from ember.ndarray import array
     device = current_device()
 
     def convert(value):

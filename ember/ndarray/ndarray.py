@@ -35,7 +35,7 @@ from ember import backend, config, engine, resource, storage
 from ember import device as _device
 from ember.base import EmberError, dtype_of, prod
 from ember.op import registry
-from ember.op import elemwise, init, matrix, reduce  # noqa: F401  (registers the families)
+from ember.op import elemwise, indexing, init, matrix, random, reduce  # noqa: F401  (families)
 from ember.op.registry import KernelContext, ShapeError
 
 __all__ = ['NDArray', 'View', 'invoke', 'waitall', 'parse_device', 'view_of', 'empty']
@@ -295,13 +295,8 @@ class NDArray:
         return NDArray(self._handle, self._view, self._var, self._device)
 
     # ------------------------------------------------------------------------------------------
-    # Indexing (ember.ndarray.indexing)
-
-    def __getitem__(self, key):
-        return _indexing().getitem(self, key)
-
-    def __setitem__(self, key, value):
-        _indexing().setitem(self, key, value)
+    # Indexing: x[key] and x[key] = value are ember.ndarray.indexing's getitem and setitem,
+    # which that module (built on this one) installs on the class.
 
     def __iter__(self):
         if not self.shape:
@@ -389,24 +384,25 @@ class NDArray:
 
 
 def _rebuild(values, device_text):
-    from ember.ndarray.creation import array
-    return array(values, ctx=parse_device(device_text), dtype=values.dtype)
-
-
-_indexing_module = None
-
-
-def _indexing():
-    global _indexing_module
-    if _indexing_module is None:
-        from ember.ndarray import indexing
-        _indexing_module = indexing
-    return _indexing_module
+    """An unpickled NDArray: `values` (a NumPy array) on the device named `device_text`."""
+    result = empty(values.shape, parse_device(device_text), values.dtype)
+    fill_fresh(result, values)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
 # Operator methods (sum, mean, relu, ...) delegate to the generated namespace, looked up at call
 # time so that operators registered by later families work as methods too.
+
+# mx.nd (the ember.ndarray package, which generates a function per operator): the package
+# hands itself over as it loads (bind_namespace), since it imports this module
+_namespace = None
+
+
+def bind_namespace(namespace) -> None:
+    """Makes `namespace` (the ember.ndarray package) the one operator methods call into."""
+    global _namespace
+    _namespace = namespace
 
 FLUENT_METHODS = (
     'sum', 'mean', 'max', 'min', 'prod', 'norm', 'argmax', 'argmin', 'nansum', 'nanprod',
@@ -423,8 +419,7 @@ FLUENT_METHODS = (
 
 def _fluent(name):
     def method(self, *args, **kwargs):
-        from ember import ndarray as namespace
-        return getattr(namespace, name)(self, *args, **kwargs)
+        return getattr(_namespace, name)(self, *args, **kwargs)
     method.__name__ = name
     method.__qualname__ = f'NDArray.{name}'
     method.__doc__ = f'``mx.nd.{name}(self, ...)``.'

@@ -24,7 +24,8 @@ import numpy as np
 
 from ember import accel, config, engine
 from ember.op import tuning
-from ember.op.registry import Param, ShapeError, elemwise_shape, p_float, register, same_shape
+from ember.op.registry import (
+    NUM_ARGS, Param, ShapeError, elemwise_shape, p_float, register, same_shape, variadic_names)
 
 __all__ = ['apply_ufunc', 'broadcast_shapes', 'scalar_for']
 
@@ -441,3 +442,23 @@ register('_reduce_to_shape', _reduce_to_shape_kernel, inputs=('data', 'like'),
          doc='Sum `data` over the axes along which `like` was broadcast, giving `like`\'s '
              'shape (the gradient of a broadcasting operator).')
 
+
+# ----------------------------------------------------------------------------------------------
+# add_n / ElementWiseSum
+
+def _add_n_kernel(attrs, ins, outs, ctx):
+    xp, out = ctx.xp, outs[0]
+    if len(ins) == 1:
+        if out is not ins[0]:
+            out[...] = ins[0]
+        return
+    xp.add(ins[0], ins[1], out=out)
+    for extra in ins[2:]:
+        xp.add(out, extra, out=out)
+
+
+register('add_n', _add_n_kernel, inputs=variadic_names, infer_shape=same_shape,
+         variadic='num_args', params=(NUM_ARGS,), inplace=((0, 0),),
+         aliases=('ElementWiseSum',),
+         gradient=lambda F, attrs, ins, outs, og: [og[0]] * len(ins),
+         doc='The element-wise sum of any number of arrays of one shape.')

@@ -46,10 +46,11 @@ from ember.backend import native
 from ember.engine.threads import team_arguments
 from ember.op import registry, tuning
 from ember.base import EmberError
-from ember.op.nn._common import assign_shape, is_channel_last, outputs_of
+from ember.op.nn._common import assign_shape, is_channel_last, outputs_of, weight_token
 from ember.op.nn.activation import ACTIVATIONS
-from ember.op.nn import convolution, fully_connected
-from ember.op.nn.convolution import CONV_PARAMS
+from ember.op.nn import fully_connected
+from ember.op.nn.conv import convolution
+from ember.op.nn.conv.convolution import CONV_PARAMS
 from ember.op.nn.fully_connected import PARAMS as FC_PARAMS
 from ember.op.registry import REQUIRED, OpDef, Param, p_bool, p_enum, p_optional, p_str, register
 
@@ -498,7 +499,7 @@ def _sg_conv_kernel(attrs, ins, outs, ctx):
     convolution.forward(attrs, ins[0], weight, None if bias is None else ins[bias], outs[0],
                         ctx, None if residual is None else ins[residual], attrs['act_type'],
                         None if scale is None else ins[scale],
-                        convolution.weight_token(ctx, 1, scale))
+                        weight_token(ctx, 1, scale))
 
 
 def _sg_conv_spec(attrs, weight):

@@ -1,9 +1,10 @@
-"""Shape and layout operators: reshape, transpose, slicing, joining, splitting, indexing, dot.
+"""Shape and layout operators: reshape, transpose, joining, splitting, casting, broadcasting,
+tiling, the diagonal, the shape as an array, and moving blocks between depth and space.
 
 The rules are MXNet's: ``Reshape`` understands the special codes 0 (copy a dimension), -1
 (infer), -2 (copy the rest), -3 (merge two), -4 (split one) and ``reverse``; ``dot`` contracts
-the last axis of ``lhs`` with the first axis of ``rhs`` for N-d arrays; ``slice`` takes begin,
-end and step tuples with None for "from the edge".
+the last axis of ``lhs`` with the first axis of ``rhs`` for N-d arrays (:mod:`ember.op.dot`);
+slicing and indexing are :mod:`ember.op.indexing`'s.
 
 >>> import numpy as np
 >>> from ember.op import registry
@@ -19,11 +20,10 @@ import numpy as np
 
 from ember import accel
 from ember.base import prod
-from ember.op.elemwise import broadcast_shapes
-from ember.op.registry import (REQUIRED, Param, ShapeError, p_bool, p_dtype, p_enum, p_float,
+from ember.op.registry import (REQUIRED, Param, ShapeError, like_input, p_bool, p_dtype, p_float,
                                p_int, p_optional, p_shape, register, same_shape)
 
-__all__ = ['p_slice', 'slice_bounds', 'normalize_axis']
+__all__ = ['normalize_axis', 'first_type', 'copy_into']
 
 
 def normalize_axis(axis, ndim, what='axis'):
@@ -33,11 +33,13 @@ def normalize_axis(axis, ndim, what='axis'):
     return axis % ndim
 
 
-def _identity_type(attrs, dtypes):
+def first_type(attrs, dtypes):
+    """An infer_type whose one output takes the first input's dtype."""
     return list(dtypes), [dtypes[0]]
 
 
-def _copy_into(out, value):
+def copy_into(out, value):
+    """out = value, unless they are one array."""
     if out is not value:
         out[...] = value
 
@@ -72,7 +74,7 @@ def _reshape_infer(attrs, in_shapes):
 
 
 def _reshape_kernel(attrs, ins, outs, ctx):
-    _copy_into(outs[0], ins[0].reshape(outs[0].shape))
+    copy_into(outs[0], ins[0].reshape(outs[0].shape))
 
 
 def _like_grad(F, attrs, ins, outs, og):
@@ -96,7 +98,7 @@ def _reshape_like_infer(attrs, in_shapes):
 
 
 register('reshape_like', _reshape_kernel, inputs=('lhs', 'rhs'),
-         infer_shape=_reshape_like_infer, infer_type=_identity_type,
+         infer_shape=_reshape_like_infer, infer_type=first_type,
          gradient=lambda F, attrs, ins, outs, og: [F.reshape_like(og[0], ins[0]),
                                                    F.zeros_like(ins[1])],
          doc='`lhs` reshaped to the shape of `rhs`.')
@@ -223,161 +225,6 @@ register('reverse', _flip_kernel, infer_shape=_flip_infer, aliases=('flip',),
          params=(Param('axis', p_shape, REQUIRED, 'axes to reverse'),),
          gradient=lambda F, attrs, ins, outs, og: [F.reverse(og[0], axis=attrs['axis'])],
          doc='Reverse the order of elements along the given axes.')
-
-
-# ----------------------------------------------------------------------------------------------
-# slice, slice_axis and the assignments that are their gradients
-
-def p_slice(value):
-    """A tuple of ints and Nones (slice begin, end or step) from a value or MXNet's text."""
-    from ember.op.registry import _literal
-    value = _literal(value)
-    if value is None or isinstance(value, (int, np.integer)):
-        return (None if value is None else int(value),)
-    if isinstance(value, (tuple, list)):
-        return tuple(None if v is None or v == 'None' else p_int(v) for v in value)
-    raise ValueError('a tuple of integers and None such as (0, None)')
-
-
-def slice_bounds(length, begin, end, step):
-    """(start, stop, step, count) of a slice on an axis of `length`, as a Python slice."""
-    step = 1 if step is None else step
-    if step == 0:
-        raise ShapeError('slice step cannot be 0')
-    start, stop, step = slice(begin, end, step).indices(length)
-    return start, stop, step, len(range(start, stop, step))
-
-
-def _slice_key(attrs, shape):
-    """The tuple of Python slices that `slice` takes out of an array of `shape`."""
-    begin, end, step = attrs['begin'], attrs['end'], attrs['step'] or ()
-    if len(begin) != len(end) or len(begin) > len(shape) or len(step) > len(begin):
-        raise ShapeError(f'begin {begin}, end {end} and step {step} do not fit an array of '
-                         f'shape {tuple(shape)}')
-    key = []
-    for axis, length in enumerate(shape[:len(begin)]):
-        s = step[axis] if axis < len(step) else None
-        start, stop, s, count = slice_bounds(length, begin[axis], end[axis], s)
-        if count == 0 and length > 0:
-            raise ShapeError(f'slicing axis {axis} of length {length} with begin='
-                             f'{begin[axis]}, end={end[axis]}, step={s} selects nothing')
-        key.append(slice(start, stop if stop >= 0 else None, s))
-    return tuple(key)
-
-
-def _sliced_shape(key, shape):
-    return tuple(len(range(*k.indices(d))) for k, d in zip(key, shape)) + tuple(shape[len(key):])
-
-
-def _slice_infer(attrs, in_shapes):
-    shape = in_shapes[0]
-    if shape is None:
-        return list(in_shapes), [None]
-    return list(in_shapes), [_sliced_shape(_slice_key(attrs, shape), shape)]
-
-
-def _slice_kernel(attrs, ins, outs, ctx):
-    outs[0][...] = ins[0][_slice_key(attrs, ins[0].shape)]
-
-
-SLICE_PARAMS = (Param('begin', p_slice, REQUIRED, 'first index per axis (None: the edge)'),
-                Param('end', p_slice, REQUIRED, 'index past the last per axis (None: the edge)'),
-                Param('step', p_slice, (), 'step per axis (None or missing: 1)'))
-
-
-def _slice_args(attrs):
-    return {'begin': attrs['begin'], 'end': attrs['end'], 'step': attrs['step']}
-
-
-register('slice', _slice_kernel, infer_shape=_slice_infer, params=SLICE_PARAMS,
-         aliases=('crop',),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._slice_assign(F.zeros_like(ins[0]), og[0], **_slice_args(attrs))],
-         doc='A region of the input: begin, end and step per leading axis.')
-
-
-def _assign_infer(attrs, in_shapes):
-    lhs = in_shapes[0]
-    if lhs is not None and len(in_shapes) > 1 and in_shapes[1] is not None:
-        region = _sliced_shape(_slice_key(attrs, lhs), lhs)
-        if broadcast_shapes(in_shapes[1], region) != region:
-            raise ShapeError(f'a value of shape {in_shapes[1]} cannot fill a region of '
-                             f'shape {region}')
-    return list(in_shapes), [lhs]
-
-
-def _slice_assign_kernel(attrs, ins, outs, ctx):
-    _copy_into(outs[0], ins[0])
-    outs[0][_slice_key(attrs, outs[0].shape)] = ins[1]
-
-
-def _slice_assign_scalar_kernel(attrs, ins, outs, ctx):
-    _copy_into(outs[0], ins[0])
-    outs[0][_slice_key(attrs, outs[0].shape)] = attrs['scalar']
-
-
-register('_slice_assign', _slice_assign_kernel, inputs=('lhs', 'rhs'),
-         infer_shape=_assign_infer, infer_type=_identity_type, params=SLICE_PARAMS,
-         inplace=((0, 0),), aliases=('_crop_assign',),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._slice_assign_scalar(og[0], scalar=0.0, **_slice_args(attrs)),
-             F._reduce_to_shape(F.slice(og[0], **_slice_args(attrs)), ins[1])],
-         doc='`lhs` with the region begin:end:step replaced by `rhs` (broadcast).')
-register('_slice_assign_scalar', _slice_assign_scalar_kernel, infer_shape=_assign_infer,
-         params=SLICE_PARAMS + (Param('scalar', p_float, 0.0),), inplace=((0, 0),),
-         aliases=('_crop_assign_scalar',),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._slice_assign_scalar(og[0], scalar=0.0, **_slice_args(attrs))],
-         doc='`data` with the region begin:end:step set to `scalar`.')
-
-
-def _axis_slice_attrs(attrs, shape):
-    """slice_axis's attributes as those of slice on an array of `shape`."""
-    axis = normalize_axis(attrs['axis'], len(shape))
-    pad = (None,) * axis
-    return {'begin': pad + (attrs['begin'],), 'end': pad + (attrs['end'],), 'step': ()}
-
-
-def _slice_axis_infer(attrs, in_shapes):
-    if in_shapes[0] is None:
-        return list(in_shapes), [None]
-    return _slice_infer(_axis_slice_attrs(attrs, in_shapes[0]), in_shapes[:1])
-
-
-def _slice_axis_kernel(attrs, ins, outs, ctx):
-    _slice_kernel(_axis_slice_attrs(attrs, ins[0].shape), ins, outs, ctx)
-
-
-def _axis_assign_kernel(attrs, ins, outs, ctx):
-    _slice_assign_kernel(_axis_slice_attrs(attrs, ins[0].shape), ins, outs, ctx)
-
-
-def _axis_assign_infer(attrs, in_shapes):
-    if in_shapes[0] is None:
-        return list(in_shapes), [None]
-    return _assign_infer(_axis_slice_attrs(attrs, in_shapes[0]), in_shapes)
-
-
-AXIS_SLICE_PARAMS = (Param('axis', p_int, REQUIRED), Param('begin', p_int, REQUIRED),
-                     Param('end', p_optional(p_int), REQUIRED, 'None: to the end'))
-
-
-def _axis_slice_args(attrs):
-    return {'axis': attrs['axis'], 'begin': attrs['begin'], 'end': attrs['end']}
-
-
-register('slice_axis', _slice_axis_kernel, infer_shape=_slice_axis_infer,
-         params=AXIS_SLICE_PARAMS,
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._slice_axis_assign(F.zeros_like(ins[0]), og[0], **_axis_slice_args(attrs))],
-         doc='Elements begin:end along one axis.')
-register('_slice_axis_assign', _axis_assign_kernel, inputs=('lhs', 'rhs'),
-         infer_shape=_axis_assign_infer, infer_type=_identity_type, params=AXIS_SLICE_PARAMS,
-         inplace=((0, 0),),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._slice_axis_assign(og[0], F.zeros_like(ins[1]), **_axis_slice_args(attrs)),
-             F.slice_axis(og[0], **_axis_slice_args(attrs))],
-         doc='`lhs` with elements begin:end along `axis` replaced by `rhs`.')
 
 
 # ----------------------------------------------------------------------------------------------
@@ -564,7 +411,7 @@ def _where_type(dtypes):
 
 
 def _cast_kernel(attrs, ins, outs, ctx):
-    _copy_into(outs[0], ins[0].astype(outs[0].dtype, copy=False))
+    copy_into(outs[0], ins[0].astype(outs[0].dtype, copy=False))
 
 
 register('Cast', _cast_kernel, aliases=('cast',),
@@ -586,7 +433,7 @@ def _copyto_kernel(attrs, ins, outs, ctx):
         source = source.get()       # a device array coming to the host
     elif ctx.xp is not np:
         source = ctx.xp.asarray(source)
-    _copy_into(outs[0], source)
+    copy_into(outs[0], source)
 
 
 def _copyto_grad(F, attrs, ins, outs, og):
@@ -640,7 +487,7 @@ def _broadcast_like_infer(attrs, in_shapes):
 
 
 register('broadcast_like', _broadcast_kernel, inputs=('lhs', 'rhs'),
-         infer_shape=_broadcast_like_infer, infer_type=_identity_type,
+         infer_shape=_broadcast_like_infer, infer_type=first_type,
          gradient=_to_input_shape, doc='Broadcast `lhs` to the shape of `rhs`.')
 
 
@@ -699,7 +546,7 @@ register('tile', _tile_kernel, infer_shape=_tile_infer, params=(Param('reps', p_
          doc='Repeat the whole array `reps` times along each axis.')
 register('_backward_tile', _backward_tile_kernel, inputs=('data', 'like'),
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
-         infer_type=_identity_type, doc='Sum the tiles of `data` into the shape of `like`.')
+         infer_type=first_type, doc='Sum the tiles of `data` into the shape of `like`.')
 
 
 def _repeat_infer(attrs, in_shapes):
@@ -737,349 +584,179 @@ register('repeat', _repeat_kernel, infer_shape=_repeat_infer, params=REPEAT_PARA
          doc='Repeat each element `repeats` times (along `axis`, or flattened if None).')
 register('_backward_repeat', _backward_repeat_kernel, inputs=('data', 'like'),
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
-         infer_type=_identity_type, params=REPEAT_PARAMS,
+         infer_type=first_type, params=REPEAT_PARAMS,
          doc='Sum the repeats of `data` into the shape of `like`.')
 
 
 # ----------------------------------------------------------------------------------------------
-# take, pick, one_hot, gather_nd
+# diag
 
-MODE = Param('mode', p_enum('clip', 'wrap', 'raise'), 'clip', 'out-of-range indices')
-
-
-def _indices(index, length, mode, xp):
-    index = index.astype(np.int64)
-    if mode == 'wrap':
-        return index % length
-    if mode == 'raise' and ((index < 0) | (index >= length)).any():
-        raise IndexError(f'an index is out of range for an axis of length {length}')
-    return xp.clip(index, 0, length - 1)
+DIAG_PARAMS = (Param('k', p_int, 0, 'the diagonal: 0 main, > 0 above, < 0 below'),
+               Param('axis1', p_int, 0, 'first axis of the 2-D planes (N-D input)'),
+               Param('axis2', p_int, 1, 'second axis of the 2-D planes (N-D input)'))
 
 
-def _take_infer(attrs, in_shapes):
-    data, index = in_shapes
-    if data is None or index is None:
-        return list(in_shapes), [None]
-    axis = normalize_axis(attrs['axis'], len(data))
-    return list(in_shapes), [data[:axis] + tuple(index) + data[axis + 1:]]
+def _diag_length(rows, cols, k):
+    return max(0, min(rows, cols - k) if k >= 0 else min(rows + k, cols))
 
 
-def _take_kernel(attrs, ins, outs, ctx):
-    data, index = ins
-    axis = normalize_axis(attrs['axis'], data.ndim)
-    index = _indices(index, data.shape[axis], attrs['mode'], ctx.xp)
-    outs[0][...] = ctx.xp.take(data, index, axis=axis)
+def _diag_axes(attrs, shape):
+    ndim = len(shape)
+    axes = []
+    for name in ('axis1', 'axis2'):
+        if not -ndim <= attrs[name] < ndim:
+            raise ShapeError(f'diag: {name}={attrs[name]} is out of range for shape {shape}')
+        axes.append(attrs[name] % ndim)
+    if axes[0] == axes[1]:
+        raise ShapeError(f'diag: axis1 and axis2 name the same axis {axes[0]}')
+    return axes
 
 
-def _backward_take_kernel(attrs, ins, outs, ctx):
-    grad, index, out = ins[0], ins[1], outs[0]
-    axis = normalize_axis(attrs['axis'], out.ndim)
-    index = _indices(index, out.shape[axis], attrs['mode'], ctx.xp).reshape(-1)
-    moved = ctx.xp.moveaxis(out, axis, 0)
-    moved[...] = 0
-    rows = grad.reshape(out.shape[:axis] + (index.size,) + out.shape[axis + 1:])
-    ctx.xp.add.at(moved, index, ctx.xp.moveaxis(rows, axis, 0))
-
-
-TAKE_PARAMS = (Param('axis', p_int, 0), MODE)
-
-register('take', _take_kernel, inputs=('a', 'indices'), infer_shape=_take_infer,
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]), params=TAKE_PARAMS,
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._backward_take(og[0], ins[1], ins[0], axis=attrs['axis'], mode=attrs['mode']),
-             F.zeros_like(ins[1])],
-         doc='Elements of `a` at `indices` along `axis` (clipped, wrapped or checked).')
-register('_backward_take', _backward_take_kernel, inputs=('data', 'indices', 'like'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[2]]),
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]), params=TAKE_PARAMS,
-         doc='Scatter-add `data` into zeros shaped like `like` at `indices` (take\'s gradient).')
-
-
-def _pick_infer(attrs, in_shapes):
-    data = in_shapes[0]
-    if data is None:
-        return list(in_shapes), [None]
-    axis = normalize_axis(attrs['axis'], len(data))
-    out = data[:axis] + ((1,) if attrs['keepdims'] else ()) + data[axis + 1:]
-    index_shape = data[:axis] + data[axis + 1:]
-    if in_shapes[1] is not None and prod(in_shapes[1]) != prod(index_shape):
-        raise ShapeError(f'index of shape {tuple(in_shapes[1])} does not fit data of shape '
-                         f'{tuple(data)} along axis {attrs["axis"]}')
-    return [data, in_shapes[1] or index_shape], [out or (1,)]
-
-
-def _pick_positions(attrs, data_shape, index, xp):
-    axis = normalize_axis(attrs['axis'], len(data_shape))
-    index = _indices(index, data_shape[axis], attrs['mode'], xp)
-    return axis, index.reshape(data_shape[:axis] + (1,) + data_shape[axis + 1:])
-
-
-def _pick_kernel(attrs, ins, outs, ctx):
-    axis, index = _pick_positions(attrs, ins[0].shape, ins[1], ctx.xp)
-    picked = ctx.xp.take_along_axis(ins[0], index, axis=axis)
-    outs[0][...] = picked.reshape(outs[0].shape)
-
-
-def _backward_pick_kernel(attrs, ins, outs, ctx):
-    out = outs[0]
-    axis, index = _pick_positions(attrs, out.shape, ins[1], ctx.xp)
-    out[...] = 0
-    ctx.xp.put_along_axis(out, index, ins[0].reshape(index.shape), axis=axis)
-
-
-PICK_PARAMS = (Param('axis', p_int, -1), Param('keepdims', p_bool, False), MODE)
-
-register('pick', _pick_kernel, inputs=('data', 'index'), infer_shape=_pick_infer,
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]), params=PICK_PARAMS,
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._backward_pick(og[0], ins[1], ins[0], axis=attrs['axis'],
-                              keepdims=attrs['keepdims'], mode=attrs['mode']),
-             F.zeros_like(ins[1])],
-         doc='One element per position along `axis`, chosen by `index`.')
-register('_backward_pick', _backward_pick_kernel, inputs=('data', 'index', 'like'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[2]]),
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]), params=PICK_PARAMS,
-         doc='Place `data` at the picked positions of zeros shaped like `like`.')
-
-
-def _one_hot_kernel(attrs, ins, outs, ctx):
-    out, depth = outs[0], attrs['depth']
-    index = ins[0].astype(np.int64)
-    out[...] = attrs['off_value']
-    valid = (index >= 0) & (index < depth)
-    hot = (index[..., None] == ctx.xp.arange(depth)) & valid[..., None]
-    out[hot] = attrs['on_value']
-
-
-register('one_hot', _one_hot_kernel, inputs=('indices',),
-         infer_shape=lambda attrs, shapes: (list(shapes), [
-             None if shapes[0] is None else tuple(shapes[0]) + (attrs['depth'],)]),
-         infer_type=lambda attrs, dt: (list(dt), [attrs['dtype']]),
-         params=(Param('depth', p_int, REQUIRED), Param('on_value', p_float, 1.0),
-                 Param('off_value', p_float, 0.0), Param('dtype', p_dtype, np.dtype('float32'))),
-         gradient=lambda F, attrs, ins, outs, og: [F.zeros_like(ins[0])],
-         doc='One-hot rows of length `depth` (off_value where an index is out of range).')
-
-
-def _gather_infer(attrs, in_shapes):
-    data, index = in_shapes
-    if data is None or index is None:
-        return list(in_shapes), [None]
-    if not index or index[0] > len(data):
-        raise ShapeError(f'indices of shape {tuple(index)} cannot index data of shape '
-                         f'{tuple(data)}: the first dimension must be at most {len(data)}')
-    return list(in_shapes), [tuple(index[1:]) + tuple(data[index[0]:])]
-
-
-def _gather_kernel(attrs, ins, outs, ctx):
-    data, index = ins
-    outs[0][...] = data[tuple(index.astype(np.int64))]
-
-
-def _backward_gather_kernel(attrs, ins, outs, ctx):
-    grad, index, out = ins[0], ins[1], outs[0]
-    out[...] = 0
-    ctx.xp.add.at(out, tuple(index.astype(np.int64)), grad)
-
-
-register('gather_nd', _gather_kernel, inputs=('data', 'indices'), infer_shape=_gather_infer,
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]),
-         gradient=lambda F, attrs, ins, outs, og: [F._backward_gather_nd(og[0], ins[1], ins[0]),
-                                                   F.zeros_like(ins[1])],
-         doc='Elements of `data` at the index tuples that are the columns of `indices`.')
-register('_backward_gather_nd', _backward_gather_kernel, inputs=('data', 'indices', 'like'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[2]]),
-         infer_type=lambda attrs, dt: (list(dt), [dt[0]]),
-         doc='Scatter-add `data` into zeros shaped like `like` (gather_nd\'s gradient).')
-
-
-# ----------------------------------------------------------------------------------------------
-# dot, batch_dot
-
-def _matrix_view(shape, transpose, left):
-    """(kept dims, contracted size) of an operand of dot, as MXNet's DotShape views it."""
+def _diag_shape(attrs, shape):
+    k = attrs['k']
     if len(shape) == 1:
-        return (), shape[0]
-    if left != transpose:   # lhs not transposed, or rhs transposed: contract the last axis
-        return tuple(shape[:-1]), shape[-1]
-    return tuple(shape[1:]), shape[0]
+        return (shape[0] + abs(k),) * 2
+    axis1, axis2 = _diag_axes(attrs, shape)
+    length = _diag_length(shape[axis1], shape[axis2], k)
+    if length == 0:
+        raise ShapeError(f'diag: k={k} selects no diagonal of planes of shape '
+                         f'({shape[axis1]}, {shape[axis2]})')
+    return tuple(d for i, d in enumerate(shape) if i not in (axis1, axis2)) + (length,)
 
 
-def _dot_infer(attrs, in_shapes):
-    lhs, rhs = in_shapes
-    if lhs is None or rhs is None:
+def _diag_infer(attrs, in_shapes):
+    if in_shapes[0] is None:
         return list(in_shapes), [None]
-    ta, tb = attrs['transpose_a'], attrs['transpose_b']
-    if len(lhs) == 1 and len(rhs) == 1:
-        if ta or tb or lhs != rhs:
-            raise ShapeError(f'shape mismatch: {tuple(lhs)} X {tuple(rhs)} (vectors of equal '
-                             f'length, not transposed)')
-        return list(in_shapes), [(1,)]
-    kept_l, k_l = _matrix_view(lhs, ta, True)
-    kept_r, k_r = _matrix_view(rhs, tb, False)
-    if k_l != k_r:
-        raise ShapeError(f'shape mismatch: {tuple(lhs)} X {tuple(rhs)} with transpose_a={ta}, '
-                         f'transpose_b={tb}: contracted dimensions {k_l} and {k_r} differ')
-    return list(in_shapes), [kept_l + kept_r]
+    return list(in_shapes), [_diag_shape(attrs, tuple(in_shapes[0]))]
 
 
-def _as_matrix(x, transpose, left):
+def _diag_positions(xp, length, k):
+    steps = xp.arange(length)
+    return (steps, steps + k) if k >= 0 else (steps - k, steps)
+
+
+def _planes_last(xp, array, attrs):
+    """A view of `array` with the diag planes as its last two axes."""
+    axis1, axis2 = _diag_axes(attrs, array.shape)
+    return xp.moveaxis(array, (axis1, axis2), (-2, -1))
+
+
+def _diag_kernel(attrs, ins, outs, ctx):
+    xp, x, out, k = ctx.xp, ins[0], outs[0], attrs['k']
     if x.ndim == 1:
-        return x.reshape(1, -1) if left else x.reshape(-1, 1)
-    if left != transpose:
-        matrix = x.reshape(-1, x.shape[-1])
-        return matrix if left else matrix.T
-    matrix = x.reshape(x.shape[0], -1)
-    return matrix.T if left else matrix
+        out[...] = 0
+        rows, cols = _diag_positions(xp, x.shape[0], k)
+        out[rows, cols] = x
+        return
+    rows, cols = _diag_positions(xp, out.shape[-1], k)
+    out[...] = _planes_last(xp, x, attrs)[..., rows, cols]
 
 
-def _dot_kernel(attrs, ins, outs, ctx):
-    a = _as_matrix(ins[0], attrs['transpose_a'], True)
-    b = _as_matrix(ins[1], attrs['transpose_b'], False)
-    out = outs[0].reshape(a.shape[0], b.shape[1])
-    ctx.xp.matmul(a, b, out=out)
+def _diag_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data): the gradient of diag with respect to data."""
+    xp, grad, out, k = ctx.xp, ins[0], outs[0], attrs['k']
+    if out.ndim == 1:
+        rows, cols = _diag_positions(xp, out.shape[0], k)
+        out[...] = grad[rows, cols]
+        return
+    out[...] = 0
+    rows, cols = _diag_positions(xp, grad.shape[-1], k)
+    _planes_last(xp, out, attrs)[..., rows, cols] = grad
 
 
-def _backward_dot_kernel(attrs, ins, outs, ctx):
-    grad, lhs, rhs = ins
-    ta, tb = attrs['transpose_a'], attrs['transpose_b']
-    a, b = _as_matrix(lhs, ta, True), _as_matrix(rhs, tb, False)
-    g = grad.reshape(a.shape[0], b.shape[1])
-    grad_a, grad_b = g @ b.T, a.T @ g          # gradients of the matrix views
-    outs[0][...] = (grad_a.T if ta and lhs.ndim > 1 else grad_a).reshape(lhs.shape)
-    outs[1][...] = (grad_b.T if tb and rhs.ndim > 1 else grad_b).reshape(rhs.shape)
-
-
-def _dot_grad(F, attrs, ins, outs, og):
-    return list(F._backward_dot(og[0], ins[0], ins[1], transpose_a=attrs['transpose_a'],
-                                transpose_b=attrs['transpose_b']))
-
-
-DOT_PARAMS = (Param('transpose_a', p_bool, False), Param('transpose_b', p_bool, False),
-              Param('forward_stype', p_optional(p_enum('default', 'csr', 'row_sparse')), None))
-
-register('dot', _dot_kernel, inputs=('lhs', 'rhs'), infer_shape=_dot_infer, params=DOT_PARAMS,
-         gradient=_dot_grad,
-         doc='Matrix product; N-d arrays contract the last axis of lhs with the first of rhs.')
-register('_backward_dot', _backward_dot_kernel, inputs=('out_grad', 'lhs', 'rhs'),
-         outputs=('lhs_grad', 'rhs_grad'), params=DOT_PARAMS[:2],
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1], shapes[2]]),
-         infer_type=lambda attrs, dt: (list(dt), [dt[1], dt[2]]),
-         doc='The gradients of dot with respect to lhs and rhs.')
-
-
-def _batch_dot_infer(attrs, in_shapes):
-    lhs, rhs = in_shapes
-    if lhs is None or rhs is None:
-        return list(in_shapes), [None]
-    if len(lhs) < 3 or len(rhs) != len(lhs) or lhs[:-2] != rhs[:-2]:
-        raise ShapeError(f'batch_dot needs arrays of rank >= 3 with equal batch dimensions, '
-                         f'got {tuple(lhs)} X {tuple(rhs)}')
-    m, k = (lhs[-1], lhs[-2]) if attrs['transpose_a'] else lhs[-2:]
-    k2, n = (rhs[-1], rhs[-2]) if attrs['transpose_b'] else rhs[-2:]
-    if k != k2:
-        raise ShapeError(f'shape mismatch: {tuple(lhs)} X {tuple(rhs)}: contracted dimensions '
-                         f'{k} and {k2} differ')
-    return list(in_shapes), [tuple(lhs[:-2]) + (m, n)]
-
-
-def _batch_dot_kernel(attrs, ins, outs, ctx):
-    a, b = ins
-    if attrs['transpose_a']:
-        a = a.swapaxes(-1, -2)
-    if attrs['transpose_b']:
-        b = b.swapaxes(-1, -2)
-    ctx.xp.matmul(a, b, out=outs[0])
-
-
-def _batch_dot_grad(F, attrs, ins, outs, og):
-    lhs, rhs, g = ins[0], ins[1], og[0]
-    ta, tb = attrs['transpose_a'], attrs['transpose_b']
-    grad_l = (F.batch_dot(rhs, g, transpose_a=tb, transpose_b=True) if ta
-              else F.batch_dot(g, rhs, transpose_b=not tb))
-    grad_r = (F.batch_dot(g, lhs, transpose_a=True, transpose_b=ta) if tb
-              else F.batch_dot(lhs, g, transpose_a=not ta))
-    return [grad_l, grad_r]
-
-
-register('batch_dot', _batch_dot_kernel, inputs=('lhs', 'rhs'), infer_shape=_batch_dot_infer,
-         params=DOT_PARAMS, gradient=_batch_dot_grad,
-         doc='Matrix products of the matching matrices of two batches.')
+register('diag', _diag_kernel, infer_shape=_diag_infer, params=DIAG_PARAMS,
+         gradient=lambda F, attrs, ins, outs, og: [F._backward_diag(og[0], ins[0], **attrs)],
+         doc='A 1-D input becomes a matrix with it on diagonal k; an N-D input gives its '
+             'diagonal k of the planes (axis1, axis2), as a new last axis.')
+register('_backward_diag', _diag_backward_kernel, inputs=('out_grad', 'data'),
+         outputs=('data_grad',), params=DIAG_PARAMS, infer_shape=like_input(1),
+         infer_type=like_input(0))
 
 
 # ----------------------------------------------------------------------------------------------
-# NumPy-style advanced indexing (NDArray.__getitem__/__setitem__ with index arrays)
+# shape_array, size_array
 
-def p_index_key(value):
-    """A tuple of ints, slices, None, Ellipsis and integer NumPy arrays (kept as given)."""
-    key = value if isinstance(value, tuple) else (value,)
-    for part in key:
-        if not (part is None or part is Ellipsis or isinstance(part, (int, slice, np.integer))
-                or isinstance(part, np.ndarray) and part.dtype.kind in 'iub'):
-            raise ValueError('a tuple of ints, slices, None, Ellipsis and integer arrays')
-    return key
+_INT64 = np.dtype(np.int64)
 
 
-def indexed_shape(shape, key) -> tuple:
-    """The shape of ``x[key]`` for an array of `shape`, or IndexError (no data touched)."""
-    return np.broadcast_to(np.empty((), np.uint8), shape)[key].shape
+def zero_gradient(F, attrs, inputs, outputs, out_grads):
+    return [F.zeros_like(x) for x in inputs]
 
 
-def _advanced_infer(attrs, in_shapes):
-    shape = in_shapes[0]
-    if shape is None:
-        return list(in_shapes), [None]
-    try:
-        return list(in_shapes), [indexed_shape(shape, attrs['key'])]
-    except IndexError as exc:
-        raise ShapeError(f'index {attrs["key"]} does not fit shape {tuple(shape)}: {exc}')
+def _shape_array_kernel(attrs, ins, outs, ctx):
+    outs[0][...] = ctx.xp.asarray(ins[0].shape, dtype=np.int64)
 
 
-def _advanced_kernel(attrs, ins, outs, ctx):
-    outs[0][...] = ins[0][attrs['key']]
+register('shape_array', _shape_array_kernel,
+         infer_shape=lambda attrs, s: (list(s), [None if s[0] is None else (len(s[0]),)]),
+         infer_type=lambda attrs, dt: (list(dt), [_INT64]), gradient=zero_gradient,
+         doc='The shape of the input as a 1-D int64 array.')
+register('size_array', lambda attrs, ins, outs, ctx: outs[0].fill(ins[0].size),
+         infer_shape=lambda attrs, s: (list(s), [(1,)]),
+         infer_type=lambda attrs, dt: (list(dt), [_INT64]), gradient=zero_gradient,
+         doc='The number of elements of the input as an int64 array of shape (1,).')
 
 
-def _advanced_backward_kernel(attrs, ins, outs, ctx):
-    out = outs[0]
-    out[...] = 0
-    ctx.xp.add.at(out, attrs['key'], ins[0])
+# ----------------------------------------------------------------------------------------------
+# depth_to_space, space_to_depth (NCHW, MXNet's DCR order)
+
+BLOCK = (Param('block_size', p_int, REQUIRED, 'edge of the blocks moved between depth and '
+               'space'),)
 
 
-def _advanced_assign_infer(attrs, in_shapes):
-    data = in_shapes[0]
-    if data is not None and len(in_shapes) > 1 and in_shapes[1] is not None:
-        region = _advanced_infer(attrs, in_shapes[:1])[1][0]
-        if broadcast_shapes(in_shapes[1], region) != region:
-            raise ShapeError(f'a value of shape {tuple(in_shapes[1])} cannot fill a region of '
-                             f'shape {region}')
-    return list(in_shapes), [data]
+def _block_check(name, attrs, data):
+    size = attrs['block_size']
+    if len(data) != 4 or size < 1:
+        raise ShapeError(f'{name}: needs 4-D (N, C, H, W) data and block_size >= 1, got shape '
+                         f'{tuple(data)} and block_size={size}')
+    return size
 
 
-def _advanced_assign_kernel(attrs, ins, outs, ctx):
-    _copy_into(outs[0], ins[0])
-    outs[0][attrs['key']] = ins[1] if len(ins) > 1 else attrs['scalar']
+def _depth_to_space_shape(attrs, data):
+    size = _block_check('depth_to_space', attrs, data)
+    n, c, h, w = data
+    if c % (size * size):
+        raise ShapeError(f'depth_to_space: channels {c} are not a multiple of '
+                         f'block_size**2 = {size * size}')
+    return (n, c // (size * size), h * size, w * size)
 
 
-KEY = Param('key', p_index_key, REQUIRED, 'the index: ints, slices, None, Ellipsis, arrays')
+def _space_to_depth_shape(attrs, data):
+    size = _block_check('space_to_depth', attrs, data)
+    n, c, h, w = data
+    if h % size or w % size:
+        raise ShapeError(f'space_to_depth: height {h} and width {w} must be multiples of '
+                         f'block_size={size}')
+    return (n, c * size * size, h // size, w // size)
 
-register('_advanced_index', _advanced_kernel, infer_shape=_advanced_infer, params=(KEY,),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._advanced_index_backward(og[0], ins[0], key=attrs['key'])],
-         doc='``data[key]`` with NumPy\'s rules for integer index arrays (a copy).')
-register('_advanced_index_backward', _advanced_backward_kernel, inputs=('data', 'like'),
-         infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
-         infer_type=_identity_type, params=(KEY,),
-         doc='Scatter-add `data` at `key` into zeros shaped like `like`.')
-register('_advanced_index_assign', _advanced_assign_kernel, inputs=('lhs', 'rhs'),
-         infer_shape=_advanced_assign_infer, infer_type=_identity_type, params=(KEY,),
-         inplace=((0, 0),),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._advanced_index_assign_scalar(og[0], key=attrs['key'], scalar=0.0),
-             F._reduce_to_shape(F._advanced_index(og[0], key=attrs['key']), ins[1])],
-         doc='`lhs` with ``lhs[key] = rhs``.')
-register('_advanced_index_assign_scalar', _advanced_assign_kernel,
-         infer_shape=_advanced_assign_infer, params=(KEY, Param('scalar', p_float, 0.0)),
-         inplace=((0, 0),),
-         gradient=lambda F, attrs, ins, outs, og: [
-             F._advanced_index_assign_scalar(og[0], key=attrs['key'], scalar=0.0)],
-         doc='`data` with ``data[key] = scalar``.')
+
+def _shape_infer(shape_fn):
+    def infer(attrs, in_shapes):
+        if in_shapes[0] is None:
+            return list(in_shapes), [None]
+        return list(in_shapes), [shape_fn(attrs, tuple(in_shapes[0]))]
+    return infer
+
+
+def _depth_to_space_kernel(attrs, ins, outs, ctx):
+    x, size = ins[0], attrs['block_size']
+    n, c, h, w = x.shape
+    blocks = x.reshape(n, size, size, c // (size * size), h, w)
+    outs[0][...] = blocks.transpose(0, 3, 4, 1, 5, 2).reshape(outs[0].shape)
+
+
+def _space_to_depth_kernel(attrs, ins, outs, ctx):
+    x, size = ins[0], attrs['block_size']
+    n, c, h, w = x.shape
+    blocks = x.reshape(n, c, h // size, size, w // size, size)
+    outs[0][...] = blocks.transpose(0, 3, 5, 1, 2, 4).reshape(outs[0].shape)
+
+
+register('depth_to_space', _depth_to_space_kernel,
+         infer_shape=_shape_infer(_depth_to_space_shape), params=BLOCK,
+         gradient=lambda F, attrs, ins, outs, og: [F.space_to_depth(og[0], **attrs)],
+         doc='Move blocks of channels into space: (N, C, H, W) -> (N, C/b**2, H*b, W*b).')
+register('space_to_depth', _space_to_depth_kernel,
+         infer_shape=_shape_infer(_space_to_depth_shape), params=BLOCK,
+         gradient=lambda F, attrs, ins, outs, og: [F.depth_to_space(og[0], **attrs)],
+         doc='Move blocks of space into channels: (N, C, H, W) -> (N, C*b**2, H/b, W/b).')

@@ -19,7 +19,7 @@ import numpy as np
 from ember.base import prod
 from ember.op.accumulate import accumulation_dtype
 from ember.op.registry import (Param, ShapeError, p_axes, p_bool, p_enum, p_int, p_optional,
-                               p_dtype, register)
+                               p_dtype, register, zero_gradient)
 
 __all__ = ['reduce_axes', 'reduced_shape', 'keepdims_shape']
 
@@ -258,3 +258,97 @@ register('_broadcast_back', _broadcast_back_kernel, inputs=('data', 'like'),
              F.zeros_like(ins[1])],
          doc='Broadcast `data`, a reduction of `like` over `axis`, back to `like`\'s shape '
              '(divided by the reduced count when `mean`): the gradient of a reduction.')
+
+
+# ----------------------------------------------------------------------------------------------
+# moments, nansum, nanprod
+
+def _moments_infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if data is None:
+        return list(in_shapes), [None, None]
+    out = reduced_shape(data, reduce_axes(attrs['axes'], len(data)), attrs['keepdims'])
+    return list(in_shapes), [out, out]
+
+
+def _moments_kernel(attrs, ins, outs, ctx):
+    x = ins[0]
+    axes = reduce_axes(attrs['axes'], x.ndim)
+    wide = x.astype(accumulation_dtype(x.dtype, ctx.safe_accumulation), copy=False)
+    mean = wide.mean(axis=axes, keepdims=True)
+    centered = wide - mean
+    outs[0][...] = mean.reshape(outs[0].shape)
+    outs[1][...] = (centered * centered).mean(axis=axes, keepdims=True).reshape(outs[1].shape)
+
+
+def _moments_gradient(F, attrs, inputs, outputs, out_grads):
+    x, (mean_grad, var_grad) = inputs[0], out_grads
+    where = {'axis': attrs['axes'], 'keepdims': attrs['keepdims']}
+    mean = F._broadcast_back(outputs[0], x, **where)
+    spread = F._broadcast_back(mean_grad, x, mean=True, **where)
+    return [spread + 2 * (x - mean) * F._broadcast_back(var_grad, x, mean=True, **where)]
+
+
+register('moments', _moments_kernel, infer_shape=_moments_infer,
+         infer_type=lambda attrs, dt: (list(dt), [dt[0], dt[0]]), outputs=('mean', 'var'),
+         gradient=_moments_gradient,
+         params=(Param('axes', p_axes, None, 'axes to reduce; None for all'),
+                 Param('keepdims', p_bool, False, 'keep reduced axes with length 1')),
+         doc='Mean and (biased) variance over the given axes.')
+
+
+def _nan_reduce_infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if data is None:
+        return list(in_shapes), [None]
+    axes = reduce_axes(attrs['axis'], len(data), attrs['exclude'])
+    return list(in_shapes), [reduced_shape(data, axes, attrs['keepdims'])]
+
+
+def _nan_reduce_kernel(name):
+    def kernel(attrs, ins, outs, ctx):
+        x = ins[0]
+        axes = reduce_axes(attrs['axis'], x.ndim, attrs['exclude'])
+        target = outs[0].reshape(keepdims_shape(x.shape, axes))
+        floating = x.dtype.kind == 'f'
+        dtype = accumulation_dtype(x.dtype, ctx.safe_accumulation) if floating else None
+        target[...] = getattr(ctx.xp, name)(x, axis=axes, keepdims=True, dtype=dtype)
+    return kernel
+
+
+def _nansum_gradient(F, attrs, inputs, outputs, out_grads):
+    x = inputs[0]
+    return [_back(F, out_grads[0], x, attrs) * F.broadcast_equal(x, x)]   # 0 where x is NaN
+
+
+def _nanprod_gradient(F, attrs, inputs, outputs, out_grads):
+    x = inputs[0]
+    through = _back(F, out_grads[0] * outputs[0], x, attrs) / x
+    return [F.where(F.broadcast_equal(x, x), through, F.zeros_like(x))]
+
+
+for _name, _gradient in (('nansum', _nansum_gradient), ('nanprod', _nanprod_gradient)):
+    register(_name, _nan_reduce_kernel(_name), infer_shape=_nan_reduce_infer,
+             params=AXES_PARAMS, gradient=_gradient,
+             doc=f'{_name[3:].capitalize()} over the given axes, treating NaN as '
+                 f'{0 if _name == "nansum" else 1}.')
+
+
+# ----------------------------------------------------------------------------------------------
+# argmax_channel
+
+def _argmax_channel_infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if data is None:
+        return list(in_shapes), [None]
+    return list(in_shapes), [tuple(data[:-1]) or (1,)]
+
+
+def _argmax_channel_kernel(attrs, ins, outs, ctx):
+    outs[0][...] = ctx.xp.argmax(ins[0], axis=-1).reshape(outs[0].shape)
+
+
+register('argmax_channel', _argmax_channel_kernel,
+         infer_shape=_argmax_channel_infer, gradient=zero_gradient,
+         doc='Index of the maximum of each row (along the last axis), in the input\'s '
+             'dtype, as MXNet\'s argmax with axis=-1.')

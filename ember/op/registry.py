@@ -63,7 +63,8 @@ from ember.base import EmberError, dtype_of
 
 __all__ = ['Param', 'OpDef', 'KernelContext', 'register', 'get', 'all_ops', 'ShapeError',
            'REQUIRED', 'p_int', 'p_float', 'p_bool', 'p_str', 'p_enum', 'p_shape', 'p_dtype',
-           'p_optional', 'p_axes', 'same_shape', 'same_type', 'elemwise_shape']
+           'p_optional', 'p_axes', 'same_shape', 'same_type', 'elemwise_shape', 'like_input',
+           'variadic_names', 'zero_gradient', 'NUM_ARGS']
 
 REQUIRED = object()
 
@@ -175,6 +176,10 @@ class Param:
     doc: str = ''
 
 
+# The `num_args` of a variadic operator.
+NUM_ARGS = Param('num_args', p_int, REQUIRED, 'number of inputs')
+
+
 # ----------------------------------------------------------------------------------------------
 # Inference helpers for the common cases.
 
@@ -198,6 +203,21 @@ def same_type(attrs, in_dtypes):
         if other != dtype:
             raise ShapeError(f'inputs must have the same dtype, got {dtype} and {other}')
     return [dtype] * len(in_dtypes), [dtype]
+
+
+def like_input(index):
+    """An infer_shape or infer_type whose one output takes input `index`'s shape or dtype."""
+    return lambda attrs, values: (list(values), [values[index]])
+
+
+def variadic_names(attrs):
+    """The inputs of a variadic operator: arg0, arg1, ... (``num_args`` of them)."""
+    return [f'arg{i}' for i in range(attrs['num_args'])]
+
+
+def zero_gradient(F, attrs, inputs, outputs, out_grads):
+    """The gradient of an output that does not change with its inputs (a shape, an index)."""
+    return [F.zeros_like(x) for x in inputs]
 
 
 def elemwise_shape(fn):

@@ -18,11 +18,7 @@ import numpy as np
 
 from ember import ndarray as nd
 
-__all__ = ['Optimizer', 'register', 'create', 'NDabs',
-           # MXNet keeps every optimizer in this module; Ember's are beside it (__getattr__)
-           'SGD', 'ccSGD', 'NAG', 'Signum', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta', 'Ftrl',
-           'FTML', 'LAMB', 'Adamax', 'Nadam', 'LARS', 'LBSGD', 'DCASGD', 'SGLD', 'Test',
-           'Updater', 'get_updater']
+__all__ = ['Optimizer', 'register', 'create', 'NDabs']
 
 
 class Optimizer:
@@ -278,9 +274,3 @@ def _warn_float16(optimizer, weight):
 
 NDabs = nd.abs      # MXNet's name for mx.nd.abs in this module
 
-
-def __getattr__(name):
-    if name in __all__:
-        import ember.optimizer as package
-        return getattr(package, name)
-    raise AttributeError(f"module 'ember.optimizer.optimizer' has no attribute {name!r}")

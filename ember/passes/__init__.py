@@ -1,4 +1,5 @@
-"""Graph passes: one module per pass, each with one entry point ``run(graph, ...) -> graph``.
+"""Graph passes: one module per pass, each with one entry point ``run(graph, options) -> graph``
+(:class:`~ember.passes.options.Options`; the pipeline, :mod:`ember.executor.pipeline`, lists them).
 
 A pass reads a :class:`~ember.symbol.graph.Graph` (nodes in topological order, entries,
 the operator registry's declarations) and returns a new graph; results that are per entry,

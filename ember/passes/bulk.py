@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from ember import config
+from ember.passes.options import Options
 
 __all__ = ['run', 'Segment']
 
@@ -35,15 +36,15 @@ class Segment:
     name: str           # the operator's name, or 'bulk[op,op,...]'
 
 
-def run(graph, is_train=None):
+def run(graph, options=Options()):
     """`graph` with ``attrs['segments']``: a tuple of :class:`Segment` covering every operator
-    node, forward segments first. `is_train` (default: whether the graph has a gradient part)
-    picks the training or the inference rule."""
+    node, forward segments first. Whether the graph has a gradient part picks the training or
+    the inference rule, as in MXNet (not ``options.is_train``: a forward pass in training
+    mode without gradients bulks as inference)."""
     bulk_inference = config.get('MXNET_EXEC_BULK_EXEC_INFERENCE')
     bulk_train = config.get('MXNET_EXEC_BULK_EXEC_TRAIN')
     info = graph.attrs.get('gradient')
-    if is_train is None:
-        is_train = info is not None
+    is_train = info is not None
     split = len(graph.nodes) if info is None else info.num_forward_nodes
     if is_train:
         fwd = config.get('MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD') if bulk_train else 1

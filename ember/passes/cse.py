@@ -22,6 +22,7 @@ import logging
 
 from ember import config
 from ember.passes._rewrite import Rewriter
+from ember.passes.options import Options
 from ember.symbol.graph import Entry
 
 __all__ = ['run']
@@ -33,7 +34,7 @@ _log = logging.getLogger(__name__)
 _STATEFUL = frozenset({'Custom', '_backward_Custom'})
 
 
-def run(graph):
+def run(graph, options=Options()):
     """`graph` with duplicate computations merged into their first occurrence; the same graph
     object when nothing merges or ``MXNET_ELIMINATE_COMMON_EXPR`` is off."""
     if not config.get('MXNET_ELIMINATE_COMMON_EXPR'):

@@ -31,6 +31,7 @@ from ember import config
 from ember.op import registry
 from ember.op.fused import chain_text
 from ember.passes._rewrite import Rewriter, forward_count
+from ember.passes.options import Options
 from ember.symbol.graph import Entry, attr_text_of, consumers, make_node
 
 __all__ = ['run', 'MAX_STEPS']
@@ -41,7 +42,7 @@ _log = logging.getLogger(__name__)
 MAX_STEPS = 32
 
 
-def run(graph):
+def run(graph, options=Options()):
     """`graph` with its element-wise groups fused; the same graph object when nothing fuses or
     ``MXNET_USE_FUSION`` is off. Shapes in ``attrs`` are dropped when nodes change."""
     if not config.get('MXNET_USE_FUSION'):

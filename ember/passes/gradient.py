@@ -14,11 +14,14 @@ runs ``nodes[:num_forward_nodes]`` in forward and the rest in backward.
 >>> from ember import symbol as sym
 >>> from ember.passes import gradient
 >>> y = sym.FullyConnected(sym.var('x'), num_hidden=2, name='fc')
->>> g = gradient.run(y.to_graph(), grad_req={'fc_weight': 'write', 'fc_bias': 'add'})
+>>> g = gradient.with_gradients(y.to_graph(), grad_req={'fc_weight': 'write', 'fc_bias': 'add'})
 >>> g.attrs['gradient'].wrt, g.output_names()[0]
 (('fc_weight', 'fc_bias'), 'fc_output')
 >>> [g.nodes[i].name for i in g.arg_nodes][-1]
 'fc_output_head_grad'
+
+In the pipeline, :func:`run` takes the requests from ``options.grad_req`` (and does nothing
+when none asks for a gradient).
 """
 from __future__ import annotations
 
@@ -29,11 +32,13 @@ from dataclasses import dataclass
 from ember import symbol as F
 from ember.base import EmberError
 from ember.passes._rewrite import without_identities
+from ember.passes.options import Options
 from ember.symbol.graph import Entry, prune
 from ember.symbol.infer import FLAG_OF_TYPE, infer_shapes, infer_types
 from ember.symbol.name import NameManager
 
-__all__ = ['run', 'GradientInfo', 'GRAD_REQS', 'grad_reqs_of']
+__all__ = ['run', 'with_gradients', 'direct_gradients', 'GradientInfo', 'GRAD_REQS',
+           'grad_reqs_of']
 
 _log = logging.getLogger(__name__)
 GRAD_REQS = ('write', 'add', 'null')
@@ -78,7 +83,34 @@ def grad_reqs_of(arg_names, grad_req) -> dict:
     return reqs
 
 
-def run(graph, wrt=None, grad_req='write'):
+def run(graph, options=Options()):
+    """`graph` with the gradients ``options.grad_req`` asks for (every argument's request; a
+    name missing is 'null'); `graph` itself when none asks for one."""
+    if not options.wants_gradients:
+        return graph
+    wrt = [graph.nodes[i].name for i in graph.arg_nodes]
+    return with_gradients(graph, wrt, {name: options.grad_req.get(name, 'null') for name in wrt})
+
+
+def direct_gradients(graph, grad_req) -> dict:
+    """Gradient outputs the executor writes straight into the user's gradient arrays:
+    ``{entry id: argument name}`` for 'write' gradients computed by a backward operator (each
+    entry once); the others (a head gradient, a forward value) are copied or added after they
+    are computed."""
+    info = graph.attrs.get('gradient')
+    if info is None:
+        return {}
+    direct = {}
+    for k, name in enumerate(info.wrt):
+        entry = graph.outputs[info.num_forward_outputs + k]
+        eid = graph.entry_id(entry)
+        if (grad_req.get(name) == 'write' and entry.node >= info.num_forward_nodes
+                and graph.nodes[entry.node].op is not None and eid not in direct):
+            direct[eid] = name
+    return direct
+
+
+def with_gradients(graph, wrt=None, grad_req='write'):
     """`graph` (pruned to what its outputs need) with the gradients of the arguments `wrt`
     (names; default every argument) appended as outputs; ``attrs['gradient']`` is a
     :class:`GradientInfo`. Known shapes and dtypes of the outputs (``attrs['shape']``,

@@ -2,14 +2,14 @@
 (``MXNET_BACKWARD_DO_MIRROR=1``), trading compute for memory as MXNet's memonger does.
 
 It runs on a forward+backward graph (after the gradient pass, before fusion and memory
-planning); a graph without a backward part comes back unchanged. The forward part is the first
-``attrs['gradient'].num_forward_nodes`` nodes (or what the first `num_forward_outputs` outputs
-depend on); every other node is backward. A backward node that reads a forward value computed
-by a cheap operator reads a copy instead, ``<name>_mirror``, placed right before the first
-backward node that needs it, so the memory planner can free the forward value as soon as the
-forward part is done with it. A mirror's inputs are mirrors too where their operators are
-cheap, up to chains of :data:`MAX_DEPTH` recomputed nodes; beyond that it reads the kept
-forward values.
+planning); a graph without a backward part comes back unchanged. The forward part is what the
+graph's first ``attrs['num_forward_outputs']`` outputs depend on (the gradient pass writes it),
+else the first ``attrs['gradient'].num_forward_nodes`` nodes; every other node is backward. A
+backward node that reads a forward value computed by a cheap operator reads a copy instead,
+``<name>_mirror``, placed right before the first backward node that needs it, so the memory
+planner can free the forward value as soon as the forward part is done with it. A mirror's
+inputs are mirrors too where their operators are cheap, up to chains of :data:`MAX_DEPTH`
+recomputed nodes; beyond that it reads the kept forward values.
 
 Cheap means anything but Convolution, FullyConnected, Concat, SoftmaxOutput and Dropout, as in
 MXNet, less random operators and operators that update an input. BatchNorm updates its moving
@@ -30,8 +30,9 @@ carries the user attribute ``__mirror_of__`` (its original's name), which also k
 >>> y = sym.tanh(x, name='t')
 >>> dy = sym._backward_Activation(sym.var('head'), y, act_type='tanh', name='grad')
 >>> graph = sym.Group([y, dy]).to_graph()
+>>> graph = graph.replace(attrs={'num_forward_outputs': 1})     # y; then its gradient
 >>> with config.override(MXNET_BACKWARD_DO_MIRROR=True):
-...     mirrored = mirror.run(graph, num_forward_outputs=1)
+...     mirrored = mirror.run(graph)
 >>> [n.name for n in mirrored.nodes]
 ['x', 't', 'head', 't_mirror', 'grad']
 """
@@ -44,6 +45,7 @@ from ember import config
 from ember.base import EmberError
 from ember.op import registry
 from ember.passes._rewrite import Rewriter, forward_count
+from ember.passes.options import Options
 from ember.symbol.graph import Entry
 
 __all__ = ['run', 'MAX_DEPTH', 'EXPENSIVE']
@@ -56,16 +58,14 @@ EXPENSIVE = frozenset({'Convolution', 'FullyConnected', 'Concat', 'SoftmaxOutput
 MAX_DEPTH = 8
 
 
-def run(graph, num_forward_outputs=None):
+def run(graph, options=Options()):
     """`graph` with mirrors of its cheap forward nodes feeding the backward nodes; the same
-    graph object when nothing is mirrored or the graph has no backward part. The forward part
-    is the first ``attrs['gradient'].num_forward_nodes`` nodes (from the gradient pass), or what
-    the first `num_forward_outputs` outputs depend on when that is given."""
+    graph object when nothing is mirrored or the graph has no backward part."""
     forced = [_forced(node) for node in graph.nodes]
     enabled = config.get('MXNET_BACKWARD_DO_MIRROR')
     if not enabled and not any(forced):
         return graph
-    forward = _forward_nodes(graph, num_forward_outputs)
+    forward = _forward_nodes(graph, graph.attrs.get('num_forward_outputs'))
     if forward is None:
         return graph
     candidates = [position in forward and _mirrorable(node, enabled, forced[position])

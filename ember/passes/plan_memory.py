@@ -25,8 +25,10 @@ planned buffer by buffer and 1.28 GB laid out.
 
 >>> from ember import symbol as sym
 >>> from ember.passes import infer_shape, infer_type, plan_memory
+>>> from ember.passes.options import Options
 >>> net = sym.relu(sym.exp(sym.var('x') * 2), name='out')
->>> g = infer_type.run(infer_shape.run(net.to_graph(), {'x': (1024,)}), {'x': 'float32'})
+>>> options = Options(shapes={'x': (1024,)}, dtypes={'x': 'float32'})
+>>> g = infer_type.run(infer_shape.run(net.to_graph(), options), options)
 >>> plan = plan_memory.run(g).attrs['memory_plan']
 >>> plan.entry_bytes, plan.planned_bytes      # three outputs of 4 KiB, one buffer in place
 (12288, 4096)
@@ -41,9 +43,11 @@ import numpy as np
 
 from ember import config
 from ember.base import EmberError, prod
+from ember.passes.gradient import direct_gradients
+from ember.passes.options import Options
 from ember.symbol.infer import shape_is_known
 
-__all__ = ['run', 'MemoryPlan', 'EXTERNAL', 'ALIGNMENT']
+__all__ = ['run', 'plan', 'MemoryPlan', 'EXTERNAL', 'ALIGNMENT']
 
 _log = logging.getLogger(__name__)
 EXTERNAL = -1       # storage id of an entry that lives outside the arena
@@ -70,7 +74,14 @@ class MemoryPlan:
         return None if sid == EXTERNAL else self.offsets[sid]
 
 
-def run(graph, shapes=None, dtypes=None, external=()):
+def run(graph, options=Options()):
+    """`graph` with ``attrs['memory_plan']``: :func:`plan` with the gradients that the
+    executor writes straight into the user's arrays (``options.grad_req``) outside the
+    arena."""
+    return plan(graph, external=direct_gradients(graph, options.grad_req))
+
+
+def plan(graph, shapes=None, dtypes=None, external=()):
     """`graph` with ``attrs['memory_plan']``, a :class:`MemoryPlan`.
 
     `shapes` and `dtypes` are per entry id (default ``attrs['shape']``/``attrs['dtype']``);
@@ -84,16 +95,16 @@ def run(graph, shapes=None, dtypes=None, external=()):
     external = _external_entries(graph, external)
     node_colour = _colour_nodes(graph, colours)
     if match_range == 0:
-        plan = _plan(graph, sizes, external, node_colour, 0, False)
+        best = _plan(graph, sizes, external, node_colour, 0, False)
     else:
         ranges = [1 << k for k in range(match_range.bit_length()) if 1 << k <= match_range]
         plans = [_plan(graph, sizes, external, node_colour, r, inplace) for r in ranges]
         # ties go to the plan with fewer buffer bytes: more reuse, fewer engine variables
-        plan = min(plans, key=lambda p: (p.planned_bytes, sum(p.sizes)))
+        best = min(plans, key=lambda p: (p.planned_bytes, sum(p.sizes)))
     _log.debug('plan_memory: %d bytes planned for %d bytes of outputs (match range %d, %d '
-               'colours, in place %s)', plan.planned_bytes, plan.entry_bytes, plan.match_range,
+               'colours, in place %s)', best.planned_bytes, best.entry_bytes, best.match_range,
                colours, inplace and match_range > 0)
-    return graph.replace(attrs={**graph.attrs, 'memory_plan': plan})
+    return graph.replace(attrs={**graph.attrs, 'memory_plan': best})
 
 
 def _entry_sizes(graph, shapes, dtypes):

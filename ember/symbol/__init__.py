@@ -18,11 +18,13 @@ found on first use. The graph IR that passes work on is in ``ember.symbol.graph`
 """
 from __future__ import annotations
 
+import sys as _sys
 import types as _types
 
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
-from ember.symbol import graph, infer, json_io  # noqa: F401
+from ember.symbol import graph, image, infer, json_io  # noqa: F401
+from ember.symbol import symbol as _symbol
 from ember.symbol.attribute import AttrScope  # noqa: F401
 from ember.symbol.name import NameManager, Prefix  # noqa: F401
 from ember.symbol.symbol import (Group, NotImplementedForSymbol, Symbol, Variable,  # noqa: F401
@@ -31,6 +33,8 @@ from ember.symbol import creation as _creation
 from ember.symbol import tape as _tape  # noqa: F401  (installs autograd.get_symbol's builder)
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
+
+_symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call into mx.sym
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
@@ -44,7 +48,7 @@ def __getattr__(name):
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
-                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph']
+                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image']
                  + list(_creation.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

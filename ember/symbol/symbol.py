@@ -436,15 +436,21 @@ class Symbol:
         """``Reshape``; the shape may be given as ints, a tuple or ``shape=``."""
         if shape and all(isinstance(d, (int, np.integer)) for d in shape):
             shape = (tuple(shape),)
-        return _namespace().reshape(self, *shape, **kwargs)
+        return _namespace.reshape(self, *shape, **kwargs)
 
     def astype(self, dtype, **kwargs) -> 'Symbol':
-        return _namespace().cast(self, dtype=dtype, **kwargs)
+        return _namespace.cast(self, dtype=dtype, **kwargs)
 
 
-def _namespace():
-    from ember import symbol
-    return symbol
+# mx.sym (the ember.symbol package, which generates a function per operator): the package
+# hands itself over as it loads (bind_namespace), since it imports this module
+_namespace = None
+
+
+def bind_namespace(namespace) -> None:
+    """Makes `namespace` (the ember.symbol package) the one operator methods call into."""
+    global _namespace
+    _namespace = namespace
 
 
 # Operator methods: ``x.sum(axis=1)`` is ``mx.sym.sum(x, axis=1)``, found at call time.
@@ -463,7 +469,7 @@ FLUENT_METHODS = (
 
 def _fluent(name):
     def method(self, *args, **kwargs):
-        return getattr(_namespace(), name)(self, *args, **kwargs)
+        return getattr(_namespace, name)(self, *args, **kwargs)
     method.__name__ = name
     method.__qualname__ = f'Symbol.{name}'
     method.__doc__ = f'``mx.sym.{name}(self, ...)``.'

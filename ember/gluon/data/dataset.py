@@ -9,9 +9,12 @@
 """
 from __future__ import annotations
 
-from ember import ndarray as nd
+import os
 
-__all__ = ['Dataset', 'SimpleDataset', 'ArrayDataset']
+from ember import ndarray as nd
+from ember.io import recordio
+
+__all__ = ['Dataset', 'SimpleDataset', 'ArrayDataset', 'RecordFileDataset']
 
 
 class Dataset:
@@ -131,3 +134,38 @@ class ArrayDataset(Dataset):
 
     def __len__(self):
         return self._length
+
+
+class RecordFileDataset(Dataset):
+    """The records of a RecordIO file as bytes, by position, through its index (the ``.idx``
+    beside the ``.rec``). Threads and worker processes may read it at once.
+
+    >>> import os, tempfile
+    >>> from ember.io import recordio
+    >>> folder = tempfile.mkdtemp()
+    >>> writer = recordio.MXIndexedRecordIO(os.path.join(folder, 'r.idx'),
+    ...                                     os.path.join(folder, 'r.rec'), 'w')
+    >>> for key in (7, 3):
+    ...     writer.write_idx(key, b'record %d' % key)
+    >>> writer.close()
+    >>> records = RecordFileDataset(os.path.join(folder, 'r.rec'))
+    >>> len(records), records[0], records[1]
+    (2, b'record 7', b'record 3')
+    """
+
+    def __init__(self, filename):
+        self.filename = os.fspath(filename)
+        self.idx_file = os.path.splitext(self.filename)[0] + '.idx'
+        self._offsets = [offset for _, offset in recordio.read_index(self.idx_file)]
+        self._records = recordio.RecordFile(self.filename)
+
+    def __getitem__(self, idx):
+        try:
+            offset = self._offsets[idx]
+        except IndexError:
+            raise IndexError(f'RecordFileDataset: index {idx} is out of range for the '
+                             f'{len(self._offsets)} records of {self.filename!r}') from None
+        return self._records.read_at(offset)
+
+    def __len__(self):
+        return len(self._offsets)

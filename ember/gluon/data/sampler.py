@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ['Sampler', 'SequentialSampler', 'RandomSampler', 'BatchSampler', 'IntervalSampler']
+__all__ = ['Sampler', 'SequentialSampler', 'RandomSampler', 'BatchSampler', 'IntervalSampler',
+           'FilterSampler']
 
 _LAST_BATCH = ('keep', 'discard', 'rollover')
 
@@ -52,6 +53,24 @@ class RandomSampler(Sampler):
 
     def __len__(self):
         return self._length
+
+
+class FilterSampler(Sampler):
+    """The indices of the samples of `dataset` for which ``fn(sample)`` is true (decided
+    once, when the sampler is made).
+
+    >>> list(FilterSampler(lambda x: x % 3 == 0, list(range(10))))
+    [0, 3, 6, 9]
+    """
+
+    def __init__(self, fn, dataset):
+        self._indices = [i for i in range(len(dataset)) if fn(dataset[i])]
+
+    def __iter__(self):
+        return iter(self._indices)
+
+    def __len__(self):
+        return len(self._indices)
 
 
 class IntervalSampler(Sampler):

@@ -8,5 +8,5 @@
 ([(4, 3), (2, 3), (2,)], [(4, 2)])
 """
 from ember.op.nn import (  # noqa: F401  (registration side effects)
-    activation, bn_apply, convolution, ctc, dropout, elemwise_math, fully_connected, loss, misc,
+    activation, bn_apply, conv, ctc, dropout, elemwise_math, fully_connected, loss, misc,
     normalization, pooling, rnn, softmax, sorting, sync_batchnorm)

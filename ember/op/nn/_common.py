@@ -25,6 +25,38 @@ def layout_param():
                  'Data layout; None means channel-first (NCW, NCHW or NCDHW).')
 
 
+def pool_window(attrs, size_in):
+    """The Window of a Pooling operator over data of spatial size `size_in`."""
+    op, nd = 'Pooling', len(size_in)
+    ones = (1,) * nd
+    if attrs['global_pool']:
+        return make_window(tuple(size_in), ones, ones, (0,) * nd, size_in, ones)
+    kernel = attrs['kernel']
+    if len(kernel) != nd:
+        raise ShapeError(f'Pooling: kernel {kernel} has {len(kernel)} dims but the data has '
+                         f'{nd} spatial dims' + ('' if kernel else '; set kernel or global_pool'))
+    stride, pad = spatial_defaults(op, attrs, nd, ('stride', 'pad'))
+    convention = attrs['pooling_convention']
+    if convention == 'same':
+        if any(pad):
+            raise ShapeError(f"Pooling: pooling_convention='same' computes its own padding; "
+                             f'got pad={pad}')
+        size_out = tuple(-(-n // s) for n, s in zip(size_in, stride))
+        total = [max((o - 1) * s + k - n, 0) for o, s, k, n in
+                 zip(size_out, stride, kernel, size_in)]
+        pad = tuple(t // 2 for t in total)
+    else:
+        spans = [n + 2 * p - k for n, p, k in zip(size_in, pad, kernel)]
+        if convention == 'valid':
+            size_out = tuple(span // s + 1 for span, s in zip(spans, stride))
+        else:
+            size_out = tuple(-(-span // s) + 1 for span, s in zip(spans, stride))
+    if any(o <= 0 for o in size_out):
+        raise ShapeError(f'Pooling: kernel {kernel} does not fit data of spatial size '
+                         f'{tuple(size_in)} padded by {pad}')
+    return make_window(kernel, stride, ones, pad, size_in, size_out)
+
+
 # ----------------------------------------------------------------------------------------------
 # Shape and type inference helpers.
 
@@ -275,3 +307,20 @@ def _round_up(nbytes):
 def outputs_of(result, count):
     """The outputs of an F call as a list (NDArray and Symbol results alike)."""
     return [result] if count == 1 else [result[i] for i in range(count)]
+
+
+def weight_token(ctx, *indices):
+    """``((engine variable, version), ...)`` of the inputs at `indices` (None ones skipped)
+    that a layer's weight is made from, in inference (a convolution's or a FullyConnected's
+    kernels keep what they derive from it while it stays); None in training or when one of
+    them is not a variable of the graph (it may then change between any two calls)."""
+    if ctx.is_train:
+        return None
+    pairs = []
+    for index in indices:
+        if index is not None:
+            pair = ctx.input_version(index)
+            if pair is None:
+                return None
+            pairs.append(pair)
+    return tuple(pairs) or None

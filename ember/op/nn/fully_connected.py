@@ -8,9 +8,8 @@ from ember.backend import native
 from ember.base import prod
 from ember.engine.threads import kernel_threads
 from ember.op.nn import onednn_provider
-from ember.op.nn.convolution import weight_token
-from ember.op.nn._common import assign_shape, outputs_of, reshape_view
-from ember.op.nn.conv_winograd import run_compiled
+from ember.op.nn._common import assign_shape, outputs_of, reshape_view, weight_token
+from ember.op.nn.conv.compiled import run_compiled
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_int, register, same_type
 
 PARAMS = (
@@ -66,15 +65,11 @@ def _rows(xp, attrs, array):
 _winograd = native.compiled_module('_winograd')
 
 # Up to DENSE_MAX_ROWS rows (a batch of 1 to 4 images) on plain weights run on the compiled
-# dense kernel (ember._winograd.dense): every row of the weight is read once, for all the
-# rows, in one sequential pass per thread. Such a product does 2 flops per weight it reads:
-# its speed is the memory's. alexnet's 9216->4096 layer at 1 row (151 MB): 1.5-1.6 ms against
-# 2.3-2.6 for oneDNN's inner product on the plain weight and NumPy's matmul, measured side by
-# side (two threads read about 100 GB/s in that phase; oneDNN's reached 65); at 4 rows 3.7
-# against 6.3 ms. oneDNN on a kept blocked copy of the weight is as fast at one row and
-# faster at 2 to 4 (onednn_provider.FC_BLOCKED_MIN_ROWS): a graph's weight of a few rows runs
-# there, one row here (no copy). Past 4 rows the kernel would read the weight again for each
-# 4: oneDNN's GEMM then does better.
+# dense kernel (ember._winograd.dense), which reads every row of the weight once for all the
+# rows: such a product runs at the memory's speed, faster than oneDNN's inner product on the
+# plain weight and NumPy's matmul (benchmark_score.py alexnet). oneDNN on a kept blocked copy
+# is as fast at one row and faster at 2 to 4 (onednn_provider's fc_blocked_min_rows); past 4
+# rows the kernel would read the weight again for each 4 and oneDNN's GEMM does better.
 DENSE_MAX_ROWS = 4
 _DENSE_CHUNK = 32               # outputs a thread takes at a time
 

@@ -3,11 +3,13 @@ MakeLoss. Their backward pass is the gradient of the loss they stand for, not of
 output (SoftmaxOutput's is softmax - onehot(label)), and ignores the incoming gradient."""
 from __future__ import annotations
 
+import numpy as np
+
 from ember.base import prod
-from ember.op.nn._common import assign_shape, typed_like_first
+from ember.op.nn._common import accumulation_dtype, assign_shape, typed_like_first
 from ember.op.nn.activation import sigmoid
 from ember.op.nn.softmax import softmax_of
-from ember.op.registry import Param, p_bool, p_enum, p_float, register
+from ember.op.registry import Param, ShapeError, like_input, p_bool, p_enum, p_float, register
 
 _NORMALIZATION = p_enum('null', 'batch', 'valid')
 
@@ -220,3 +222,105 @@ register('_backward_MakeLoss', _make_loss_backward_kernel, inputs=('out_grad', '
          outputs=('data_grad',), params=MAKE_LOSS_PARAMS,
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]))
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax_cross_entropy
+
+def _sce_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    data = in_shapes[0]
+    if data is None:
+        return in_shapes, [(1,)]
+    if len(data) != 2:
+        raise ShapeError(f'softmax_cross_entropy: data must be (batch, classes), got shape '
+                         f'{tuple(data)}')
+    assign_shape('softmax_cross_entropy', in_shapes, 1, 'label', (data[0],))
+    return in_shapes, [(1,)]
+
+
+def _log_probabilities(xp, x, safe):
+    wide = x.astype(accumulation_dtype(x.dtype, safe), copy=False)
+    shifted = wide - wide.max(axis=1, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def _class_index(xp, label, classes):
+    index = label.astype(np.int64)
+    return xp.clip(index, 0, classes - 1)
+
+
+def _sce_kernel(attrs, ins, outs, ctx):
+    xp, (data, label) = ctx.xp, ins
+    log_prob = _log_probabilities(xp, data, ctx.safe_accumulation)
+    index = _class_index(xp, label, data.shape[1])
+    outs[0][...] = -log_prob[xp.arange(data.shape[0]), index].sum()
+
+
+def _sce_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, data, label): (softmax(data) - onehot(label)) * out_grad."""
+    xp, (grad, data, label) = ctx.xp, ins
+    prob = xp.exp(_log_probabilities(xp, data, ctx.safe_accumulation))
+    prob[xp.arange(data.shape[0]), _class_index(xp, label, data.shape[1])] -= 1
+    outs[0][...] = prob * grad.reshape(())
+
+
+register('softmax_cross_entropy', _sce_kernel, inputs=('data', 'label'), infer_shape=_sce_infer,
+         infer_type=typed_like_first(free=(1,)),
+         gradient=lambda F, attrs, ins, outs, og: [
+             F._backward_softmax_cross_entropy(og[0], ins[0], ins[1]), None],
+         doc='Sum over the batch of -log(softmax(data)[label]); shape (1,).')
+register('_backward_softmax_cross_entropy', _sce_backward_kernel,
+         inputs=('out_grad', 'data', 'label'), outputs=('data_grad',),
+         infer_shape=like_input(1), infer_type=like_input(1))
+
+
+# ----------------------------------------------------------------------------------------------
+# SVMOutput
+
+SVM_PARAMS = (
+    Param('margin', p_float, 1.0, 'the margin of the hinge loss'),
+    Param('regularization_coefficient', p_float, 1.0, 'scales the gradient'),
+    Param('use_linear', p_bool, False, 'L1-SVM (hinge) instead of L2-SVM (squared hinge)'),
+)
+
+
+def _svm_infer(attrs, in_shapes):
+    in_shapes = list(in_shapes)
+    data = in_shapes[0]
+    if data is None:
+        return in_shapes, [None]
+    assign_shape('SVMOutput', in_shapes, 1, 'label', (data[0],))
+    return in_shapes, [tuple(data)]
+
+
+def _svm_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, output, label); MXNet's L1/L2-SVM gradient, ignoring out_grad."""
+    xp, score, label = ctx.xp, ins[1], ins[2]
+    rows = score.reshape(score.shape[0], -1)
+    margin, scale = attrs['margin'], attrs['regularization_coefficient']
+    truth = xp.arange(rows.shape[1])[None, :] == label.astype(np.int64).reshape(-1, 1)
+    signed = xp.where(truth, -rows, rows)       # the true class must score above the margin
+    active = (margin + signed) > 0
+    if attrs['use_linear']:
+        grad = active * scale
+    else:
+        grad = active * 2 * (margin + signed) * scale
+    outs[0][...] = xp.where(truth, -grad, grad).reshape(outs[0].shape)
+
+
+def _identity_kernel(attrs, ins, outs, ctx):
+    if outs[0] is not ins[0]:
+        outs[0][...] = ins[0]
+
+
+register('SVMOutput', _identity_kernel,
+         inputs=('data', 'label'), infer_shape=_svm_infer,
+         infer_type=typed_like_first(free=(1,)), params=SVM_PARAMS,
+         gradient=lambda F, attrs, ins, outs, og: [
+             F._backward_SVMOutput(og[0], outs[0], ins[1], **attrs), None],
+         doc='Identity forward; backward is the gradient of the (squared) hinge loss of the '
+             'scores against the labels, ignoring the incoming gradient.')
+register('_backward_SVMOutput', _svm_backward_kernel, inputs=('out_grad', 'output', 'label'),
+         outputs=('data_grad',), params=SVM_PARAMS, infer_shape=like_input(1),
+         infer_type=like_input(1))

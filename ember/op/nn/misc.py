@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.op.nn._common import assign_shape, make_window, outputs_of
-from ember.op.nn.convolution import conv_backward_data, conv_backward_weight, conv_forward
+from ember.op.nn.conv.generic import conv_backward_data, conv_backward_weight, conv_forward
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_dtype, p_enum, p_float, p_int, p_shape, register)
 

@@ -12,8 +12,9 @@ from ember.backend import native
 from ember.engine.threads import team_arguments
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import accumulation_dtype, assign_shape, normalize_axis, outputs_of
+from ember.op.reduce import reduced_shape
 from ember.op.registry import (
-    REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_optional, register)
+    REQUIRED, Param, ShapeError, p_bool, p_enum, p_float, p_int, p_optional, register)
 
 # BatchNorm's compiled kernels: a leaf C module that setup.py builds where it can; without it
 # (no C compiler) the NumPy code runs
@@ -764,3 +765,60 @@ register('LRN', _lrn_kernel, infer_shape=_lrn_infer, outputs=('output', 'tmp_nor
 register('_backward_LRN', _lrn_backward_kernel, inputs=('out_grad', 'data', 'tmp_norm'),
          infer_shape=_grads_like((1,)), outputs=('data_grad',), params=LRN_PARAMS,
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[1]]))
+
+
+# ----------------------------------------------------------------------------------------------
+# L2Normalization
+
+_L2_MODES = p_enum('instance', 'channel', 'spatial')
+
+
+def l2_axes(mode, ndim):
+    """The axes L2Normalization's norm runs over in `mode` for `ndim`-D data."""
+    return {'instance': tuple(range(1, ndim)), 'channel': (1,),
+            'spatial': tuple(range(2, ndim))}[mode]
+
+
+def _l2_axes_kwargs(mode):
+    """The same axes as reduction arguments that need no ndim (for gradients of symbols)."""
+    return {'instance': {'axis': (0,), 'exclude': True}, 'channel': {'axis': (1,)},
+            'spatial': {'axis': (0, 1), 'exclude': True}}[mode]
+
+
+def _l2_infer(attrs, in_shapes):
+    data = in_shapes[0]
+    if data is None:
+        return list(in_shapes), [None, None]
+    least = 3 if attrs['mode'] == 'spatial' else 2
+    if len(data) < least:
+        raise ShapeError(f"L2Normalization: mode={attrs['mode']!r} needs data of at least "
+                         f'{least} dimensions, got shape {tuple(data)}')
+    axes = l2_axes(attrs['mode'], len(data))
+    return list(in_shapes), [tuple(data), reduced_shape(data, axes, False)]
+
+
+def _l2_kernel(attrs, ins, outs, ctx):
+    xp, x = ctx.xp, ins[0]
+    axes = l2_axes(attrs['mode'], x.ndim)
+    wide = x.astype(accumulation_dtype(x.dtype, ctx.safe_accumulation), copy=False)
+    norm = xp.sqrt((wide * wide).sum(axis=axes, keepdims=True) + attrs['eps'])
+    outs[0][...] = wide / norm
+    outs[1][...] = norm.reshape(outs[1].shape)
+
+
+def _l2_gradient(F, attrs, inputs, outputs, out_grads):
+    # d(x/n) = (g - y * sum(g * y)) / n, with the sums over the normalised axes
+    x, y, g = inputs[0], outputs[0], out_grads[0]
+    axes = _l2_axes_kwargs(attrs['mode'])
+    dot = F.sum(g * y, keepdims=True, **axes)
+    norm = F.sqrt(F.sum(F.square(x), keepdims=True, **axes) + attrs['eps'])
+    return [F.broadcast_div(g - F.broadcast_mul(y, dot), norm)]
+
+
+register('L2Normalization', _l2_kernel, infer_shape=_l2_infer,
+         infer_type=lambda attrs, dt: (list(dt), [dt[0], dt[0]]),
+         outputs=('output', 'norm'), visible_outputs=1, gradient=_l2_gradient,
+         params=(Param('eps', p_float, 1e-10, 'added to the sum of squares'),
+                 Param('mode', _L2_MODES, 'instance', 'instance: each sample; channel: across '
+                       'channels at each position; spatial: each channel across positions')),
+         doc='x / sqrt(sum(x**2) + eps) over the axes that `mode` names.')

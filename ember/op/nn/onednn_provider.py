@@ -1,12 +1,17 @@
-"""oneDNN forward kernels for the hot neural-network operators on float32 CPU arrays.
+"""oneDNN kernels, forward and backward, for the hot neural-network operators on float32 CPU
+arrays: convolution (and its data and weight gradients), FullyConnected, pooling, BatchNorm,
+activations, softmax, LRN, RNN and transposing copies.
 
 Each function takes the operator's parsed attributes and its NumPy arrays (plain NCHW or NHWC
-buffers, any positive strides), runs the forward computation through oneDNN and returns True,
-or returns False without touching the outputs when it cannot handle the case, so that the
-caller falls back to its NumPy kernel. oneDNN runs when ``MXNET_MKLDNN_ENABLED`` is on and the
-library is installed; it picks its own layouts for convolutions, and the built primitives with
-their reorders are cached (``MXNET_MKLDNN_CACHE_NUM``). Its OpenMP threads follow the engine's
-kernel thread count (``OMP_NUM_THREADS``, else every core).
+buffers, any positive strides), runs the computation through oneDNN and returns True (or a
+prepared call to run again), or returns False without touching the outputs when it cannot
+handle the case, so that the caller falls back to its own kernel. The provider knows nothing
+of the operators that call it: what it shares with them (a pooling window, an RNN's packed
+parameters) comes from :mod:`ember.op.nn._common` and :mod:`ember.op.nn.rnn_layout`. oneDNN
+runs when ``MXNET_MKLDNN_ENABLED`` is on and the library is installed; it picks its own layouts
+for convolutions, and the built primitives with their reorders are cached
+(``MXNET_MKLDNN_CACHE_NUM``). Its OpenMP threads follow the engine's kernel thread count
+(``OMP_NUM_THREADS``, else every core).
 
 >>> import numpy as np
 >>> from ember.op.nn import onednn_provider
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,8 +39,9 @@ from ember.backend.onednn import (
     ARG_DIFF_WEIGHTS, ARG_DST, ARG_MEAN, ARG_SCALE, ARG_SHIFT, ARG_SRC, ARG_VARIANCE,
     ARG_DST_ITER, ARG_DST_ITER_C, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_WEIGHTS, ARG_WEIGHTS_ITER,
     ARG_WORKSPACE, MemoryDesc, PostOp, has_plain_strides)
-from ember.op.nn._common import (channel_first, is_channel_last, reshape_view, scratch,
-                                 spatial_defaults)
+from ember.op.nn._common import (channel_first, is_channel_last, pool_window, reshape_view,
+                                 scratch, spatial_defaults)
+from ember.op.nn.rnn_layout import dims_of, unpack
 
 __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'convolution_backward_weights', 'fully_connected_forward', 'fully_connected_backward',
@@ -42,6 +49,29 @@ __all__ = ['enabled', 'convolution_forward', 'convolution_backward_data',
            'batch_norm_training_forward', 'batch_norm_backward', 'activation_forward',
            'activation_backward', 'leaky_relu_forward', 'leaky_relu_backward', 'softmax_forward',
            'softmax_backward', 'lrn_forward', 'rnn_forward', 'transpose']
+
+
+
+@dataclass(frozen=True)
+class OneDNNTuning:
+    """The provider's measured trade-offs (figures in benchmarks/README.md)."""
+    # An inference inner product of at least this many rows whose weight is a graph variable
+    # runs on a kept copy of the weight in oneDNN's blocked layout (its brgemm kernel; on plain
+    # weights oneDNN falls back to a slow GEMM), for weights of at most fc_blocked_max_bytes:
+    # the copy doubles the layer's memory. One row runs on FullyConnected's dense kernel,
+    # as fast and without a copy (benchmark_score.py alexnet, vgg16).
+    fc_blocked_min_rows: int = 2
+    fc_blocked_max_bytes: int = 256 << 20
+    # NCHW data is pooled in channel-last copies that sit in the calling thread's oneDNN
+    # workspace, which keeps its largest size: a batch is pooled this many bytes at a time.
+    pool_copy_bytes: int = 16 << 20
+    # From about this many elements a oneDNN reorder copies a permuted view several times
+    # faster than NumPy's strided copy; below it the call costs what it saves
+    # (call_overhead.py).
+    transpose_min_elements: int = 16384
+
+
+TUNING = OneDNNTuning()
 
 # MXNet's activation names -> (oneDNN eltwise algorithm, alpha)
 _ACTIVATIONS = {'relu': ('relu', 0.0), 'sigmoid': ('logistic', 0.0), 'tanh': ('tanh', 0.0),
@@ -78,8 +108,8 @@ def _alike(*arrays) -> list:
     their layout. A view whose spatial dims are all 1 (global pooling's output, a convolution
     whose kernel covers its input) is as much channel-last as it is plain, and oneDNN takes
     it as plain: next to channel-last data that mismatch sends it to its reference kernel,
-    250 times slower (resnet50_v1's last pooling at batch 32: 65 ms). So when every array is
-    a dense channel-last view, all are described as channel-last."""
+    hundreds of times slower (resnet50_v1's last pooling). So when every array is a dense
+    channel-last view, all are described as channel-last."""
     if all(_dense_channel_last(a) for a in arrays):
         return [MemoryDesc.channel_last(a.shape) for a in arrays]
     return [MemoryDesc.of(a) for a in arrays]
@@ -148,7 +178,7 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     added through oneDNN's sum post-op and `act_type` (an Activation name) applied after it.
     `weight_scale` (per output channel; None for none) is a folded BatchNorm. `weight_version`,
     ``((engine variable, version), ...)`` of the arrays the weight is made from
-    (:func:`ember.op.nn.convolution.weight_token`), lets the weight's reorder into oneDNN's
+    (:func:`ember.op.nn._common.weight_token`), lets the weight's reorder into oneDNN's
     blocked layout, scaled, be kept between calls while it stays the same.
 
     False where oneDNN does not run it; else, where the call can be run again as it is, its
@@ -189,8 +219,8 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
         primitive = convolution(post_ops)
         if act is not None and 'gemm' in primitive.implementation:
             # oneDNN's GEMM-based convolution (alexnet's 11x11 first layer) applies an
-            # activation post-op one value at a time: 0.6 ms of its 1.8. An eltwise primitive
-            # in place after it takes 0.02.
+            # activation post-op one value at a time; an eltwise primitive in place after it
+            # is far cheaper (call_overhead.py)
             primitive = convolution(post_ops[:-1])
             primitive.then = onednn.eltwise(y_md, y_md, *act)
         return primitive
@@ -282,8 +312,8 @@ def convolution_backward_weights(attrs, dy, data, dweight, dbias=None) -> bool:
     rows = (reshape_view(dy, (-1, dy.shape[-1]))
             if dbias is not None and is_channel_last(attrs['layout']) else None)
     if rows is not None:
-        # oneDNN's channel-last kernels sum the bias gradient slowly: 3.7 of 10.9 ms for
-        # resnet50_v1's 64->256 1x1 layer at batch 16, where NumPy's column sums take 1.8
+        # oneDNN's channel-last kernels sum the bias gradient slowly; NumPy's column sums
+        # take half the time (conv_gradients.py, 1x1 table)
         if not convolution_backward_weights(attrs, dy, data, dweight):
             return False
         np.add.reduce(rows, axis=0, out=dbias)
@@ -321,33 +351,19 @@ def fc_rows(attrs, data, weight, out):
     return rows, reshape_view(out, (-1, attrs['num_hidden']))
 
 
-# An inference inner product of at least FC_BLOCKED_MIN_ROWS rows whose weight is a graph
-# variable runs on a kept copy of the weight in oneDNN's blocked layout, for weights of at
-# most FC_BLOCKED_MAX_BYTES. On plain (H, K) weights oneDNN falls back to a GEMM that ran
-# alexnet's 9216->4096 layer at 75 GFLOP/s at 32 rows (32 ms), its brgemm kernel on blocked
-# weights at 328 (7.4 ms); at 8 rows 10.8 against 4.2 ms, at one row the same 3.7 (the
-# weights' bytes decide). The copy doubles the layer's memory, so past the cap (vgg16's
-# 25088->4096 layer, 411 MB) the weight stays plain. At 2 to 4 rows the blocked copy also
-# beats the compiled dense kernel that FullyConnected runs on plain weights (9216->4096, side
-# by side: 2.1-2.3 against 2.6-2.7 ms at 2 rows, 2.3-2.4 against 3.2 at 4); at one row they
-# run alike (2.0-2.1 ms; alexnet at batch 1 8.6-8.8 ms a batch either way), and the dense
-# kernel keeps no copy.
-FC_BLOCKED_MIN_ROWS = 2
-FC_BLOCKED_MAX_BYTES = 256 << 20
-
-
 def fc_keeps_blocked(rows, weight, weight_version) -> bool:
     """Whether an inner product of `rows` rows runs on a kept blocked copy of `weight`
-    (see ``FC_BLOCKED_MIN_ROWS``)."""
-    return (weight_version is not None and rows >= FC_BLOCKED_MIN_ROWS
-            and weight.nbytes <= FC_BLOCKED_MAX_BYTES and enabled())
+    (``TUNING.fc_blocked_min_rows``, ``fc_blocked_max_bytes``)."""
+    t = TUNING
+    return (weight_version is not None and rows >= t.fc_blocked_min_rows
+            and weight.nbytes <= t.fc_blocked_max_bytes and enabled())
 
 
 def fully_connected_forward(attrs, data, weight, bias, out, weight_version=None) -> bool:
     """out = data (flattened to rows) weight^T + bias, for FullyConnected's `attrs`.
     `weight_version`, ``((engine variable, version), ...)`` of the weight in inference, lets
     a blocked copy of the weight be kept while it stays the same (see
-    ``FC_BLOCKED_MIN_ROWS``)."""
+    ``TUNING.fc_blocked_min_rows``)."""
     rows, out_rows = fc_rows(attrs, data, weight, out)
     if rows is None or out_rows is None or not _ready(rows, weight, bias, out_rows):
         return False
@@ -435,18 +451,14 @@ def _channels_apart(x) -> bool:
     return x.shape[1] > 1 and x.strides[1] != x.itemsize
 
 
-# The channel-last copies of NCHW data sit in the calling thread's oneDNN workspace, which keeps
-# its largest size: a batch is pooled a few samples at a time, as the NumPy kernel does.
-_CHUNK_BYTES = 16 << 20
-
-
 def _sample_chunks(*arrays_and_apart):
     """[(start, stop)] sample ranges of the arrays (all of one batch) whose copies fit
-    _CHUNK_BYTES; one range when nothing is copied (the last argument is False)."""
+    ``TUNING.pool_copy_bytes``; one range when nothing is copied (the last argument is
+    False)."""
     *arrays, apart = arrays_and_apart
     n = len(arrays[0])
     per_sample = sum(a[:1].nbytes for a in arrays)
-    step = max(1, _CHUNK_BYTES // max(per_sample, 1)) if apart else max(n, 1)
+    step = max(1, TUNING.pool_copy_bytes // max(per_sample, 1)) if apart else max(n, 1)
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
@@ -455,8 +467,8 @@ def pooling_backward(attrs, dy, data, dx, ctx=None) -> bool:
     `dy`. Max pooling runs the forward pass again to find where each maximum came from (the
     operator keeps no oneDNN workspace); ties go to the first maximum, as in the NumPy kernel.
     The recomputed output and oneDNN's workspace come from `ctx`'s 'temp' resource when it
-    has one: fresh arrays of that size (13 and 3 MB for resnet50_v1's first pooling at batch
-    16) fault their pages in on every call, which took 1-20 ms in a training step."""
+    has one: fresh arrays of that size fault their pages in on every call (compare.py
+    --train)."""
     geometry = _pool_geometry(attrs, dx, dy, safe=False)
     if geometry is None or not _ready(dy, data, dx):
         return False
@@ -519,17 +531,11 @@ def _pool_geometry(attrs, data, out, safe):
         return None
     layout = attrs['layout']
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
-    window = _pool_window(attrs, x.shape[2:])
+    window = pool_window(attrs, x.shape[2:])
     algorithm = _pool_algorithm(attrs, window, safe)
     if algorithm is None or _has_empty_window(window):
         return None
     return x, y, window, algorithm
-
-
-def _pool_window(attrs, size_in):
-    # imported here: pooling.py imports this module to call it first
-    from ember.op.nn.pooling import pool_window
-    return pool_window(attrs, size_in)
 
 
 def _pool_algorithm(attrs, window, safe):
@@ -793,9 +799,8 @@ def rnn_forward(attrs, data, params, state, state_cell, out, hy, cy=None) -> boo
         return False
     if data.ndim != 3 or not _ready(data, params, state, state_cell, out, hy, cy):
         return False
-    from ember.op.nn import rnn      # imported here: rnn.py imports this module
-    dims = rnn._dims(attrs, data.shape[2])
-    weights = rnn._unpack(params, dims)
+    dims = dims_of(attrs, data.shape[2])
+    weights = unpack(params, dims)
     layer_in = data
     for layer in range(dims.layers):
         last = layer == dims.layers - 1
@@ -850,16 +855,11 @@ def _rnn_pack(mode, dims, layer_weights):
 # ----------------------------------------------------------------------------------------------
 # Transpose
 
-# From about this many elements a oneDNN reorder copies a permuted view 3-10x faster than
-# NumPy's strided copy ((N, 3, 224, 224) to channel-last: 64 against 250 us at N=1, 0.8
-# against 7.6 ms at N=32); below it the call costs about what it saves.
-TRANSPOSE_MIN_ELEMENTS = 16384
-
-
 def transpose(view, out) -> bool:
     """out = `view` (a permuted view of another array) through a oneDNN reorder; False (out
-    untouched) where NumPy should copy: small, not float32, or overlapping memory."""
-    if (view.size < TRANSPOSE_MIN_ELEMENTS or view.shape != out.shape or view.ndim > 12
+    untouched) where NumPy should copy: small (``TUNING.transpose_min_elements``), not
+    float32, or overlapping memory."""
+    if (view.size < TUNING.transpose_min_elements or view.shape != out.shape or view.ndim > 12
             or not _ready(view, out) or np.may_share_memory(view, out)):
         return False
     key = ('reorder', _layout(view), _layout(out))

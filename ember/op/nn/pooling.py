@@ -8,11 +8,11 @@ from ember import config, engine
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import (
     accumulation_dtype, channel_first, check_layout, interior, is_channel_last, join_layout,
-    layout_param, make_window, padded_input, scratch, shape_param, spatial_defaults,
-    split_layout, window_slices)
-from ember.op.registry import Param, ShapeError, p_bool, p_enum, p_int, p_optional, register
-
-__all__ = ['pool_window']
+    layout_param, padded_input, pool_window, scratch, shape_param, split_layout,
+    window_slices)
+from ember.op.registry import (
+    REQUIRED, Param, ShapeError, like_input, p_bool, p_enum, p_float, p_int, p_optional, p_shape,
+    register)
 
 POOL_PARAMS = (
     shape_param('kernel', doc='Window size; ignored with global_pool.'),
@@ -28,38 +28,6 @@ POOL_PARAMS = (
           'avg: count padded elements in the divisor (None means True).'),
     layout_param(),
 )
-
-
-def pool_window(attrs, size_in):
-    """The Window of a Pooling operator over data of spatial size `size_in`."""
-    op, nd = 'Pooling', len(size_in)
-    ones = (1,) * nd
-    if attrs['global_pool']:
-        return make_window(tuple(size_in), ones, ones, (0,) * nd, size_in, ones)
-    kernel = attrs['kernel']
-    if len(kernel) != nd:
-        raise ShapeError(f'Pooling: kernel {kernel} has {len(kernel)} dims but the data has '
-                         f'{nd} spatial dims' + ('' if kernel else '; set kernel or global_pool'))
-    stride, pad = spatial_defaults(op, attrs, nd, ('stride', 'pad'))
-    convention = attrs['pooling_convention']
-    if convention == 'same':
-        if any(pad):
-            raise ShapeError(f"Pooling: pooling_convention='same' computes its own padding; "
-                             f'got pad={pad}')
-        size_out = tuple(-(-n // s) for n, s in zip(size_in, stride))
-        total = [max((o - 1) * s + k - n, 0) for o, s, k, n in
-                 zip(size_out, stride, kernel, size_in)]
-        pad = tuple(t // 2 for t in total)
-    else:
-        spans = [n + 2 * p - k for n, p, k in zip(size_in, pad, kernel)]
-        if convention == 'valid':
-            size_out = tuple(span // s + 1 for span, s in zip(spans, stride))
-        else:
-            size_out = tuple(-(-span // s) + 1 for span, s in zip(spans, stride))
-    if any(o <= 0 for o in size_out):
-        raise ShapeError(f'Pooling: kernel {kernel} does not fit data of spatial size '
-                         f'{tuple(size_in)} padded by {pad}')
-    return make_window(kernel, stride, ones, pad, size_in, size_out)
 
 
 def _infer(attrs, in_shapes):
@@ -226,3 +194,81 @@ register('Pooling', _kernel, infer_shape=_infer, params=POOL_PARAMS, gradient=_g
 register('_backward_Pooling', _backward_kernel, inputs=('out_grad', 'data', 'output'),
          infer_shape=lambda attrs, shapes: (list(shapes), [shapes[1]]),
          outputs=('data_grad',), params=POOL_PARAMS, resources=('temp',))
+
+
+# ----------------------------------------------------------------------------------------------
+# ROIPooling
+
+ROI_PARAMS = (Param('pooled_size', p_shape, REQUIRED, '(height, width) of each pooled region'),
+              Param('spatial_scale', p_float, REQUIRED, 'ratio of feature-map to input-image '
+                    'size: multiplies the ROI coordinates'))
+
+
+def _roi_infer(attrs, in_shapes):
+    data, rois = in_shapes
+    if data is None or rois is None:
+        return list(in_shapes), [None, None]
+    if len(data) != 4 or len(rois) != 2 or rois[1] != 5 or len(attrs['pooled_size']) != 2:
+        raise ShapeError(f'ROIPooling: needs data (N, C, H, W), rois (R, 5) and a 2-D '
+                         f'pooled_size, got {tuple(data)}, {tuple(rois)} and '
+                         f'{attrs["pooled_size"]}')
+    out = (rois[0], data[1]) + tuple(attrs['pooled_size'])
+    return list(in_shapes), [out, out]
+
+
+def _c_round(value):
+    return int(np.floor(abs(value) + 0.5) * np.sign(value))
+
+
+def _roi_bins(roi, scale, pooled, height, width):
+    """The (h0, h1, w0, w1) window of every bin of one ROI, clipped to the feature map."""
+    x0, y0, x1, y1 = (_c_round(float(v) * scale) for v in roi[1:])
+    bin_h = max(y1 - y0 + 1, 1) / pooled[0]
+    bin_w = max(x1 - x0 + 1, 1) / pooled[1]
+    for ph in range(pooled[0]):
+        h0 = min(max(int(np.floor(ph * bin_h)) + y0, 0), height)
+        h1 = min(max(int(np.ceil((ph + 1) * bin_h)) + y0, 0), height)
+        for pw in range(pooled[1]):
+            w0 = min(max(int(np.floor(pw * bin_w)) + x0, 0), width)
+            w1 = min(max(int(np.ceil((pw + 1) * bin_w)) + x0, 0), width)
+            yield ph, pw, h0, h1, w0, w1
+
+
+def _roi_kernel(attrs, ins, outs, ctx):
+    xp, (data, rois), (out, where) = ctx.xp, ins, outs
+    _, channels, height, width = data.shape
+    for r, roi in enumerate(rois.tolist() if xp is np else rois.get().tolist()):
+        image = data[int(roi[0])]
+        for ph, pw, h0, h1, w0, w1 in _roi_bins(roi, attrs['spatial_scale'],
+                                                attrs['pooled_size'], height, width):
+            if h1 <= h0 or w1 <= w0:
+                out[r, :, ph, pw], where[r, :, ph, pw] = 0, -1
+                continue
+            window = image[:, h0:h1, w0:w1].reshape(channels, -1)
+            local = window.argmax(axis=1)
+            out[r, :, ph, pw] = window[xp.arange(channels), local]
+            where[r, :, ph, pw] = (h0 + local // (w1 - w0)) * width + w0 + local % (w1 - w0)
+
+
+def _roi_backward_kernel(attrs, ins, outs, ctx):
+    """Inputs (out_grad, max positions, data, rois): out_grad added at each maximum."""
+    xp, (grad, where, _, rois), out = ctx.xp, ins, outs[0]
+    out[...] = 0
+    index = where.astype(np.int64)
+    valid = index >= 0
+    batch = xp.broadcast_to(rois[:, 0].astype(np.int64)[:, None, None, None], index.shape)
+    channel = xp.broadcast_to(xp.arange(index.shape[1])[None, :, None, None], index.shape)
+    flat = out.reshape(out.shape[0], out.shape[1], -1)
+    xp.add.at(flat, (batch[valid], channel[valid], index[valid]), grad[valid])
+
+
+register('ROIPooling', _roi_kernel, inputs=('data', 'rois'), infer_shape=_roi_infer,
+         infer_type=lambda attrs, dt: (list(dt), [dt[0], dt[0]]),
+         outputs=('output', 'maxidx'), visible_outputs=1, params=ROI_PARAMS,
+         gradient=lambda F, attrs, ins, outs, og: [
+             F._backward_ROIPooling(og[0], outs[1], ins[0], ins[1], **attrs), None],
+         doc='Max-pool each region of interest [batch, x1, y1, x2, y2] (image coordinates, '
+             'scaled by spatial_scale) into pooled_size bins.')
+register('_backward_ROIPooling', _roi_backward_kernel,
+         inputs=('out_grad', 'maxidx', 'data', 'rois'), outputs=('data_grad',),
+         params=ROI_PARAMS, infer_shape=like_input(2), infer_type=like_input(2))

@@ -16,6 +16,7 @@ import numpy as np
 from ember.op.nn import onednn_provider
 from ember.op.nn._common import assign_shape, outputs_of, typed_like_first
 from ember.op.nn.activation import sigmoid
+from ember.op.nn.rnn_layout import dims_of, param_count, unpack
 from ember.op.registry import (
     REQUIRED, Param, ShapeError, p_bool, p_enum, p_float, p_int, p_optional, register)
 
@@ -36,50 +37,6 @@ PARAMS = (
           'Take a sequence_length input (N,): steps past it leave states unchanged and '
           'output zeros.'),
 )
-
-_GATES = {'rnn_relu': 1, 'rnn_tanh': 1, 'lstm': 4, 'gru': 3}
-
-
-@dataclass(frozen=True)
-class Dims:
-    layers: int
-    directions: int
-    input_size: int
-    hidden: int
-    gates: int
-
-    def layer_input(self, layer):
-        return self.input_size if layer == 0 else self.directions * self.hidden
-
-
-def _dims(attrs, input_size):
-    return Dims(attrs['num_layers'], 2 if attrs['bidirectional'] else 1, input_size,
-                attrs['state_size'], _GATES[attrs['mode']])
-
-
-def param_count(dims: Dims) -> int:
-    """Length of the packed parameter vector."""
-    rows = dims.gates * dims.hidden
-    return sum(dims.directions * rows * (dims.layer_input(layer) + dims.hidden + 2)
-               for layer in range(dims.layers))
-
-
-def _unpack(flat, dims):
-    """(wx, wh, bx, bh) views of `flat` for every layer * directions + direction."""
-    rows, offset, weights = dims.gates * dims.hidden, 0, []
-    for layer in range(dims.layers):
-        for _ in range(dims.directions):
-            width = dims.layer_input(layer)
-            wx = flat[offset:offset + rows * width].reshape(rows, width)
-            offset += rows * width
-            wh = flat[offset:offset + rows * dims.hidden].reshape(rows, dims.hidden)
-            offset += rows * dims.hidden
-            weights.append([wx, wh])
-    for entry in weights:
-        entry += [flat[offset:offset + rows], flat[offset + rows:offset + 2 * rows]]
-        offset += 2 * rows
-    return weights
-
 
 # ----------------------------------------------------------------------------------------------
 # Cells. forward(xp, xw, h, c, wh, bh) -> (h', c', cache), with xw = x W^T + b_x precomputed for
@@ -222,8 +179,8 @@ def _split_inputs(attrs, arrays):
 def _run(attrs, xp, given, masks):
     """The whole forward pass: (output, hy list, cy list, what backward needs)."""
     x = given.data
-    dims, cell = _dims(attrs, x.shape[2]), _cell(attrs)
-    weights = _unpack(given.params, dims)
+    dims, cell = dims_of(attrs, x.shape[2]), _cell(attrs)
+    weights = unpack(given.params, dims)
     steps, batch = x.shape[:2]
     valid = None
     if given.lengths is not None:
@@ -282,7 +239,7 @@ def _infer(attrs, in_shapes):
     if len(data) != 3:
         raise ShapeError(f'RNN: data has shape {tuple(data)}; expected (T, N, input_size)')
     steps, batch, width = data
-    dims = _dims(attrs, width)
+    dims = dims_of(attrs, width)
     states = (dims.layers * dims.directions, batch, dims.hidden)
     names = _input_names(attrs)
     assign_shape('RNN', in_shapes, 1, 'parameters', (param_count(dims),))
@@ -346,7 +303,7 @@ def _backward_kernel(attrs, ins, outs, ctx):
     given = _split_inputs(attrs, forward_inputs)
     _, _, _, (dims, cell, weights, valid, inputs, caches) = _run(attrs, xp, given, masks)
     outs[1].fill(0)
-    dweights = _unpack(outs[1], dims)
+    dweights = unpack(outs[1], dims)
     for layer in reversed(range(dims.layers)):
         dlayer_in = xp.zeros(inputs[layer].shape, inputs[layer].dtype)
         for direction in range(dims.directions):

@@ -3,7 +3,7 @@
 im2col copies every window into a patch matrix straight from the unpadded input (zeros for the
 padding); one GEMM per group follows. A 1x1 stride-1 convolution is the GEMM alone. The output
 is cut into items (one sample's output line along the first spatial dim) shared out to the
-kernel threads (:func:`ember.op.nn.conv_common.run_parts`); each part lowers a few items at a
+kernel threads (:func:`ember.op.nn.conv.common.run_parts`); each part lowers a few items at a
 time, as many as its share of the scratch budget holds, and finishes them (bias, residual,
 activation) while they are in cache.
 
@@ -12,10 +12,10 @@ weights straight into the output's rows. Channel-first data gives patch columns 
 columns) and one GEMM per sample, (F, C * K) by the columns, into the sample's (F, columns).
 Channel-last float32 patch rows of one group are multiplied on the compiled products instead
 of NumPy's GEMM where the module is built (:func:`packs`), by weights packed once per weight
-token, the residual, bias and relu added as the products are stored (512 channels at 7x7,
-batch 32: 210 to 355 GFLOP/s where NumPy's OpenBLAS runs its AVX2 kernels). In 2-D the module
-also gathers the patch rows (``ember._winograd.patches``), ``PACKED_PATCH_BYTES`` of them a
-part at a time so that they are still in cache for the products. Otherwise (no module, or
+token, the residual, bias and relu added as the products are stored (faster than OpenBLAS's
+AVX2 kernels: conv_algos.py). In 2-D the module also gathers the patch rows
+(:func:`patches_of`), ``TUNING.packed_patch_bytes`` of them a part at a time so that they are
+still in cache for the products. Otherwise (no module, or
 not 2-D) channel-last data with very few channels (an RGB image) is copied channel-first (runs
 along the image's rows, not runs of 3 channels) and multiplied transposed.
 
@@ -39,17 +39,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.base import prod
-from ember.op.nn import conv_winograd
-from ember.op.nn.conv_common import copy_taps, finish, part_range, run_parts, segments
+from ember.op.nn.conv import pointwise, tuning
+from ember.op.nn.conv.common import (
+    copy_taps, default_alloc, finish, part_range, run_parts, segments)
+from ember.op.nn.conv.compiled import MODULE as _winograd, compiled_products, same_view
 
-__all__ = ['gemm', 'gemm_scratch', 'packs']
-
-# Channel-last data with fewer channels than this is lowered channel-first (see above).
-NARROW_CHANNELS = 16
+__all__ = ['gemm', 'gemm_scratch', 'packs', 'patches_of']
 
 
-def _alloc(specs):
-    return [np.empty(shape, dtype) for shape, dtype in specs]
+def patches_of(x, rows, window, lo, hi):
+    """rows = the im2col rows of NHWC float32 `x` (C-contiguous) under the 2-D `window`, one
+    per output pixel of the output lines [lo, hi) (line = sample * out_h + output row), each
+    the kernel's taps in (y, x) order, C values a tap (the compiled ``patches``)."""
+    _winograd.patches(x, rows, window.size_out, window.pad_before, window.stride,
+                      window.kernel, window.dilate, (lo, hi))
 
 
 def gemm_scratch(problem, batch, aliased=True):
@@ -65,19 +68,20 @@ def gemm_scratch(problem, batch, aliased=True):
 
 def packs(problem) -> bool:
     """Whether `gemm` multiplies `problem`'s patch rows by weights packed for the compiled
-    products (:func:`ember.op.nn.conv_winograd.packed_weights`) rather than with NumPy's
+    products (:func:`ember.op.nn.conv.pointwise.packed_weights`) rather than with NumPy's
     GEMM: channel-last float32 data of one group with patches (not 1x1 stride 1), where the
-    compiled module is built; with fewer than ``NARROW_CHANNELS`` channels only in 2-D, where
-    the module also gathers the patches (``patches``). Such a call then takes the weight as
-    it comes (any strides, scale apart) and the packed copy replaces the plain one."""
-    return (conv_winograd.compiled_products() and problem.channel_last
+    compiled module is built; with fewer than ``TUNING.narrow_channels`` channels only in 2-D,
+    where the module also gathers the patches (:func:`patches_of`). Such a call then takes the
+    weight as it comes (any strides, scale apart) and the packed copy replaces the plain
+    one."""
+    return (compiled_products() and problem.channel_last
             and problem.dtype == 'float32' and problem.groups == 1 and not problem.gradient
-            and (problem.channels >= NARROW_CHANNELS or len(problem.kernel) == 2)
+            and (problem.channels >= tuning.TUNING.narrow_channels or len(problem.kernel) == 2)
             and not problem.window.is_pointwise)
 
 
 def gemm(x, w, bias, out, window, groups, channel_last, residual=None, act_type=None,
-         budget=None, alloc=_alloc, threads=1, packed=None):
+         budget=None, alloc=default_alloc, threads=1, packed=None):
     """out = act(conv(x, w) + bias + residual) by im2col and GEMM; x, w, out NCHW/OIHW or
     (channel_last) NHWC/OHWI, any number of spatial dims, on `threads` kernel threads.
     `packed`, for a problem that :func:`packs`, is the weight as packed for the compiled
@@ -90,7 +94,7 @@ def gemm(x, w, bias, out, window, groups, channel_last, residual=None, act_type=
         return
     if packed is not None and residual is not None:
         # the compiled products add the residual as they store: in place, or from elsewhere
-        if conv_winograd.same_view(residual, out):
+        if same_view(residual, out):
             residual = out
         elif np.may_share_memory(out, residual) or not residual.flags.c_contiguous:
             residual = np.array(residual, np.float32)
@@ -122,11 +126,12 @@ class _Call:
 
     def step(self, parts, items, budget):
         """Items per chunk: what a part's share of `budget` holds; with packed weights at
-        most ``PACKED_PATCH_BYTES`` of patch rows a part."""
+        most ``TUNING.packed_patch_bytes`` of patch rows a part."""
         low = self.lowering
         row_bytes = (low.patch_width + (low.filters if self.aside else 0)) * low.x.dtype.itemsize
         if low.packed is not None:
-            budget = min(budget or PACKED_PATCH_BYTES * parts, PACKED_PATCH_BYTES * parts)
+            most = tuning.TUNING.packed_patch_bytes * parts
+            budget = min(budget or most, most)
         if budget is None:
             return items
         return max(1, budget // parts // max(1, row_bytes * low.per_item))
@@ -136,17 +141,8 @@ def _split_filters(lowering, items, parts):
     """Few output rows and many filters (late layers at small batch): the parts share the
     filters of one GEMM rather than its rows, each of which would be a sliver."""
     rows = items * lowering.per_item
-    return lowering.groups == 1 and rows < _FEW_ROWS * parts and lowering.filters >= 64 * parts
-
-
-# Patch rows a part gathers before the compiled products multiply them: about a core's L2 (1 MB
-# here), so that they are still in cache then. resnet50_v1's first layer (3 channels, 7x7,
-# stride 2) at batch 8, two threads: 10.0 ms a call with the workspace's 1 GB of chunks, 7.2-7.6
-# with 0.5-4 MB a part.
-PACKED_PATCH_BYTES = 1 << 20
-
-# Output rows per part under which a GEMM splits by filters instead (benchmarks/conv_algos.py).
-_FEW_ROWS = 128
+    return (lowering.groups == 1 and rows < tuning.TUNING.few_rows * parts
+            and lowering.filters >= 64 * parts)
 
 
 def _by_items(call, items, parts, budget, alloc):
@@ -194,7 +190,7 @@ def _lowering(x, w, out, window, groups, channel_last, packed=None):
         return _ChannelLast(x, w, out, window, groups, packed)
     if not channel_last:
         return _ChannelFirst(x, w, out, window, groups)
-    if groups == 1 and x.shape[-1] < NARROW_CHANNELS and not window.is_pointwise:
+    if groups == 1 and x.shape[-1] < tuning.TUNING.narrow_channels and not window.is_pointwise:
         return _NarrowChannelLast(x, w, out, window, groups)
     return _ChannelLast(x, w, out, window, groups)
 
@@ -232,11 +228,10 @@ class _ChannelLast(_Lowering):
     def patch(self, first, start, stop, patches):
         if self.packed is not None and self.nd == 2 and self.x.flags.c_contiguous:
             # the compiled gather: runs of a kernel row's pixels, not NumPy's copy per tap
-            # (resnet50_v1's first layer, 3 channels, at batch 8 in the network with the
-            # NumPy provider: 21-26 ms a call lowered channel-first, 7.2 ms so)
-            window, row = self.window, (start - first) * self.per_item
-            conv_winograd.patches(self.x, patches[0, row:row + (stop - start) * self.per_item],
-                                  window, start, stop)
+            # (conv_algos.py, resnet50_v1's first layer)
+            row = (start - first) * self.per_item
+            patches_of(self.x, patches[0, row:row + (stop - start) * self.per_item],
+                       self.window, start, stop)
             return
         cg, window = self.channels // self.groups, self.window
         shape = window.size_out[1:] + window.kernel + (cg,)
@@ -265,7 +260,6 @@ class _ChannelLast(_Lowering):
         np.matmul(cols, self.weight[:, :, filters], out=grouped)
         _finish_rows(out_rows, target, call, rows, filters)
 
-
     def _multiply_packed(self, rows, cols, call):
         """The patch rows by the packed weights on the compiled products, with the residual
         (the output itself, or apart from it), bias and relu added as they store."""
@@ -274,9 +268,9 @@ class _ChannelLast(_Lowering):
         res = call.residual
         if res is not None:
             res = res.reshape(-1, self.filters)[rows].reshape(1, 1, count, self.filters)
-        conv_winograd.multiply_packed(cols.reshape(1, 1, count, width), self.packed,
-                                      out_rows.reshape(1, 1, count, self.filters), call.bias,
-                                      res, call.act_type)
+        pointwise.multiply_packed(cols.reshape(1, 1, count, width), self.packed,
+                                  out_rows.reshape(1, 1, count, self.filters), call.bias,
+                                  res, call.act_type)
 
 
 def _finish_rows(out_rows, target, call, rows, filters):

@@ -6,7 +6,7 @@ The algorithms do their own threading: the output is cut into `parts` ranges of 
 item is one sample's output line along the first spatial dim, or one line of tiles), each part
 copies, multiplies and finishes its items on one kernel thread with single-threaded GEMMs. Two
 BLAS threads per GEMM instead meet at a barrier after every GEMM call, and on a shared machine
-each barrier waits for a descheduled thread: Winograd's 36 small GEMMs ran 10x slower so.
+each barrier waits for a descheduled thread (conv_algos.py).
 
 >>> import numpy as np
 >>> x = np.arange(4.0).reshape(1, 4)
@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 
 import numpy as np
 
 from ember import engine
 from ember.op.nn.activation import ACTIVATIONS
+from ember.op.nn.conv import tuning
 
-__all__ = ['KeptByToken', 'copy_windows', 'copy_taps', 'segments', 'run_parts', 'part_range', 'finish',
-           'single_threaded_blas']
-
-# Elements one epilogue block touches: a few such blocks stay in a core's L2 cache.
-_BLOCK = 1 << 16
+__all__ = ['copy_windows', 'copy_taps', 'segments', 'run_parts', 'part_range', 'finish',
+           'single_threaded_blas', 'output_tiles', 'plain', 'default_alloc']
 
 
 def copy_windows(src, dst, axes, offsets, steps):
@@ -91,7 +88,7 @@ def run_parts(parts, elements, fn, blas=True):
     """``fn(part)`` for every part in ``range(parts)``, concurrently on the kernel threads when
     the `elements` of work reach ``MXNET_CPU_PARALLEL_SIZE``. With `blas` (parts that call
     NumPy's GEMMs) BLAS runs one thread meanwhile; compiled kernels that call no BLAS pass
-    False and skip setting its thread count, about 50 us a call."""
+    False and skip setting its thread count, which costs tens of microseconds."""
     if parts <= 1:
         fn(0)
         return
@@ -164,7 +161,7 @@ def finish(out, conv, bias=None, residual=None, act_type=None):
     if residual is not None and residual.shape != out.shape:
         residual = np.broadcast_to(residual, out.shape)
     per_row = bias is not None and bias.ndim == out.ndim and bias.shape[0] == out.shape[0] > 1
-    step = max(1, _BLOCK // max(1, out[:1].size))
+    step = max(1, tuning.TUNING.epilogue_block // max(1, out[:1].size))
     for lo in range(0, out.shape[0], step):
         part = slice(lo, lo + step)
         _finish_block(out[part], conv[part], bias[part] if per_row else bias,
@@ -188,70 +185,19 @@ def _finish_block(out, conv, bias, residual, act_type):
         out[...] = conv
 
 
-class KeptByToken:
-    """Arrays derived from a convolution's weight in inference (a scaled contiguous copy,
-    Winograd's transformed weights), kept per weight token ``((engine variable, version),
-    ...)`` of the arrays the weight is made from: an array is handed out while those variables
-    live and their versions stay; arrays of variables that are gone make room for new ones.
+def output_tiles(window, m) -> tuple:
+    """Output tiles of m along each spatial axis of `window` (the last one partly past the
+    edge where m does not divide the output)."""
+    return tuple(-(-o // m) for o in window.size_out)
 
-    >>> from ember import engine
-    >>> kept, var = KeptByToken(), engine.get().new_var()
-    >>> kept.get(((var, 0),), lambda: np.ones(2)).sum(), kept.get(((var, 0),)) is not None
-    (np.float64(2.0), True)
-    >>> kept.get(((var, 1),)) is None          # a new version: the old array is stale
-    True
-    """
 
-    def __init__(self):
-        self.entries: dict = {}     # variables' ids -> (weak references, versions, array)
-        self.lock = threading.Lock()
+def plain(w, scale):
+    """`w` scaled per output channel (when `scale` is given) and contiguous."""
+    if scale is not None:
+        w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.ascontiguousarray(w)
 
-    def get(self, token, make=None):
-        """The array kept for `token`; else `make()` kept for it (returned as is when
-        `token` is None), or None without `make`."""
-        if token is not None:
-            key, versions = self._key(token), tuple(version for _, version in token)
-            with self.lock:
-                entry = self.entries.get(key)
-            if entry is not None and entry[1] == versions \
-                    and all(ref() is var for ref, (var, _) in zip(entry[0], token)):
-                return entry[2]
-        if make is None:
-            return None
-        array = make()
-        if token is not None:
-            self.keep(token, array)
-        return array
 
-    def keep(self, token, array):
-        with self.lock:
-            self._drop_dead()
-            self.entries[self._key(token)] = (tuple(weakref.ref(var) for var, _ in token),
-                                              tuple(version for _, version in token), array)
-
-    def has_room(self, nbytes, budget) -> bool:
-        """Whether `nbytes` more stay within `budget` bytes."""
-        with self.lock:
-            self._drop_dead()
-            return sum(e[2].nbytes for e in self.entries.values()) + nbytes <= budget
-
-    def discard(self, token):
-        if token is not None:
-            with self.lock:
-                self.entries.pop(self._key(token), None)
-
-    def nbytes(self) -> int:
-        with self.lock:
-            return sum(e[2].nbytes for e in self.entries.values())
-
-    def clear(self):
-        with self.lock:
-            self.entries.clear()
-
-    @staticmethod
-    def _key(token):
-        return tuple(id(var) for var, _ in token)
-
-    def _drop_dead(self):
-        for key in [k for k, e in self.entries.items() if any(r() is None for r in e[0])]:
-            del self.entries[key]
+def default_alloc(specs):
+    """Scratch as new NumPy arrays: ``[np.empty(shape, dtype) for shape, dtype in specs]``."""
+    return [np.empty(shape, dtype) for shape, dtype in specs]

@@ -1,0 +1,198 @@
+"""Inference: a BatchNorm folds into the Convolution or FullyConnected before it, when that
+layer's output feeds only the BatchNorm: ``w' = w * s`` and ``b' = (b - mean) * s + beta`` per
+output channel, with ``s = gamma / sqrt(var + eps)``. Off in training, without parameter values
+(``options.params``) and with ``MXNET_SUBGRAPH_BACKEND=NONE`` (:mod:`ember.passes.subgraph`).
+
+A convolution becomes ``_sg_conv`` with ``weight_scale``: its inputs are its own weight, the
+new variables ``<layer>_folded_bias`` and ``<layer>_folded_scale`` (``s``), and it scales the
+weight itself (oneDNN into the reordered copy it keeps), so no folded copy of the weights is
+stored. A FullyConnected gets ``<layer>_folded_weight`` and ``<layer>_folded_bias`` (the
+originals may be shared or bound by the user). The new variables' values travel on the graph,
+``attrs['folded']`` (a :class:`Folded`), which the executor binds and refreshes when the values
+they came from change.
+
+>>> import numpy as np
+>>> from ember import symbol as sym
+>>> from ember.passes import fold_batch_norm
+>>> from ember.passes.options import Options
+>>> conv = sym.Convolution(sym.var('x'), kernel=(1, 1), num_filter=2, no_bias=True, name='c')
+>>> net = sym.BatchNorm(conv, fix_gamma=False, name='bn')
+>>> names = ['c_weight', 'bn_gamma', 'bn_beta', 'bn_moving_mean', 'bn_moving_var']
+>>> values = dict(zip(names, [np.ones((2, 3, 1, 1), np.float32)] + [np.ones(2, np.float32)] * 4))
+>>> graph = fold_batch_norm.run(net.to_graph(), Options(params=values))
+>>> [n.op.name for n in graph.nodes if n.op], sorted(graph.attrs['folded'].values)
+(['_sg_conv'], ['c_folded_bias', 'c_folded_scale'])
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ember.op import registry
+from ember.op.nn._common import is_channel_last
+from ember.passes import subgraph
+from ember.passes.options import Options
+from ember.passes._rewrite import Rewriter, unique_name
+from ember.symbol.graph import Entry, Node, make_node
+from ember.symbol.infer import FLAG_OF_TYPE
+
+__all__ = ['run', 'Folded']
+
+_log = logging.getLogger(__name__)
+
+_FOLD_INTO = ('Convolution', 'FullyConnected')
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Variables a pass introduced with values: `values` (name -> NumPy array) computed from
+    the variables `sources`; ``refold(params)`` computes them again from new values.
+
+    The values the pass computed are handed out by the first read of `values` and then
+    dropped: the executor copies them into its own arrays, and keeping them here would hold
+    a second copy of every folded parameter for the executor's life. A later read folds the
+    variables' current values again.
+
+    >>> folded = Folded({'w': 1}, ('v',), lambda params: {'w': params['v'] + 1}, {'v': 4})
+    >>> folded.values, folded.values
+    ({'w': 1}, {'w': 5})
+    """
+    first_values: dict
+    sources: tuple
+    refold: Callable
+    params: dict                          # the variables' values the pass was given
+    _pending: list = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, '_pending', [self.first_values])
+        object.__setattr__(self, 'first_values', None)
+
+    @property
+    def values(self) -> dict:
+        """Name -> value of every folded variable."""
+        if self._pending:
+            return self._pending.pop()
+        return self.refold(self.params)
+
+
+def run(graph, options=Options()):
+    """`graph` with its BatchNorms folded and ``attrs['folded']`` for the new variables; the
+    same graph when none folds."""
+    if not subgraph.enabled() or options.is_train or not options.params:
+        return graph
+    folded_graph, folded = _fold(graph, options.params)
+    if not folded:
+        return graph
+    given = options.params
+    names = {folded_graph.nodes[i].name for i in folded_graph.input_nodes}
+    sources = tuple(name for name in given if name not in names)
+    folded_names = frozenset(folded)      # not `folded` itself: the closure would hold its values
+
+    def refold(values):
+        return {k: v for k, v in _fold(graph, values)[1].items() if k in folded_names}
+    _log.debug('fold_batch_norm: %d variables folded from %d', len(folded), len(sources))
+    return folded_graph.replace(attrs={**folded_graph.attrs,
+                                       'folded': Folded(folded, sources, refold, given)})
+
+
+def _fold(graph, params):
+    """(the graph with the foldable BatchNorms folded, name -> value of its new variables)."""
+    reads = subgraph.Reads(graph)
+    folds = {position: node.inputs[0].node for position, node in enumerate(graph.nodes)
+             if _foldable(graph, position, reads, params)}
+    if not folds:
+        return graph, {}
+    rewriter, taken, folded = Rewriter(graph), {n.name for n in graph.nodes}, {}
+    layers = set(folds.values())
+    for position in range(len(graph.nodes)):
+        if position in folds:
+            _place_folded(graph, rewriter, position, folds[position], params, folded, taken)
+        elif position not in layers:
+            rewriter.copy(position)
+    return rewriter.finish(), folded
+
+
+def _foldable(graph, position, reads, params):
+    bn = graph.nodes[position]
+    if not subgraph.is_op(bn, 'BatchNorm') or bn.inputs[0].index != 0:
+        return False
+    layer = graph.nodes[bn.inputs[0].node]
+    if not subgraph.is_op(layer, *_FOLD_INTO) \
+            or reads.sole_reader(bn.inputs[0].node) != position:
+        return False
+    if not all(reads.unread(Entry(position, i)) for i in (1, 2)):
+        return False
+    # a convolution scales its own weight: only a FullyConnected's weight value is needed
+    needed = list(layer.inputs[1 + subgraph.is_op(layer, 'Convolution'):]) + list(bn.inputs[1:])
+    return _channel_axis_fits(layer, bn.attrs['axis']) and all(
+        graph.nodes[e.node].op is None and graph.nodes[e.node].name in params for e in needed)
+
+
+def _channel_axis_fits(layer, axis):
+    """Whether BatchNorm's `axis` is the layer's output-channel axis."""
+    if subgraph.is_op(layer, 'FullyConnected'):
+        return axis in (1, -1) if layer.attrs['flatten'] else axis == -1
+    ndim = len(layer.attrs['kernel']) + 2
+    channel = ndim - 1 if is_channel_last(layer.attrs['layout']) else 1
+    return -ndim <= axis < ndim and axis % ndim == channel
+
+
+def _place_folded(graph, rewriter, bn_position, layer_position, params, folded, taken):
+    bn, layer = graph.nodes[bn_position], graph.nodes[layer_position]
+    scale, bias = _folded_scale_and_bias(graph, bn, layer, params)
+    if subgraph.is_op(layer, 'Convolution'):
+        # the convolution scales its weight itself (oneDNN into the copy it keeps): a folded
+        # copy of every weight would cost as much memory as the weights
+        dtype = _dtype(graph, params, layer.inputs[1])
+        values = (('bias', bias.astype(dtype)), ('scale', scale.astype(dtype)))
+        op, attrs = registry.get('_sg_conv'), {**layer.attrs, 'no_bias': False,
+                                               'weight_scale': True}
+        inputs = [rewriter.new(layer.inputs[0]), rewriter.new(layer.inputs[1])]
+    else:
+        weight = _param(graph, params, layer.inputs[1])
+        scaled = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        values = (('weight', scaled.astype(weight.dtype)), ('bias', bias.astype(weight.dtype)))
+        op, attrs = layer.op, {**layer.attrs, 'no_bias': False}
+        inputs = [rewriter.new(layer.inputs[0])]
+    for role, value in values:
+        name = unique_name(f'{layer.name}_folded_{role}', taken)
+        folded[name] = value
+        inputs.append(Entry(rewriter.add(_variable(name, value)), 0))
+    rewriter.place(bn_position, make_node(op, bn.name, attrs, inputs, layer.user_attrs))
+
+
+def _variable(name, value):
+    """A variable node that declares its value's shape and dtype (for inference)."""
+    text = {'__shape__': str(tuple(value.shape))}
+    if value.dtype.name in FLAG_OF_TYPE:
+        text['__dtype__'] = str(FLAG_OF_TYPE[value.dtype.name])
+    return Node(None, name, attr_text=text)
+
+
+def _param(graph, params, entry):
+    return subgraph.host(params[graph.nodes[entry.node].name])
+
+
+def _dtype(graph, params, entry):
+    """The dtype of variable `entry`: of its value, else as inferred, else float32."""
+    name = graph.nodes[entry.node].name
+    if name in params:
+        return subgraph.host(params[name]).dtype
+    dtypes = graph.attrs.get('dtype')
+    known = dtypes[graph.entry_id(entry)] if dtypes is not None else None
+    return np.dtype(known) if known is not None else np.dtype(np.float32)
+
+
+def _folded_scale_and_bias(graph, bn, layer, params):
+    """Per output channel, in float64: ``s = gamma / sqrt(var + eps)`` and the bias
+    ``(b - mean) * s + beta``."""
+    gamma, beta, mean, var = (_param(graph, params, e).astype(np.float64)
+                              for e in bn.inputs[1:])
+    bias = 0 if layer.attrs['no_bias'] else _param(graph, params, layer.inputs[2])
+    if bn.attrs['fix_gamma']:
+        gamma = np.ones_like(gamma)
+    scale = gamma / np.sqrt(var + bn.attrs['eps'])
+    return scale, (bias - mean) * scale + beta
