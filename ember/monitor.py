@@ -20,9 +20,10 @@ import re
 from math import sqrt
 
 from ember import ndarray
+from ember.base import py_str  # noqa: F401  (a name of MXNet's mx.monitor)
 from ember.ndarray import NDArray
 
-__all__ = ['Monitor', 'NDArray']
+__all__ = ['Monitor', 'NDArray', 'py_str']
 
 
 def _root_mean_square(array):

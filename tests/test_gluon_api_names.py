@@ -114,3 +114,20 @@ def test_model_zoo_classes_behind_the_functions():
     assert aux(mx.nd.zeros((1, 768, 17, 17))).shape == (1, 7)
     assert vision.mobilenet.RELU6(prefix='r_')(mx.nd.array([-1.0, 7.0])).asnumpy().tolist() == [
         0.0, 6.0]
+
+
+def test_batchnorm_relu_tensor_types_and_symbol_block_in_nn():
+    layer = gluon.nn.BatchNormReLU(in_channels=2)
+    layer.initialize()
+    data = mx.nd.array([[-2.0, 1.0], [2.0, 3.0]])
+    with mx.autograd.record():
+        fused = layer(data)
+    plain = gluon.nn.BatchNorm(in_channels=2)
+    plain.initialize()
+    with mx.autograd.record():
+        reference = mx.nd.relu(plain(data))
+    np.testing.assert_allclose(fused.asnumpy(), reference.asnumpy(), rtol=1e-6)
+    assert isinstance(mx.nd.ones(1), gluon.tensor_types)
+    assert isinstance(mx.sym.var('x'), gluon.parameter.tensor_types)
+    assert gluon.nn.SymbolBlock is gluon.SymbolBlock
+    assert isinstance(mx.optimizer.get_updater(mx.optimizer.SGD()), mx.optimizer.Updater)

@@ -25,7 +25,7 @@ from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn.activations import Activation
 
 __all__ = ['Sequential', 'HybridSequential', 'Dense', 'Dropout', 'Embedding', 'BatchNorm',
-           'InstanceNorm', 'LayerNorm', 'Flatten', 'Lambda', 'HybridLambda']
+           'BatchNormReLU', 'InstanceNorm', 'LayerNorm', 'Flatten', 'Lambda', 'HybridLambda']
 
 
 def _indent(text, spaces=2):
@@ -262,6 +262,23 @@ class BatchNorm(HybridBlock):
         content = ', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())
         channels = self.gamma.shape[0] if self.gamma.shape else 0
         return f'{type(self).__name__}({content}, in_channels={channels or None})'
+
+
+class BatchNormReLU(BatchNorm):
+    """BatchNorm followed by relu, as one operator (MXNet's ``BatchNormWithReLU``).
+
+    >>> import ember as mx
+    >>> layer = BatchNormReLU(in_channels=1)
+    >>> layer.initialize()
+    >>> with mx.autograd.record():
+    ...     out = layer(mx.nd.array([[-1.0], [1.0]]))
+    >>> out.asnumpy().round(3).ravel().tolist()
+    [0.0, 1.0]
+    """
+
+    def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        return F._contrib_BatchNormWithReLU(x, gamma, beta, running_mean, running_var,
+                                            name='fwd', **self._kwargs)
 
 
 class InstanceNorm(HybridBlock):
