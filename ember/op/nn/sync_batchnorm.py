@@ -159,8 +159,8 @@ def _backward_kernel(attrs, ins, outs, ctx):
 
 
 def _gradient(F, attrs, inputs, outputs, out_grads):
-    grads = F._backward_contrib_SyncBatchNorm(out_grads[0], inputs[0], inputs[1], outputs[1],
-                                              outputs[2], **attrs)
+    grads = F._backward_SyncBatchNorm(out_grads[0], inputs[0], inputs[1], outputs[1],
+                                      outputs[2], **attrs)
     return outputs_of(grads, 3) + [None, None]
 
 
@@ -177,7 +177,7 @@ register('_contrib_SyncBatchNorm', _forward_kernel, infer_shape=_infer,
          doc='Batch normalisation over the channel axis 1 with the statistics of the whole '
              'batch, whose parts are on `ndev` devices (`key` names the layer).')
 
-register('_backward_contrib_SyncBatchNorm', _backward_kernel,
+register('_backward_SyncBatchNorm', _backward_kernel,
          infer_shape=_grads_like((1, 2, 2)), infer_type=_backward_type(3),
          inputs=('out_grad', 'data', 'gamma', 'mean', 'invstd'),
          outputs=('data_grad', 'gamma_grad', 'beta_grad'), params=PARAMS)
