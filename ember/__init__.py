@@ -32,13 +32,26 @@ from ember import context, engine, profiler, storage  # noqa: E402
 from ember import op  # noqa: E402,F401  (registers every operator)
 from ember import nd, ndarray, random  # noqa: E402
 from ember import autograd  # noqa: E402
+
+
+def _symbol_of_tape(steps, head):
+    """autograd.get_symbol's builder, in the symbol layer (loaded on first use)."""
+    return _importlib.import_module('ember.symbol.tape').from_tape(steps, head)
+
+
+autograd._symbol_maker = _symbol_of_tape
 from ember import operator  # noqa: E402,F401  (installs mx.nd.Custom)
 from ember import initializer, lr_scheduler, metric  # noqa: E402
 from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
+         'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
+         'monitor', 'visualization', 'contrib')
+# MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
+_ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
+            'img': 'image'}
 
 
 # mx.np, mx.npx, mx.util and MXNet's top-level switches of NumPy semantics, loaded on first use.
@@ -58,18 +71,17 @@ def _numpy_name(name):
 
 
 def __getattr__(name):
+    if name in _ALIASES:
+        module = _importlib.import_module(f'ember.{_ALIASES[name]}')
+        globals()[name] = module
+        return module
     if name == 'recordio':
         from ember.io import recordio
         globals()['recordio'] = recordio
         return recordio
-    if name == 'kv':
-        globals()['kv'] = __getattr__('kvstore')
-        return globals()['kv']
     if name == 'AttrScope':
         from ember.attribute import AttrScope
         return AttrScope
-    if name == 'img':
-        return __getattr__('image')
     if name in _NUMPY:
         return _numpy_name(name)
     if name in _LAZY:
@@ -91,6 +103,6 @@ except config.ConfigError as _error:
 __version__ = '0.1.0'
 __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
-           'gluon', 'kvstore', 'kv', 'test_utils',
-           'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
-           'current_context', 'EmberError', 'MXNetError']
+           'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
+           'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
+           *_LAZY, *_ALIASES]

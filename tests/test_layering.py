@@ -34,7 +34,11 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
            'name', 'attribute', 'mod',
-           'numpy_op_fallback'}   # NumPy computations as custom operators (mx.operator)
+           'numpy_op_fallback',   # NumPy computations as custom operators (mx.operator)
+           # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
+           'error', 'runtime', 'libinfo', 'log', 'registry', 'misc',
+           'rnn',           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
+           'monitor', 'visualization', 'contrib'}
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.

@@ -19,4 +19,7 @@ from ember.symbol import control_flow as _control_flow
 # control-flow subgraphs differentiate their bodies with the gradient pass
 _control_flow.set_gradient_pass(_gradient.with_gradients)
 
-__all__ = ['Executor', 'pipeline']
+from ember.base import py_str  # noqa: E402,F401  (MXNet's mx.executor has these names)
+from ember.ndarray import NDArray  # noqa: E402,F401
+
+__all__ = ['Executor', 'pipeline', 'NDArray', 'py_str']

@@ -10,11 +10,17 @@ from ember import autograd, initializer
 from ember import ndarray as nd
 from ember.base import EmberError, dtype_of
 from ember.device import Device, current_device
+from ember.ndarray import NDArray
+from ember.symbol import Symbol
 from ember.numpy.multiarray import wrap as as_np_inplace
 from ember.util import is_np_array
 
-__all__ = ['Parameter', 'Constant', 'ParameterDict', 'DeferredInitializationError']
+__all__ = ['Parameter', 'Constant', 'ParameterDict', 'DeferredInitializationError',
+           'tensor_types']
 
+
+# What a block's forward pass takes: arrays, or symbols while it is traced.
+tensor_types = (Symbol, NDArray)
 
 class DeferredInitializationError(EmberError):
     """A parameter's shape is not known yet; it is initialized at the first forward pass."""

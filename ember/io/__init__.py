@@ -16,4 +16,4 @@ from ember.io.image_record import ImageRecordIter, ImageRecordUInt8Iter
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
            'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter',
-           'LibSVMIter']
+           'LibSVMIter', 'io']

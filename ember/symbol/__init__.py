@@ -30,6 +30,7 @@ from ember.symbol.name import NameManager, Prefix  # noqa: F401
 from ember.symbol.symbol import (Group, NotImplementedForSymbol, Symbol, Variable,  # noqa: F401
                                  fromjson, load, load_json, node_symbols, var)
 from ember.symbol import creation as _creation
+from ember.symbol import tape as _tape  # noqa: F401  (installs autograd.get_symbol's builder)
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
 from ember.symbol import contrib, linalg, random  # noqa: F401

@@ -25,7 +25,8 @@ from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn.activations import Activation
 
 __all__ = ['Sequential', 'HybridSequential', 'Dense', 'Dropout', 'Embedding', 'BatchNorm',
-           'InstanceNorm', 'LayerNorm', 'GroupNorm', 'Flatten', 'Lambda', 'HybridLambda']
+           'BatchNormReLU', 'InstanceNorm', 'LayerNorm', 'GroupNorm', 'Flatten', 'Lambda',
+           'HybridLambda']
 
 
 def _indent(text, spaces=2):
@@ -264,6 +265,23 @@ class BatchNorm(HybridBlock):
         return f'{type(self).__name__}({content}, in_channels={channels or None})'
 
 
+class BatchNormReLU(BatchNorm):
+    """BatchNorm followed by relu, as one operator (MXNet's ``BatchNormWithReLU``).
+
+    >>> import ember as mx
+    >>> layer = BatchNormReLU(in_channels=1)
+    >>> layer.initialize()
+    >>> with mx.autograd.record():
+    ...     out = layer(mx.nd.array([[-1.0], [1.0]]))
+    >>> out.asnumpy().round(3).ravel().tolist()
+    [0.0, 1.0]
+    """
+
+    def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        return F._contrib_BatchNormWithReLU(x, gamma, beta, running_mean, running_var,
+                                            name='fwd', **self._kwargs)
+
+
 class InstanceNorm(HybridBlock):
     """Normalize each sample and channel over the remaining axes (`axis` is the channels).
 
@@ -399,6 +417,9 @@ class Flatten(HybridBlock):
     >>> mx.gluon.nn.Flatten()(mx.nd.ones((2, 3, 4))).shape
     (2, 12)
     """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
 
     def hybrid_forward(self, F, x):
         return F.Flatten(x)

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from ember import engine
 from ember.base import EmberError
 from ember.op.host import register
 from ember.op.registry import REQUIRED, Param, ShapeError, p_bool, p_float, p_int, p_str
@@ -41,13 +42,23 @@ class _Rendezvous:
 
 
 _rendezvous: dict = {}
+
+
+def _check_engine(count):
+    """Parts that cannot run at once would only time out: say so at once instead."""
+    kind = type(engine.get()).__name__
+    if kind != 'ThreadedEnginePerDevice' or not engine.in_worker():
+        raise EmberError(f"SyncBatchNorm over {count} devices needs each device's part to run "
+                         f'at the same time: MXNET_ENGINE_TYPE=ThreadedEnginePerDevice (it is '
+                         f'{kind}), one device per part')
 _lock = threading.Lock()
 
 
-def allreduce(key, count, values):
+def allreduce(key, count, values, timeout=_WAIT_SECONDS):
     """The sum of `values` (a list of arrays) over the `count` callers of `key`."""
     if count == 1:
         return values
+    _check_engine(count)
     with _lock:
         meeting = _rendezvous.setdefault(key, _Rendezvous())
     with meeting.condition:
@@ -57,7 +68,7 @@ def allreduce(key, count, values):
             meeting.results[my_round] = [sum(parts) for parts in zip(*meeting.parts)]
             meeting.parts, meeting.round = [], my_round + 1
             meeting.condition.notify_all()
-        elif not meeting.condition.wait_for(lambda: meeting.round > my_round, _WAIT_SECONDS):
+        elif not meeting.condition.wait_for(lambda: meeting.round > my_round, timeout):
             meeting.parts.remove(values)
             raise EmberError(f'SyncBatchNorm key={key!r}: {len(meeting.parts) + 1} of {count} '
                              f'devices arrived; the devices\' calls must run at the same time '

@@ -1,0 +1,20 @@
+"""MXNet's ``mx.contrib``: contributed APIs (the first autograd interface, the DataLoader as a
+``mx.io`` iterator). ``mx.contrib.nd``/``sym`` are the contrib operators of ``mx.nd`` and
+``mx.sym`` where this build has them."""
+import importlib as _importlib
+
+from ember.contrib import autograd, io
+
+__all__ = ['autograd', 'io']
+
+_OPERATORS = {'ndarray': 'ember.ndarray.contrib', 'nd': 'ember.ndarray.contrib',
+              'symbol': 'ember.symbol.contrib', 'sym': 'ember.symbol.contrib'}
+
+
+def __getattr__(name):
+    if name in _OPERATORS:
+        try:
+            return _importlib.import_module(_OPERATORS[name])
+        except ModuleNotFoundError:
+            pass
+    raise AttributeError(f"module 'ember.contrib' has no attribute {name!r}")
