@@ -30,7 +30,20 @@ from ember.base import EmberError, MXNetError  # noqa: E402
 from ember.device import Context, Device, cpu, cpu_pinned, current_context, gpu  # noqa: E402
 from ember import context, engine, profiler, storage  # noqa: E402
 from ember import op  # noqa: E402,F401  (registers every operator)
-from ember import nd, ndarray, random  # noqa: E402
+from ember import ndarray  # noqa: E402
+
+
+def _late_numpy_namespace(package, name):
+    """mx.nd.np / mx.sym.np and their long names: importing mx.np attaches them."""
+    def load():
+        _numpy_name('np')
+        return getattr(package, name)
+    return load
+
+
+for _name in ('np', 'numpy', 'npx', 'numpy_extension'):
+    ndarray.late_namespaces[_name] = _late_numpy_namespace(ndarray, _name)
+from ember import nd, random  # noqa: E402
 from ember import autograd  # noqa: E402
 
 
@@ -48,7 +61,8 @@ from ember import initializer as init  # noqa: E402
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
          'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
-         'monitor', 'visualization', 'contrib')
+         'monitor', 'visualization', 'contrib', 'numpy_dispatch_protocol',
+         'numpy_op_fallback')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
 _ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
             'img': 'image'}
@@ -105,4 +119,4 @@ __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
            'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
            'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
-           *_LAZY, *_ALIASES]
+           *_LAZY, *_ALIASES, *_NUMPY]

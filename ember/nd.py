@@ -7,7 +7,9 @@ Everything of ``ember.ndarray`` is reachable here, operators registered later in
 ([1.0, 1.0], True)
 """
 from ember import ndarray as _ndarray
-from ember.ndarray import *  # noqa: F401,F403
+# every public name but the namespaces a higher layer brings later (mx.nd.np)
+globals().update((_name, getattr(_ndarray, _name)) for _name in _ndarray.__all__
+                 if _name not in _ndarray.late_namespaces)
 from ember.ndarray import NDArray, _internal, random  # noqa: F401
 
 __all__ = list(_ndarray.__all__)

@@ -5,7 +5,7 @@ import importlib as _importlib
 
 from ember.contrib import autograd, io
 
-__all__ = ['autograd', 'io']
+__all__ = ['autograd', 'io', 'nd', 'ndarray', 'sym', 'symbol']
 
 _OPERATORS = {'ndarray': 'ember.ndarray.contrib', 'nd': 'ember.ndarray.contrib',
               'symbol': 'ember.symbol.contrib', 'sym': 'ember.symbol.contrib'}

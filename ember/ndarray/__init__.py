@@ -36,14 +36,21 @@ _internal = _types.ModuleType('ember.ndarray._internal',
 _generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
 
 
+# Namespaces that a higher layer provides (mx.nd.np comes with mx.np): name -> loader, filled
+# in by that layer's registration (ember/__init__.py), looked up when the name is first asked.
+late_namespaces: dict = {}
+
+
 def __getattr__(name):
+    if name in late_namespaces:
+        return late_namespaces[name]()
     return _generator.getattr(name)
 
 
 _generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
-                  'contrib', 'linalg', 'sparse']
+                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')

@@ -187,6 +187,11 @@ def adagrad_update(weight, grad, history, out=None, **kwargs):
     return out if out is not None else outputs[0]
 
 
+# Star imports bring every public operator, as MXNet's sparse namespace does (those without a
+# sparse kernel take the storage fallback).
+__all__ += sorted(name for name in registry.all_ops() if not name.startswith('_'))
+
+
 def __getattr__(name):
     # The operators, as MXNet's sparse namespace lists them (sparse.dot, sparse.sum): the
     # functions mx.nd has, made from the registry on first use.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys as _sys
 import types as _types
 
+from ember import ndarray as _ndarray_package
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
 from ember.symbol import graph, image, infer, json_io  # noqa: F401
@@ -45,6 +46,9 @@ _generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.sy
 
 
 def __getattr__(name):
+    if name in _ndarray_package.late_namespaces:     # mx.sym.np comes with mx.np, as mx.nd.np
+        _ndarray_package.late_namespaces[name]()
+        return globals()[name]
     return _generator.getattr(name)
 
 
@@ -52,7 +56,7 @@ _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
                   'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
-                  'contrib', 'linalg', 'random']
+                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
