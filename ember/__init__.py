@@ -43,6 +43,9 @@ def _late_numpy_namespace(package, name):
 
 for _name in ('np', 'numpy', 'npx', 'numpy_extension'):
     ndarray.late_namespaces[_name] = _late_numpy_namespace(ndarray, _name)
+# MXNet's mx.nd.CachedOp is the executor's, a layer above mx.nd
+ndarray.late_namespaces['CachedOp'] = lambda: _importlib.import_module(
+    'ember.executor.cached_op').CachedOp
 from ember import nd, random  # noqa: E402
 from ember import autograd  # noqa: E402
 

@@ -375,5 +375,6 @@ def _check_thread(op_type):
 
 
 custom.set_runner(_KernelRunner())
-_ndarray.Custom = Custom        # mx.nd.Custom
+_ndarray.Custom = _ndarray.op.Custom = Custom        # mx.nd.Custom
 _ndarray.__all__.append('Custom')
+_ndarray.op.__all__.append('Custom')

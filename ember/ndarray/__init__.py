@@ -33,7 +33,11 @@ from ember.ndarray.register import make_function as _make_function
 _ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
 _internal = _types.ModuleType('ember.ndarray._internal',
                               'Operators whose names start with an underscore.')
-_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
+# mx.nd.op: the operator functions alone (the same objects as mx.nd's), as MXNet's module
+op = _types.ModuleType('ember.ndarray.op', 'The function of every public operator.')
+_sys.modules[op.__name__] = op
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray',
+                                 public=op)
 
 
 # Namespaces that a higher layer provides (mx.nd.np comes with mx.np): name -> loader, filled
@@ -47,11 +51,22 @@ def __getattr__(name):
     return _generator.getattr(name)
 
 
+def _op_getattr(name):
+    if name == 'CachedOp':
+        return late_namespaces[name]()
+    return _generator.public_getattr(name)
+
+
+op.__getattr__ = _op_getattr
+
+
 _generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
-                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension']
+                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension', 'op']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
+op.__all__ = sorted([n for n in _registry.all_ops() if not n.startswith('_')] + ['CachedOp'])
+__all__.append('CachedOp')

@@ -42,21 +42,30 @@ _symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call 
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
-_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.symbol')
+# mx.sym.op: the operator functions alone (the same objects as mx.sym's), as MXNet's module
+op = _types.ModuleType('ember.symbol.op', 'The function of every public operator.')
+_sys.modules[op.__name__] = op
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.symbol',
+                                 public=op)
+
+
+_LATE_NAMESPACES = ('np', 'numpy', 'npx', 'numpy_extension')
 
 
 def __getattr__(name):
-    if name in _ndarray_package.late_namespaces:     # mx.sym.np comes with mx.np, as mx.nd.np
+    if name in _LATE_NAMESPACES:     # mx.sym.np comes with mx.np, as mx.nd.np
         _ndarray_package.late_namespaces[name]()
         return globals()[name]
     return _generator.getattr(name)
 
 
+op.__getattr__ = _generator.public_getattr
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
                   'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
-                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension']
+                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension', 'op']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
+op.__all__ = sorted(n for n in _registry.all_ops() if not n.startswith('_'))
