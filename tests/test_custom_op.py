@@ -459,3 +459,19 @@ def test_registry_operator_refuses_an_engine_worker():
     out = invoke(registry.get('Custom'), [mx.nd.ones((2, 3))], {'op_type': 'test_nd_softmax'})
     with pytest.raises(EmberError, match='engine worker thread'):
         out[0].asnumpy()
+
+
+def test_symbolic_custom_matches_the_imperative_call():
+    rng = np.random.default_rng(2)
+    x, label = rng.standard_normal((3, 4)), np.array([1, 0, 3])
+    expected = mx.nd.Custom(mx.nd.array(x), mx.nd.array(label), op_type='test_numpy_softmax')
+    net = mx.sym.Custom(mx.sym.var('data'), mx.sym.var('label'), op_type='test_numpy_softmax')
+    grad = mx.nd.zeros((3, 4))
+    with config.override(MXNET_ENGINE_TYPE='NaiveEngine'):     # a graph runs it in place
+        executor = net.bind(mx.cpu(), {'data': mx.nd.array(x), 'label': mx.nd.array(label)},
+                            args_grad={'data': grad}, grad_req={'data': 'write', 'label': 'null'})
+        out = executor.forward(is_train=True)[0]
+        np.testing.assert_allclose(out.asnumpy(), expected.asnumpy(), rtol=1e-6)
+        executor.backward()
+    one_hot = np.eye(4)[label]
+    np.testing.assert_allclose(grad.asnumpy(), out.asnumpy() - one_hot, rtol=1e-5, atol=1e-7)

@@ -583,7 +583,41 @@ def test_compiled_sgd_momentum_on_a_team_gives_one_call_results(threads):
     assert np.isnan(np.frombuffer(results[1][0], np.float32)[[0, 1, 2, 1001, 1002]]).all()
 
 
+LAMB_FORMS = [
+    ('lamb_update_phase1', lambda: [signed(), signed(), signed(), positive()],
+     dict(t=3, wd=0.01, rescale_grad=0.5, beta1=0.8)),
+    ('mp_lamb_update_phase1', lambda: [signed().astype(np.float16), signed().astype(np.float16),
+                                       signed(), positive(), signed()],
+     dict(t=2, wd=0.1, bias_correction=False)),
+    ('mp_lamb_update_phase2', lambda: [signed().astype(np.float16), signed(), one(2.0), one(1.5),
+                                       signed()], dict(lr=0.1, lower_bound=0.5)),
+]
+
+
+@pytest.mark.parametrize('name, make, attrs', LAMB_FORMS, ids=[n for n, *_ in LAMB_FORMS])
+def test_lamb_phases_agree_in_every_form(name, make, attrs):
+    inputs = [x.astype(np.float32) if x.dtype == np.float64 else x for x in make()]
+    results = {}
+    for form in ('kernel', 'ndarray', 'symbol'):
+        arrays = [x.copy() for x in inputs]
+        out = np.zeros_like(arrays[0], dtype=np.float32 if name.endswith('phase1') else
+                            arrays[0].dtype)
+        if form == 'kernel':
+            _, result = run(name, arrays, attrs, out)
+        elif form == 'ndarray':
+            handles = [nd.array(a, dtype=a.dtype) for a in arrays]
+            result = getattr(nd, name)(*handles, **attrs).asnumpy()
+            arrays = [h.asnumpy() for h in handles]
+        else:
+            _, result = run_sym(name, arrays, attrs)
+        results[form] = [result] + arrays[2:]
+    for form in ('ndarray', 'symbol'):
+        for got, want in zip(results[form], results['kernel']):
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f'{name} {form}')
+
+
 # The mx.nd and mx.sym functions these tests run by name, for `python -m ember api-coverage`.
 EXERCISED_API = sorted({f'ember.{space}.{name}' for space in ('ndarray', 'symbol')
                         for name in [c[0] for c in CASES] + [c[0] for c in MP_CASES]
-                        + [c[0] for c in MULTI_CASES] + list(PRELOADED.values())})
+                        + [c[0] for c in MULTI_CASES] + list(PRELOADED.values())
+                        + [c[0] for c in LAMB_FORMS]})

@@ -39,6 +39,12 @@ from ember.symbol import functions as _functions
 from ember.symbol.functions import *  # noqa: F401,F403
 
 _symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call into mx.sym
+# MXNet defines these functions in mxnet.symbol.symbol; Ember's live in creation and
+# functions, which import symbol.py, so the package lists them there as well.
+for _module in (_creation, _functions):
+    for _name in _module.__all__:
+        if not hasattr(_symbol, _name):
+            setattr(_symbol, _name, getattr(_module, _name))
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
