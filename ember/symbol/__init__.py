@@ -34,7 +34,7 @@ from ember.symbol import creation as _creation
 from ember.symbol import tape as _tape  # noqa: F401  (installs autograd.get_symbol's builder)
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
-from ember.symbol import contrib, linalg, random  # noqa: F401
+from ember.symbol import contrib, linalg, random, sparse  # noqa: F401
 from ember.symbol import functions as _functions
 from ember.symbol.functions import *  # noqa: F401,F403
 
@@ -70,7 +70,7 @@ _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
                   'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
-                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension', 'op']
+                  'contrib', 'linalg', 'random', 'sparse', 'numpy', 'numpy_extension', 'op']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
