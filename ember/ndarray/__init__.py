@@ -39,6 +39,7 @@ for _module in (_creation, _functions):
     for _name in _module.__all__:
         if not hasattr(_ndarray, _name):
             setattr(_ndarray, _name, getattr(_module, _name))
+            _ndarray.__all__.append(_name)
 
 _internal = _types.ModuleType('ember.ndarray._internal',
                               'Operators whose names start with an underscore.')

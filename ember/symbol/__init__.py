@@ -45,6 +45,7 @@ for _module in (_creation, _functions):
     for _name in _module.__all__:
         if not hasattr(_symbol, _name):
             setattr(_symbol, _name, getattr(_module, _name))
+            _symbol.__all__.append(_name)
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
