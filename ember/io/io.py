@@ -26,7 +26,7 @@ from ember.ndarray.sparse import CSRNDArray  # noqa: F401
 from ember.ndarray.utils import array  # noqa: F401
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'NDArray']
+           'NDArray', 'CSRNDArray', 'array', 'concat', 'tile', 'mx_real_t', 'py_str']
 
 LAST_BATCH_HANDLES = ('pad', 'discard', 'roll_over')
 
