@@ -242,6 +242,82 @@ ZOO_CASES.update({
 })
 
 
+def _estimator(mx, loss=None, lr=0.5):
+    """A Dense(2) classifier of 24 fixed examples, its Estimator and data loader."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 4)).astype('float32')
+    y = (x[:, 0] > 0).astype('float32')
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(x, y), batch_size=8)
+    net = mx.gluon.nn.Dense(2)
+    net.initialize(mx.init.Constant(0.1))
+    trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': lr})
+    estimator = mx.gluon.contrib.estimator.Estimator(
+        net, loss or mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+    return estimator, loader
+
+
+def _log_of(estimator):
+    """Route the estimator's log into a list of lines, with durations masked."""
+    import io
+    import re
+    stream = io.StringIO()
+    estimator.logger.handlers[0].stream = stream
+    return lambda: [re.sub(r'\d+(\.\d+)?s\b', '?s', line)
+                    for line in stream.getvalue().splitlines()]
+
+
+def estimator_fit(mx):
+    """fit for two epochs with validation, logging every two batches."""
+    estimator, loader = _estimator(mx)
+    lines = _log_of(estimator)
+    handler = mx.gluon.contrib.estimator.LoggingHandler(log_interval=2,
+                                                         metrics=estimator.train_metrics)
+    estimator.fit(loader, val_data=loader, epochs=2, event_handlers=[handler])
+    return [lines(), [list(m.get()) for m in estimator.train_metrics + estimator.val_metrics]]
+
+
+def estimator_handlers(mx):
+    """fit with checkpoints (the best kept) and early stopping on validation accuracy."""
+    import os
+    import tempfile
+    contrib = mx.gluon.contrib.estimator
+    estimator, loader = _estimator(mx, lr=2.0)
+    lines = _log_of(estimator)
+    accuracy = estimator.val_metrics[0]
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoints = contrib.CheckpointHandler(folder, 'net', monitor=accuracy, save_best=True,
+                                                mode='max', max_checkpoints=2, verbose=1)
+        stopping = contrib.EarlyStoppingHandler(accuracy, patience=1, mode='max')
+        estimator.fit(loader, val_data=loader, epochs=8,
+                      event_handlers=[checkpoints, stopping, contrib.MetricHandler(
+                          estimator.train_metrics), contrib.ValidationHandler(
+                          loader, estimator.evaluate), contrib.GradientUpdateHandler()])
+        files = sorted(os.listdir(folder))
+    # MXNet 1.9.1 logs the new best as the old one and the batch count as the epoch in its
+    # "improved" lines; Ember logs what they say, so those lines are left out
+    masked = [line.replace(folder, '<dir>') for line in lines() if 'improve' not in line]
+    return [masked, files, stopping.stopped_epoch, float(stopping.best)]
+
+
+def estimator_batches(mx):
+    """fit for 5 batches (across epochs), then evaluate with a custom batch processor."""
+    contrib = mx.gluon.contrib.estimator
+
+    class Doubled(contrib.BatchProcessor):
+        def evaluate_batch(self, estimator, val_batch, batch_axis=0):
+            data, label, pred, loss = super().evaluate_batch(estimator, val_batch, batch_axis)
+            return data, label, [2 * p for p in pred], loss
+
+    estimator, loader = _estimator(mx)
+    estimator.logger.setLevel('ERROR')
+    estimator.fit(loader, batches=5)
+    trained = [list(m.get()) for m in estimator.train_metrics]
+    estimator.batch_processor = Doubled()
+    estimator.evaluate(loader)
+    return [trained, [list(m.get()) for m in estimator.val_metrics],
+            estimator.net.weight.data().asnumpy().tolist()]
+
+
 CASES = {
     'metric f1 macro': lambda mx: metric_value(mx, 'f1'),
     'metric f1 micro': lambda mx: metric_value(mx, 'f1', average='micro'),
@@ -318,6 +394,9 @@ CASES = {
         mx).VariationalDropoutCell(mx.gluon.rnn.LSTMCell(3, prefix='v_'), 0.3, 0.0, 0.5),
         (2, 3, 4)),
     'gluon contrib dynamic unroll': dynamic,
+    'estimator fit': estimator_fit,
+    'estimator handlers': estimator_handlers,
+    'estimator batches': estimator_batches,
 }
 
 
