@@ -22,6 +22,7 @@ det = detection
 # MXNet's helpers it imports
 for _name in ('ImageIter', 'is_np_array', 'numeric_types'):
     setattr(image, _name, globals()[_name])
+    image.__all__.append(_name)
 
-__all__ = (list(image.__all__) + list(detection.__all__)
-           + ['ImageIter', 'image', 'detection', 'det'])
+__all__ = sorted(set(image.__all__) | set(detection.__all__)
+                 | {'image', 'detection', 'det', 'io', 'nd', 'recordio'})

@@ -42,7 +42,11 @@ from ember.util import is_np_array
 
 __all__ = ['DetAugmenter', 'DetBorrowAug', 'DetRandomSelectAug', 'DetHorizontalFlipAug',
            'DetRandomCropAug', 'DetRandomPadAug', 'CreateMultiRandCropAugmenter',
-           'CreateDetAugmenter', 'ImageDetIter']
+           'CreateDetAugmenter', 'ImageDetIter',
+           # what MXNet's star import of this module brings besides
+           'Augmenter', 'CastAug', 'ColorJitterAug', 'ColorNormalizeAug', 'ForceResizeAug',
+           'HueJitterAug', 'ImageIter', 'LightingAug', 'RandomGrayAug', 'RandomOrderAug',
+           'ResizeAug', 'copyMakeBorder', 'fixed_crop', 'is_np_array', 'numeric_types']
 
 # MXNet's detection module pads with the OpenCV operator itself (keyword arguments)
 copyMakeBorder = make_function(registry.get('_cvcopyMakeBorder'), 'copyMakeBorder')

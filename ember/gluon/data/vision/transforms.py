@@ -29,7 +29,8 @@ __all__ = ['Compose', 'Cast', 'ToTensor', 'Normalize', 'RandomResizedCrop', 'Cro
            'RandomBrightness', 'RandomContrast', 'RandomSaturation', 'RandomHue',
            'RandomColorJitter', 'RandomLighting', 'RandomApply', 'Rotate', 'RandomRotation',
            # what MXNet's star import of this module brings besides
-           'Block', 'HybridBlock', 'HybridSequential', 'Sequential']
+           'Block', 'HybridBlock', 'HybridSequential', 'Sequential', 'is_np_array',
+           'numeric_types']
 
 
 class Compose(Sequential):
