@@ -101,6 +101,10 @@ def __getattr__(name):
         return AttrScope
     if name in _NUMPY:
         return _numpy_name(name)
+    if name == 'np_symbol':         # MXNet's module of the mx.sym.np functions
+        _numpy_name('np')
+        globals()['np_symbol'] = _importlib.import_module('ember.symbol').numpy
+        return globals()['np_symbol']
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
@@ -122,4 +126,4 @@ __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
            'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
            'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
-           *_LAZY, *_ALIASES, *_NUMPY]
+           'np_symbol', *_LAZY, *_ALIASES, *_NUMPY]
