@@ -38,7 +38,7 @@ import zipfile
 
 import numpy as np
 
-from ember import autograd, config, device
+from ember import autograd, config, device, util
 from ember import ndarray as nd
 from ember import io as _io
 from ember import symbol as _symbol
@@ -1656,7 +1656,7 @@ def get_im2rec_path(home_env='MXNET_HOME'):
     """The path of a runnable ``im2rec.py`` (``python <path> PREFIX ROOT [options]``): the
     one under ``$<home_env>/tools`` when that variable names a folder that has it, else
     Ember's own (``ember/cli/im2rec.py``, the same tool as ``python -m ember im2rec``)."""
-    home = getenv(home_env)
+    home = util.getenv(home_env)
     if home:
         candidate = os.path.join(os.path.expanduser(home), 'tools', 'im2rec.py')
         if os.path.isfile(candidate):
@@ -1667,7 +1667,7 @@ def get_im2rec_path(home_env='MXNET_HOME'):
 def is_cd_run():
     """Whether the tests run as part of a continuous-delivery job (``CD_JOB=1``, MXNet's
     CI flag)."""
-    return getenv('CD_JOB') == '1'
+    return util.getenv('CD_JOB') == '1'
 
 
 def get_cifar10() -> None:
