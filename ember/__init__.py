@@ -38,7 +38,8 @@ from ember import initializer as init  # noqa: E402
 
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
-         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore')
+         'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
+         'contrib')
 
 
 def __getattr__(name):

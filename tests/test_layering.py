@@ -16,7 +16,9 @@ LAYERS = ['config',
           'device', 'backend', 'profiler', 'storage', 'engine', 'resource', 'op', 'ndarray',
           'autograd',
           'initializer',   # mx.init: builds arrays with ndarray and random; gluon uses it
-          'symbol', 'passes', 'executor',
+          'symbol', 'passes',
+          'compiler',      # cache keys, the disk cache, artefacts, dumps: no executor inside
+          'executor',
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
           'optimizer', 'kvstore',
@@ -25,7 +27,8 @@ LAYERS = ['config',
           'gluon',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
           'module',
-          'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam
+          'model',         # mx.model: checkpoints (re-exported from module) and BatchEndParam
+          'contrib']       # mx.contrib: amp (wraps mx.nd, mx.sym and the Gluon Trainer)
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',

@@ -128,7 +128,7 @@ def getitem(x: NDArray, key):
     if offset is not None and not _recording():
         view = x._view
         return NDArray(x._handle, view_of(index.final, view.dtype,
-                                          view.offset + offset * view.dtype.itemsize),
+                                          view.offset + offset * view.stored.itemsize),
                        x._var, x._device)
     attrs = {'begin': index.begin, 'end': index.end, 'step': index.step}
     sliced = invoke(_SLICE, [x], attrs)[0]

@@ -5,5 +5,6 @@ from ember.op import nn, optimizer_ops  # noqa: F401  (registration side effects
 from ember.op import sequence  # noqa: F401
 from ember.op import fused  # noqa: F401
 from ember.op import image  # noqa: F401
+from ember.op import amp  # noqa: F401
 
 __all__ = ['registry']
