@@ -9,7 +9,8 @@ unless NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE=1, which compiles what it
 before failing. Then every recorded graph is compiled by a worker process (``--workers`` at
 a time, default: the cores), each failed compilation tried NEURON_PARALLEL_COMPILE_MAX_RETRIES
 more times; a progress bar goes to stderr, and one JSON line per graph (name, key, status,
-attempts, seconds, error) to stdout (and to ``--summary`` as a JSON list). The script's real
+attempts, seconds, error) to stdout (and to ``--summary`` as a JSON list); the trial run's own
+output goes to stderr. The script's real
 run afterwards loads every graph from the cache and compiles none. The exit status is 0 when
 every graph compiled.
 """
@@ -52,7 +53,9 @@ def run(args) -> int:
         return 2
     print(f'parallel-compile: trial run of {shlex.join(command)} (graphs extracted, not '
           f'compiled)', file=sys.stderr)
-    trial = subprocess.run(command, env=config.child_environ(NEURON_EXTRACT_GRAPHS_ONLY='1'))
+    # the script's output goes to stderr: stdout carries only the summary
+    trial = subprocess.run(command, env=config.child_environ(NEURON_EXTRACT_GRAPHS_ONLY='1'),
+                           stdout=sys.stderr)
     if trial.returncode != 0:
         if not config.get('NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE'):
             print(f'parallel-compile: the training script failed (status {trial.returncode}); '

@@ -258,7 +258,8 @@ def _truncated(values, drop, key, saturate, largest):
 
 
 def _to_float16(values, key, saturate):
-    nearest = values.astype(np.float16)
+    with np.errstate(over='ignore'):
+        nearest = values.astype(np.float16)
     if key is not None:
         nearest = _stochastic_float16(values, nearest, key)
     if saturate:

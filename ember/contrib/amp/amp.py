@@ -353,11 +353,11 @@ def convert_hybrid_block(block, target_dtype='float16', target_dtype_ops=None, f
                                conditional_fp32_ops, excluded_sym_names,
                                [v.name for v in inputs], cast_optional_params)
     result = SymbolBlock(converted, inputs)
-    values = {name: param._reduce() for name, param in block.collect_params().items()}
+    values = {name: param.data() for name, param in block.collect_params().items()}
     for name, param in result.collect_params().items():
         if name in values:
-            param._load_init(values[name], ctx if ctx is not None
-                             else values[name].context)
+            param.initialize(ctx=ctx if ctx is not None else values[name].context)
+            param.set_data(values[name])
     return result
 
 
