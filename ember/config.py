@@ -710,13 +710,13 @@ bool_var('XLA_DOWNCAST_BF16', False, 'Store float32 arrays as bfloat16 and float
          'while they keep their dtype for the user (stochastic rounding on by default; '
          'XLA_USE_BF16 wins when both are set).', _BF16, 'precision', cache_key=True,
          read='startup')
-bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN',
-         (lambda get: get('XLA_USE_BF16') or get('XLA_DOWNCAST_BF16')), 'Casts from float32 '
-         'to bfloat16, float16 (and tf32) round stochastically, seeded, instead of to '
-         'nearest-even.', _BF16, 'precision', cache_key=True,
-         default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
+bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN', None, 'Casts from float32 to bfloat16, float16 '
+         '(and tf32) round stochastically, seeded, instead of to nearest-even (unset: on when '
+         'XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set).', _BF16, 'rounding', cache_key=True,
+         read='startup', default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
 int_var('NEURON_RT_STOCHASTIC_ROUNDING_SEED', 0, 'Seed of stochastic rounding: the same seed '
-        'and program round alike, whatever the thread counts.', _BF16, 'precision', low=0)
+        'and program round alike, whatever the thread counts.', _BF16, 'rounding', low=0,
+        read='startup')
 str_var('NEURON_RT_VISIBLE_CORES', None, 'The cores this process may use: consecutive '
         "ids ('3', '0-3' or '4,5'), a group of 2, 8 or 32 starting at a multiple of its size. "
         'The process pins itself to them, sizes its thread pools to them and holds a lock '

@@ -400,8 +400,9 @@ def test_bulk_sizes_default_to_the_training_size():
 
 def test_stochastic_rounding_defaults_on_with_bf16():
     # the bf16 variables are read once at start-up: each case is a new process
-    code = "from ember import config; print(config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN'))"
-    assert config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN') is False
+    code = "from ember.op import precision; print(precision.stochastic())"
+    from ember.op import precision
+    assert precision.stochastic() is False
     for env in ({'XLA_USE_BF16': '1'}, {'XLA_DOWNCAST_BF16': '1'},
                 {'XLA_USE_BF16': '1', 'NEURON_RT_STOCHASTIC_ROUNDING_EN': '0'}):
         child = run_python(code, **env)

@@ -1,7 +1,8 @@
 """The compiled graphs loaded in this process, least recently used first
 (NEURON_NUM_RECENT_MODELS_TO_KEEP).
 
-A graph is loaded while some executor holds a program built from its artefact. Every run
+A graph is loaded while some executor holds a program built from its artefact (a graph no
+executor holds any more is forgotten when the next one loads). Every run
 touches its graph; past N graphs, the least recently used one is unloaded: its executors drop
 their programs (and the arenas with them) and the artefact is forgotten. Using it again loads
 the artefact from the disk cache (or, without one, from the bytes kept here): it is never
@@ -15,9 +16,10 @@ still to come) stays until it may.
 >>> graphs, holder = LoadedGraphs(), Holder()
 >>> for digest in ('a', 'b', 'c'):
 ...     graphs.add(digest, artefact=object(), holder=holder)
->>> graphs.touch('a', limit=2)        # 'b' is now the least recently used
+>>> graphs.add('d', artefact=object())     # no executor holds it: the next add forgets it
+>>> graphs.touch('a', limit=3)        # 'b' is now the least recently used
 >>> holder.dropped, graphs.digests()
-(['b'], ['c', 'a'])
+(['b'], ['c', 'd', 'a'])
 """
 from __future__ import annotations
 
@@ -48,7 +50,12 @@ class LoadedGraphs:
             return artefact
 
     def add(self, digest, artefact, holder=None) -> None:
+        """Load `artefact`; graphs no executor holds any more are forgotten."""
         with self._lock:
+            for other in [d for d in self._order if d != digest
+                          and not self._holders.get(d)]:
+                del self._order[other]
+                self._holders.pop(other, None)
             self._order[digest] = artefact
             self._order.move_to_end(digest)
             if holder is not None:

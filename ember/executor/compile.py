@@ -131,10 +131,13 @@ def reload(digest) -> artefacts.Artefact | None:
 def _artefact(graph, options, key, flags):
     disk = store(flags)
     if disk is None:
+        if config.get('NEURON_NUM_RECENT_MODELS_TO_KEEP') is None:
+            return _compile(graph, options, key, trial=config.get('NEURON_FRAMEWORK_DEBUG'))
         found = LOADED.kept_bytes(key.digest)
         if found is not None and LOADED.get(key.digest) is None:
             return _remember(key, _loaded(artefacts.loads(found)))   # unloaded, back again
         result = _compile(graph, options, key, trial=config.get('NEURON_FRAMEWORK_DEBUG'))
+        # unloaded, it comes back from these bytes: there is no disk entry
         LOADED.keep_bytes(key.digest, artefacts.dumps(result))
         return _remember(key, result)
     loaded = LOADED.get(key.digest)

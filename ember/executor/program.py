@@ -210,7 +210,7 @@ class Program:
 
     def _commit_step(self, source, target, kind):
         kernel = precision.widened(_add_into if kind == 'add' else _copy_into,
-                                   [source._view], [target._view])
+                                   [source._view], [target._view], accumulates=kind == 'add')
         name = f'_grad_{kind}'
         contexts = (KernelContext(self.device, False, self.xp),) * 2
         return _Step(-1, name, kernel, {}, (source._data(),), (target._data(),), contexts,

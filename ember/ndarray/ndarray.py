@@ -583,6 +583,8 @@ def _rounding(kernel, inputs, outputs, mutate=()):
     """`kernel` as this call runs it: on full-precision copies of narrowly stored arrays
     (:func:`precision.widened`), and in the next stream of stochastic rounding when that is
     on (what the configuration says at the push, not when a worker runs it)."""
+    if not precision.involved():
+        return kernel
     if precision.storage_map():
         kernel = precision.widened(kernel, [x._view for x in inputs],
                                    [o._view for o in outputs], mutate or ())
@@ -781,7 +783,7 @@ def _fast_output(first):
 def _fast_unary(info, x, attrs) -> NDArray:
     out = _fast_output(x)
     kernel, ctx = info.kernel, _plain_context(x._device)
-    if _narrow_or_stochastic():
+    if precision.involved():
         kernel = _rounding(kernel, [x], [out])
 
     def run():
@@ -800,7 +802,7 @@ def _fast_unary(info, x, attrs) -> NDArray:
 def _fast_binary(info, x, y) -> NDArray:
     out = _fast_output(x)
     kernel, ctx = info.kernel, _plain_context(x._device)
-    if _narrow_or_stochastic():
+    if precision.involved():
         kernel = _rounding(kernel, [x, y], [out])
 
     def run():
@@ -813,10 +815,6 @@ def _fast_binary(info, x, y) -> NDArray:
     if _record_hook is not None and (state is None or state.recording):
         _record_hook(info.op, _NO_ATTRS, [x, y], [out])
     return out
-
-
-def _narrow_or_stochastic() -> bool:
-    return bool(precision.storage_map()) or precision.stochastic()
 
 
 def _invoke1(info, x, attrs) -> NDArray:

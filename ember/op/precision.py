@@ -28,6 +28,8 @@ whatever the number of threads. A kernel called outside a stream rounds to neare
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import threading
 import zlib
@@ -38,7 +40,8 @@ from ember import config
 from ember.base import dtype_of
 
 __all__ = ['stored_dtype', 'storage_map', 'is_mapped', 'rounded', 'round_into', 'widened',
-           'keyed', 'keyed_stream', 'keyed_per_call', 'next_key', 'stochastic', 'PRECISIONS', 'BFLOAT16',
+           'keyed', 'keyed_stream', 'keyed_per_call', 'next_key', 'stochastic', 'rounding_seed',
+           'involved', 'scratch_bytes', 'PRECISIONS', 'BFLOAT16',
            'ROUNDED', 'WIDE']
 
 BFLOAT16 = dtype_of('bfloat16')
@@ -91,10 +94,42 @@ _keys = itertools.count(1)
 _local = threading.local()
 
 
+_rounding: tuple | None = None   # (stochastic, seed, involved), read once; overrides reset it
+
+
+def _read_rounding() -> tuple:
+    global _rounding
+    chosen = config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN')
+    stochastic_now = bool(storage_map()) if chosen is None else chosen
+    _rounding = (stochastic_now, config.get('NEURON_RT_STOCHASTIC_ROUNDING_SEED'),
+                 stochastic_now or bool(storage_map()))
+    return _rounding
+
+
+def _forget_rounding() -> None:
+    global _rounding
+    _rounding = None
+
+
+config.register_reset('rounding', _forget_rounding)
+
+
 def stochastic() -> bool:
-    """Whether casts round stochastically (NEURON_RT_STOCHASTIC_ROUNDING_EN), read at the
-    call of whoever pushes a kernel."""
-    return config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN')
+    """Whether casts round stochastically: NEURON_RT_STOCHASTIC_ROUNDING_EN, which when unset
+    follows bf16 storage (XLA_USE_BF16, XLA_DOWNCAST_BF16). Read once, since every operator
+    push asks (``config.override`` reads it again)."""
+    return (_rounding or _read_rounding())[0]
+
+
+def involved() -> bool:
+    """Whether a kernel call may need :func:`widened` or a stream: some dtype is stored
+    narrow, or rounding is stochastic (the check of every operator push)."""
+    return (_rounding or _read_rounding())[2]
+
+
+def rounding_seed() -> int:
+    """NEURON_RT_STOCHASTIC_ROUNDING_SEED (read once, like :func:`stochastic`)."""
+    return (_rounding or _read_rounding())[1]
 
 
 def next_key() -> int:
@@ -120,8 +155,7 @@ class keyed_stream:
     manager; the kernels a stream-keyed function calls round stochastically)."""
 
     def __init__(self, key, seed=None):
-        self._stream = _Stream(int(key), config.get('NEURON_RT_STOCHASTIC_ROUNDING_SEED')
-                               if seed is None else int(seed))
+        self._stream = _Stream(int(key), rounding_seed() if seed is None else int(seed))
 
     def __enter__(self):
         self._saved = getattr(_local, 'stream', None)
@@ -136,7 +170,7 @@ class keyed_stream:
 def keyed(kernel, key):
     """`kernel` running inside stream `key` with the seed of now: its roundings are
     stochastic and reproducible."""
-    seed = config.get('NEURON_RT_STOCHASTIC_ROUNDING_SEED')
+    seed = rounding_seed()
 
     def run(attrs, ins, outs, ctx):
         with keyed_stream(key, seed):
@@ -147,7 +181,7 @@ def keyed(kernel, key):
 def keyed_per_call(kernel, name: str):
     """`kernel` with a stream of its own per call: keys from `name` (a graph node's) and the
     call's number, so a program's roundings do not depend on the order its nodes run in."""
-    seed = config.get('NEURON_RT_STOCHASTIC_ROUNDING_SEED')
+    seed = rounding_seed()
     base = zlib.crc32(name.encode()) << 32
     calls = itertools.count()
 
@@ -210,31 +244,43 @@ def rounded(values, precision: str, saturate: bool = False) -> np.ndarray:
 
 def round_into(out, values) -> None:
     """Write float `values` into `out`, rounding where `out` is bfloat16 or float16 (see
-    :func:`rounded`); other dtypes are plain copies."""
+    :func:`rounded`); other dtypes are plain copies. Works a chunk at a time: the scratch of a
+    rounding stays small whatever the array's size."""
     precision = _LOW.get(out.dtype)
     if precision is None or type(out) is not np.ndarray:
         out[...] = values
         return
     values = np.asarray(values)
-    if values.dtype not in (FLOAT32, FLOAT64):
-        out[...] = values
-        return
     stream = getattr(_local, 'stream', None)
-    if stream is None:
+    if stream is None or values.dtype not in (FLOAT32, FLOAT64):
         out[...] = values           # NumPy and ml_dtypes round to nearest-even
         return
-    values = np.broadcast_to(values.astype(np.float32, copy=False), out.shape)
-    if precision == 'fp16':
-        out[...] = _to_float16(np.ascontiguousarray(values), stream.draw(), False)
-    else:
-        wide = _truncated(np.ascontiguousarray(values), 16, stream.draw(), False, 0)
-        out[...] = wide.astype(BFLOAT16)     # exact: wide holds bf16 values
+    key = stream.draw()
+    if values.shape != out.shape or not out.flags.c_contiguous:
+        values = np.broadcast_to(values, out.shape)
+        target = np.empty(out.shape, out.dtype)
+        _round_chunks(target.reshape(-1), np.ascontiguousarray(values).reshape(-1),
+                      precision, key)
+        out[...] = target
+        return
+    _round_chunks(out.reshape(-1), np.ascontiguousarray(values).reshape(-1), precision, key)
 
 
-def _truncated(values, drop, key, saturate, largest):
+def _round_chunks(flat_out, flat_values, precision, key):
+    for start in range(0, flat_values.size, _CHUNK):
+        part = flat_values[start:start + _CHUNK].astype(np.float32, copy=False)
+        if precision == 'fp16':
+            flat_out[start:start + _CHUNK] = _to_float16(part, key, False, start)
+        else:
+            wide = _truncated(part, 16, key, False, 0, start)
+            flat_out[start:start + _CHUNK].view(np.uint16)[...] = \
+                wide.view(np.uint32) >> np.uint32(16)
+
+
+def _truncated(values, drop, key, saturate, largest, first=0):
     """Float32 values keeping their top 32 - `drop` bits: RNE without `key`, else the
-    dropped bits plus random ones decide."""
-    bits = values.reshape(-1).view(np.uint32)
+    dropped bits plus random ones (of elements `first`, `first` + 1, ...) decide."""
+    bits = np.ascontiguousarray(values, np.float32).reshape(-1).view(np.uint32)
     out = np.empty(bits.shape, np.uint32)
     low = np.uint32((1 << drop) - 1)
     keep = np.uint32(0xFFFFFFFF ^ ((1 << drop) - 1))
@@ -245,9 +291,9 @@ def _truncated(values, drop, key, saturate, largest):
                 up = low >> np.uint32(1)
                 bump = up + ((part >> np.uint32(drop)) & np.uint32(1))
             else:
-                bump = _bits(key, start, part.size) & low
+                bump = _bits(key, first + start, part.size) & low
             out[start:start + _CHUNK] = (part + bump) & keep
-    result = out.view(np.float32).reshape(values.shape)
+    result = out.view(np.float32).reshape(np.shape(values))
     nan = np.isnan(values)
     if nan.any():
         result[nan] = np.nan
@@ -257,18 +303,18 @@ def _truncated(values, drop, key, saturate, largest):
     return result
 
 
-def _to_float16(values, key, saturate):
+def _to_float16(values, key, saturate, first=0):
     with np.errstate(over='ignore'):
         nearest = values.astype(np.float16)
     if key is not None:
-        nearest = _stochastic_float16(values, nearest, key)
+        nearest = _stochastic_float16(values, nearest, key, first)
     if saturate:
         over = np.isinf(nearest) & np.isfinite(values)
         nearest[over] = np.copysign(np.float16(65504.0), values[over])
     return nearest
 
 
-def _stochastic_float16(values, nearest, key):
+def _stochastic_float16(values, nearest, key, first=0):
     """Between the two float16 values around each value, the upper one with probability
     of the value's distance from the lower one."""
     wide = nearest.astype(np.float32)
@@ -278,7 +324,7 @@ def _stochastic_float16(values, nearest, key):
     with np.errstate(invalid='ignore', over='ignore'):
         span = upper.astype(np.float32) - lower.astype(np.float32)
         chance = (values - lower.astype(np.float32)) / span
-    draw = np.concatenate([_bits(key, s, min(_CHUNK, values.size - s))
+    draw = np.concatenate([_bits(key, first + s, min(_CHUNK, values.size - s))
                            for s in range(0, values.size, _CHUNK)] or [np.zeros(0, np.uint32)])
     uniform = draw.reshape(values.shape).astype(np.float64) / 2.0 ** 32
     result = np.where(uniform < chance, upper, lower)
@@ -290,11 +336,14 @@ def _stochastic_float16(values, nearest, key):
 # ----------------------------------------------------------------------------------------------
 # Kernels over narrow storage
 
-def widened(kernel, views_in, views_out, mutated=()):
+def widened(kernel, views_in, views_out, mutated=(), accumulates=False):
     """`kernel` for arrays of which some are stored narrower than they read (`views_in`,
     `views_out`: their views, with ``dtype`` and ``stored``): it runs on copies at the read
     dtype, and what it wrote (outputs, and the inputs at `mutated` positions) is rounded
-    back into storage. Returns `kernel` itself when no array is narrow."""
+    back into storage. The copies live in a scratch buffer of the calling thread, reused
+    from call to call, so the process holds one operator's full-precision arrays at a time.
+    An `accumulates` kernel reads its outputs too (they start from their values). Returns
+    `kernel` itself when no array is narrow."""
     wide_in = tuple(v.dtype if v.stored is not v.dtype else None for v in views_in)
     wide_out = tuple(v.dtype if v.stored is not v.dtype else None for v in views_out)
     if not any(wide_in) and not any(wide_out):
@@ -302,13 +351,74 @@ def widened(kernel, views_in, views_out, mutated=()):
     written = tuple(i for i in mutated if wide_in[i] is not None)
 
     def run(attrs, ins, outs, ctx):
-        full_in = [x if d is None else x.astype(d) for x, d in zip(ins, wide_in)]
-        # outputs start from their values: a kernel may add to what is there
-        full_out = [o if d is None else o.astype(d) for o, d in zip(outs, wide_out)]
-        kernel(attrs, full_in, full_out, ctx)
-        for out, full, d in zip(outs, full_out, wide_out):
-            if d is not None:
-                round_into(out, full)
-        for i in written:
-            round_into(ins[i], full_in[i])
+        needed = sum(_padded(x.size * d.itemsize) for x, d in zip(ins, wide_in) if d)
+        needed += sum(_padded(o.size * d.itemsize) for o, d in zip(outs, wide_out) if d)
+        with _scratch(needed) as take:
+            full_in = [x if d is None else take(x, d, True) for x, d in zip(ins, wide_in)]
+            full_out = [o if d is None else take(o, d, accumulates)
+                        for o, d in zip(outs, wide_out)]
+            # a fresh memo: what a kernel keeps there refers to these arrays, which are the
+            # scratch's (kept, they would hold every old scratch buffer alive)
+            kernel(attrs, full_in, full_out, dataclasses.replace(ctx, memo={}))
+            for out, full, d in zip(outs, full_out, wide_out):
+                if d is not None:
+                    round_into(out, full)
+            for i in written:
+                round_into(ins[i], full_in[i])
     return run
+
+
+def _padded(nbytes):
+    return -(-nbytes // 64) * 64
+
+
+_largest_scratch = 0
+
+
+def scratch_bytes() -> int:
+    """The largest scratch a thread has held for the full-precision copies of one kernel
+    call (the memory bf16 storage costs beyond the arrays themselves)."""
+    return _largest_scratch
+
+
+class _Scratch:
+    """A thread's buffer for the full-precision copies of one kernel call: as large as the
+    largest call so far needed, reused by every call."""
+
+    def __init__(self):
+        self.buffer = np.empty(0, np.uint8)
+        self.used = 0
+        self.busy = False
+
+    def reserve(self, nbytes):
+        global _largest_scratch
+        if nbytes > self.buffer.size:
+            self.buffer = np.empty(0, np.uint8)       # the old one goes before the new comes
+            self.buffer = np.empty(nbytes, np.uint8)
+            _largest_scratch = max(_largest_scratch, nbytes)
+        self.used = 0
+
+    def take(self, array, dtype, copy):
+        nbytes = array.size * dtype.itemsize
+        view = self.buffer[self.used:self.used + nbytes].view(dtype).reshape(array.shape)
+        self.used += _padded(nbytes)
+        if copy:
+            view[...] = array
+        return view
+
+
+@contextlib.contextmanager
+def _scratch(needed):
+    scratch = getattr(_local, 'scratch', None)
+    if scratch is None:
+        scratch = _local.scratch = _Scratch()
+    if scratch.busy:            # a kernel inside a kernel: fresh arrays for the inner one
+        yield lambda array, dtype, copy: array.astype(dtype) if copy else \
+            np.empty(array.shape, dtype)
+        return
+    scratch.busy = True
+    try:
+        scratch.reserve(needed)
+        yield scratch.take
+    finally:
+        scratch.busy = False
