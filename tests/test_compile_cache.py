@@ -106,6 +106,15 @@ def test_cache_root_is_cache_dir_else_the_url_variable_else_under_mxnet_home(tmp
         config.override(NEURON_COMPILE_CACHE_URL='s3://bucket/cache')
 
 
+def test_a_cache_folder_that_cannot_be_made_is_warned_about_and_done_without(tmp_path,
+                                                                             caplog):
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a folder')
+    with config.override(NEURON_CC_FLAGS=f'--cache_dir={blocker}/cache'):
+        result = compiling.compile_graph(small_graph(), options_of(None), 'fc')
+    assert result.graph is not None and 'cannot use' in caplog.text
+
+
 def test_no_cache_writes_nothing(tmp_path):
     with config.override(NEURON_CC_FLAGS=f'--no_cache --cache_dir={tmp_path}'):
         compiling.compile_graph(small_graph(), options_of(None), 'fc')
@@ -432,6 +441,21 @@ def test_nc0_only_snapshots_device_zero(cache, tmp_path, monkeypatch):
         assert _snapshots(tmp_path) == []
         net.bind(mx.cpu(0), {'x': mx.nd.ones(2)}).forward()
     assert len(_snapshots(tmp_path)) == 1
+
+
+@pytest.mark.skipif(config.cpu_count() < 2, reason='needs a second core')
+def test_nc0_only_leaves_out_a_process_without_core_zero(tmp_path):
+    # as `ember launch` gives rank 1 of two its own core
+    code = ('import ember as mx; exe = mx.sym.relu(mx.sym.var("x")).bind(mx.cpu(), '
+            '{"x": mx.nd.ones(2)}); exe.forward()[0].wait_to_read()')
+    env = config.child_environ(NEURON_DUMP_HLO_SNAPSHOT='1', NEURON_NC0_ONLY_SNAPSHOT=1,
+                               NEURON_RT_VISIBLE_CORES=config.process_cores()[1],
+                               MXNET_CORE_LOCK_DIR=str(tmp_path / 'locks'),
+                               PYTHONPATH=os.getcwd())
+    child = subprocess.run([sys.executable, '-c', code], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert _snapshots(tmp_path) == []
 
 
 # ----------------------------------------------------------------------------------------------

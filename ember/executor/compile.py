@@ -81,11 +81,26 @@ def cache_root(flags=None) -> str:
 
 
 def store(flags=None) -> Store | None:
-    """The disk cache of the configuration of now (None under ``--no_cache``)."""
+    """The disk cache of the configuration of now (None under ``--no_cache``, or where its
+    folder cannot be made: then graphs compile without it, and a warning says why)."""
     flags = flags or config.get('NEURON_CC_FLAGS')
     if flags.no_cache:
         return None
-    return Store(cache_root(flags), flags.cache_size_limit)
+    root = cache_root(flags)
+    try:
+        return Store(root, flags.cache_size_limit)
+    except OSError as exc:
+        _warn_once(f'compile cache: cannot use {root} ({exc}); compiling without it')
+        return None
+
+
+_warned: set = set()
+
+
+def _warn_once(message):
+    if message not in _warned:
+        _warned.add(message)
+        _log.warning(message)
 
 
 def compile_graph(graph, options, name='', holder=None) -> CompileResult:
@@ -222,7 +237,10 @@ def _compile_locked(graph, options, key, flags, disk):
         except Exception as exc:
             _publish_failure(disk, key, exc)
             raise
-        disk.publish(key.digest, 'artefact', artefacts.dumps(result), _meta(key, result))
+        try:
+            disk.publish(key.digest, 'artefact', artefacts.dumps(result), _meta(key, result))
+        except OSError as exc:    # a full or read-only disk: the compilation itself stands
+            _warn_once(f'compile cache: cannot write to {disk.root} ({exc})')
         return result
 
 

@@ -7,7 +7,8 @@
 ``ON_NRT_ERROR_CPU``     the same with the inputs copied to host memory
 ``ON_NRT_ERROR_HYBRID``  the same with both copies
 
-With NEURON_NC0_ONLY_SNAPSHOT only executions on device 0 are watched. A watched execution
+With NEURON_NC0_ONLY_SNAPSHOT only executions on device 0 are watched, and only in a process
+whose NEURON_RT_VISIBLE_CORES (as ``python -m ember launch`` gives each rank) include core 0. A watched execution
 waits for its outputs (so that its failure or its values are known before it returns): turn
 snapshots on to debug, not to train fast. Snapshots go into the working directory as
 ``ember_snapshot_<graph>_<digest>_<pid>_<n>_<forward|backward>.npz``.
@@ -21,7 +22,7 @@ import os
 
 import numpy as np
 
-from ember import config
+from ember import config, cores
 from ember.compiler import debug, snapshot
 
 __all__ = ['watch']
@@ -35,10 +36,16 @@ _DEVICE = ('ON_NRT_ERROR', 'ON_NRT_ERROR_HYBRID')
 def watch(executor, compiled, part, is_train):
     """A context around one run of `compiled` (`part` 'forward' or 'backward')."""
     mode = config.get('NEURON_DUMP_HLO_SNAPSHOT')
-    if mode == '0' or (config.get('NEURON_NC0_ONLY_SNAPSHOT')
-                       and executor._ctx.device_id != 0):
+    if mode == '0' or (config.get('NEURON_NC0_ONLY_SNAPSHOT') and not _on_core_zero(executor)):
         return contextlib.nullcontext()
     return _watched(executor, compiled, part, is_train, mode)
+
+
+def _on_core_zero(executor) -> bool:
+    """Device 0, in a process whose cores (NEURON_RT_VISIBLE_CORES, which `ember launch`
+    gives each rank) include core 0: one rank of a distributed run, one device of it."""
+    held = cores.held()
+    return executor._ctx.device_id == 0 and (not held or 0 in held)
 
 
 @contextlib.contextmanager
