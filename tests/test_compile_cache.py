@@ -514,3 +514,23 @@ def test_cache_explain_runs_a_script_and_names_the_differing_part(cache, tmp_pat
     assert child.returncode == 0, child.stderr
     assert 'signature: shapes (data: [5, 4] here, [2, 4] there)' in child.stdout
     assert stores.Store(cache).pending() == []
+
+
+def test_the_trial_run_of_a_compilation_leaves_the_random_streams_as_they_were(cache):
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(16, 3, padding=1, in_channels=16), mx.gluon.nn.Dropout(0.5))
+    net.initialize()
+    x = mx.nd.ones((2, 16, 16, 16))
+
+    def first_masks():
+        mx.random.seed(3)
+        net.hybridize(active=False)
+        net.hybridize()
+        with mx.autograd.record():
+            out = net(x)
+        return (out.asnumpy() == 0).mean(), mx.nd.random.uniform(shape=4).asnumpy()
+    compiled = first_masks()            # compiles (and runs the trial, dropout included)
+    fresh_process()
+    loaded = first_masks()              # loads
+    assert counters()['loads'] >= 1
+    assert compiled[0] == loaded[0] and np.array_equal(compiled[1], loaded[1])

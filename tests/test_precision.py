@@ -141,13 +141,16 @@ def test_xla_use_bf16_stores_narrow_reads_wide_and_rounds_stochastically():
 def test_the_small_cnn_trains_to_the_same_accuracy_with_bf16_storage():
     script = ('import json, sys; sys.path.insert(0, "tests"); import test_precision as t; '
               'print(json.dumps(t.train_small_cnn()))')
+    # algorithms by rule: measured choices would differ between the runs (timing noise)
     child = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True,
                            text=True, timeout=300,
-                           env=config.child_environ(PYTHONPATH=str(REPO), XLA_USE_BF16=1))
+                           env=config.child_environ(PYTHONPATH=str(REPO), XLA_USE_BF16=1,
+                                                    MXNET_CUDNN_AUTOTUNE_DEFAULT=0))
     assert child.returncode == 0, child.stderr
     bf16 = json.loads(child.stdout)
     assert bf16['stored'] == 'bfloat16'
-    wide = train_small_cnn()
+    with config.override(MXNET_CUDNN_AUTOTUNE_DEFAULT='0'):
+        wide = train_small_cnn()
     assert wide['stored'] == 'float32'
     assert wide['accuracy'] >= 0.95 and abs(bf16['accuracy'] - wide['accuracy']) <= 0.01, \
         (wide, bf16)

@@ -57,10 +57,11 @@ class View:
     offset: int
     size: int
     nbytes: int = field(init=False, compare=False)    # read on every allocation
-    stored: np.dtype = field(init=False, compare=False)
+    # None: as bf16 storage stores `dtype`; given: memory another layer laid out
+    stored: np.dtype = field(default=None, compare=False)
 
     def __post_init__(self):
-        stored = precision.stored_dtype(self.dtype)
+        stored = self.stored if self.stored is not None else precision.stored_dtype(self.dtype)
         object.__setattr__(self, 'stored', stored)
         object.__setattr__(self, 'nbytes', self.size * stored.itemsize)
 
@@ -68,8 +69,11 @@ class View:
 _VIEWS: dict = {}
 
 
-def view_of(shape, dtype, offset=0) -> View:
-    """The view of `shape` and `dtype` at `offset` (views at offset 0 are shared)."""
+def view_of(shape, dtype, offset=0, stored=None) -> View:
+    """The view of `shape` and `dtype` at `offset` (views at offset 0 are shared); `stored`
+    where the memory holds another dtype than bf16 storage would give `dtype`."""
+    if stored is not None and stored != precision.stored_dtype(dtype):
+        return View(shape, dtype, offset, prod(shape), stored)
     if offset:
         return View(shape, dtype, offset, prod(shape))
     key = (shape, dtype)
@@ -290,8 +294,8 @@ class NDArray:
 
     def _reshaped(self, new_shape, op, attrs):
         view = self._view
-        out = NDArray(self._handle, view_of(tuple(new_shape), view.dtype, view.offset),
-                      self._var, self._device)
+        out = NDArray(self._handle, view_of(tuple(new_shape), view.dtype, view.offset,
+                                            view.stored), self._var, self._device)
         _maybe_record(op, attrs, [self], [out])
         return out
 
