@@ -1,8 +1,9 @@
 """Builds the optional compiled modules; everything else is in pyproject.toml.
 
 ``ember._accel`` (shape arithmetic), ``ember._kernels`` (BatchNorm's CPU kernels, and the
-residual add and relu chains of fused element-wise graphs) and
-``ember._winograd`` (Winograd F(4x4, 3x3) convolution) are ``optional=True``: without a C
+residual add and relu chains of fused element-wise graphs),
+``ember._winograd`` (Winograd F(4x4, 3x3) convolution) and ``ember._sparse`` (csr x dense and
+the lazy optimizer updates) are ``optional=True``: without a C
 compiler the build skips them and Ember runs the Python and NumPy implementations. Build in place for development with ``python setup.py build_ext
 --inplace`` (``pip install -e .`` builds them too).
 """
@@ -33,7 +34,8 @@ class BuildExt(build_ext):
     """build_ext that adds OpenMP to the kernel modules where the compiler builds it."""
 
     def build_extension(self, ext):
-        if ext.name in ('ember._kernels', 'ember._winograd') and self._has_openmp():
+        if ext.name in ('ember._kernels', 'ember._winograd', 'ember._sparse') \
+                and self._has_openmp():
             ext.extra_compile_args = list(ext.extra_compile_args or []) + OPENMP_FLAGS
             ext.extra_link_args = list(ext.extra_link_args or []) + OPENMP_FLAGS
         super().build_extension(ext)
@@ -63,4 +65,7 @@ setup(cmdclass={'build_ext': BuildExt}, ext_modules=[
     Extension('ember._winograd', sources=['ember/_winograd.c'],
               depends=['ember/_buffers.h', 'ember/_team.h'],
               optional=True, extra_compile_args=WINOGRAD_FLAGS),
+    Extension('ember._sparse', sources=['ember/_sparse.c'],
+              depends=['ember/_buffers.h', 'ember/_team.h'],
+              optional=True, extra_compile_args=KERNEL_FLAGS),
 ])

@@ -30,8 +30,29 @@ from ember.base import EmberError, MXNetError  # noqa: E402
 from ember.device import Context, Device, cpu, cpu_pinned, current_context, gpu  # noqa: E402
 from ember import context, engine, profiler, storage  # noqa: E402
 from ember import op  # noqa: E402,F401  (registers every operator)
-from ember import nd, ndarray, random  # noqa: E402
+from ember import ndarray  # noqa: E402
+
+
+def _late_numpy_namespace(package, name):
+    """mx.nd.np / mx.sym.np and their long names: importing mx.np attaches them."""
+    def load():
+        _numpy_name('np')
+        return getattr(package, name)
+    return load
+
+
+for _name in ('np', 'numpy', 'npx', 'numpy_extension'):
+    ndarray.late_namespaces[_name] = _late_numpy_namespace(ndarray, _name)
+from ember import nd, random  # noqa: E402
 from ember import autograd  # noqa: E402
+
+
+def _symbol_of_tape(steps, head):
+    """autograd.get_symbol's builder, in the symbol layer (loaded on first use)."""
+    return _importlib.import_module('ember.symbol.tape').from_tape(steps, head)
+
+
+autograd._symbol_maker = _symbol_of_tape
 from ember import operator  # noqa: E402,F401  (installs mx.nd.Custom)
 from ember import initializer, lr_scheduler, metric  # noqa: E402
 from ember import initializer as init  # noqa: E402
@@ -39,22 +60,44 @@ from ember import initializer as init  # noqa: E402
 # Heavier packages load on first use (``mx.gluon``), which keeps ``import ember`` quick.
 _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
-         'contrib')
+         'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
+         'monitor', 'visualization', 'contrib', 'numpy_dispatch_protocol',
+         'numpy_op_fallback')
+# MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
+_ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
+            'img': 'image'}
+
+
+# mx.np, mx.npx, mx.util and MXNet's top-level switches of NumPy semantics, loaded on first use.
+_NUMPY = {'np': 'ember.numpy', 'numpy': 'ember.numpy', 'npx': 'ember.numpy_extension',
+          'numpy_extension': 'ember.numpy_extension', 'util': 'ember.util'}
+_UTIL_NAMES = ('is_np_array', 'is_np_shape', 'np_array', 'np_shape', 'set_np_shape', 'use_np',
+               'use_np_array', 'use_np_shape')
+_NUMPY.update({n: 'ember.util' for n in _UTIL_NAMES})
+
+
+def _numpy_name(name):
+    module = _importlib.import_module(_NUMPY[name])
+    _importlib.import_module('ember.numpy_extension')     # attaches mx.nd.npx / mx.sym.npx
+    value = getattr(module, name) if name in _UTIL_NAMES else module
+    globals()[name] = value
+    return value
 
 
 def __getattr__(name):
+    if name in _ALIASES:
+        module = _importlib.import_module(f'ember.{_ALIASES[name]}')
+        globals()[name] = module
+        return module
     if name == 'recordio':
         from ember.io import recordio
         globals()['recordio'] = recordio
         return recordio
-    if name == 'kv':
-        globals()['kv'] = __getattr__('kvstore')
-        return globals()['kv']
     if name == 'AttrScope':
         from ember.attribute import AttrScope
         return AttrScope
-    if name == 'img':
-        return __getattr__('image')
+    if name in _NUMPY:
+        return _numpy_name(name)
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
@@ -74,6 +117,6 @@ except config.ConfigError as _error:
 __version__ = '0.1.0'
 __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage', 'nd', 'ndarray',
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
-           'gluon', 'kvstore', 'kv', 'test_utils',
-           'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
-           'current_context', 'EmberError', 'MXNetError']
+           'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
+           'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
+           *_LAZY, *_ALIASES, *_NUMPY]

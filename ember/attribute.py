@@ -6,6 +6,7 @@
 ...     symbol.var('x').attr('ctx_group')
 'stage1'
 """
+from ember.base import classproperty, string_types, with_metaclass
 from ember.symbol.attribute import AttrScope
 
-__all__ = ['AttrScope']
+__all__ = ['AttrScope', 'classproperty', 'string_types', 'with_metaclass']

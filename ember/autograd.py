@@ -20,11 +20,13 @@ import threading
 import weakref
 
 from ember import ndarray as nd
-from ember.base import EmberError
+from ember.base import EmberError, string_types  # noqa: F401  (a name of mx.autograd)
+from ember.ndarray import NDArray  # noqa: F401
 from ember.ndarray import ndarray as _ndmod
 
 __all__ = ['record', 'pause', 'train_mode', 'predict_mode', 'is_recording', 'is_training',
-           'set_recording', 'set_training', 'mark_variables', 'backward', 'grad', 'Function']
+           'set_recording', 'set_training', 'mark_variables', 'backward', 'grad', 'Function',
+           'NDArray', 'string_types', 'get_symbol']
 
 
 class _State(threading.local):
@@ -100,13 +102,15 @@ def predict_mode() -> _Scope:
 
 class _Node:
     """One recorded call: how to turn output gradients into input gradients."""
-    __slots__ = ('grad_fn', 'inputs', 'outputs', 'name')
+    __slots__ = ('grad_fn', 'inputs', 'outputs', 'name', 'op', 'attrs')
 
-    def __init__(self, grad_fn, inputs, outputs, name):
+    def __init__(self, grad_fn, inputs, outputs, name, op=None, attrs=None):
         self.grad_fn = grad_fn
         self.inputs = inputs          # NDArrays (their _ag entries lead further back)
         self.outputs = outputs        # (shape, dtype, context, alias) per output
         self.name = name
+        self.op = op                  # the registered operator (None: a Function, a CachedOp)
+        self.attrs = attrs
 
 
 def _needs_grad(array) -> bool:
@@ -124,7 +128,7 @@ def _record_op(op, attrs, inputs, outputs):
 
     def grad_fn(out_grads):
         return op.gradient(nd, attrs, list(inputs), saved_outputs, out_grads)
-    _attach(grad_fn, inputs, outputs, op.name, saved_outputs)
+    _attach(grad_fn, inputs, outputs, op.name, saved_outputs, op=op, attrs=attrs)
 
 
 # Gradients a grad_fn returned that still belong to it (a hybridized block's executor writes
@@ -144,8 +148,18 @@ def _own(array):
     return array.copy() if _lent.get(id(array)) is array else array
 
 
-def _attach(grad_fn, inputs, outputs, name, saved_outputs=()):
-    node = _Node(grad_fn, list(inputs), [(o.shape, o.dtype, o.context) for o in outputs], name)
+def _as_recorded(array):
+    """`array` as the node sees it now: an alias keeping its current autograd entry, so that an
+    operator writing into it later (``x[1] = 0``, ``x += y``) does not change where this
+    node's gradient goes."""
+    alias = array._alias()
+    alias._ag = array._ag
+    return alias
+
+
+def _attach(grad_fn, inputs, outputs, name, saved_outputs=(), op=None, attrs=None):
+    node = _Node(grad_fn, [_as_recorded(x) for x in inputs],
+                 [(o.shape, o.dtype, o.context) for o in outputs], name, op, attrs)
     for index, out in enumerate(outputs):
         out._ag = (node, index)
     # Rules that use the forward output (exp, tanh) must see it as recorded, so that
@@ -185,11 +199,11 @@ def mark_variables(variables, gradients, grad_reqs='write'):
 
 
 def _attach_grad(array, grad_req='write', stype=None):
-    """NDArray.attach_grad: allocate a zero gradient buffer and mark the array as a variable."""
-    if stype not in (None, 'default'):
-        raise ValueError(f"attach_grad: stype={stype!r}: only 'default' (dense) is supported")
-    mark_variables([array], [nd.zeros(array.shape, ctx=array.context, dtype=array.dtype)],
-                   grad_req)
+    """NDArray.attach_grad: allocate a zero gradient buffer of storage type `stype` (the
+    array's own by default) and mark the array as a variable."""
+    stype = array.stype if stype is None else stype
+    mark_variables([array], [nd.sparse.zeros(stype, array.shape, ctx=array.context,
+                                             dtype=array.dtype)], grad_req)
 
 
 def _detach(array):
@@ -339,7 +353,10 @@ def _store(leaf, gradient):
     if leaf.grad_req == 'add':
         array._grad += gradient
     elif gradient is not array._grad:      # else a grad_fn wrote it there ('direct')
-        array._grad[:] = gradient
+        if gradient.stype == 'default' and array._grad.stype == 'default':
+            array._grad[:] = gradient
+        else:       # into the buffer's own storage type: a row_sparse one takes the rows
+            gradient.copyto(array._grad)
     array._grad._fresh_grad = True      # Trainer.step checks that backward reached it
 
 
@@ -421,3 +438,58 @@ class Function:
                 return [grads] if not isinstance(grads, (list, tuple)) else list(grads)
             _attach(grad_fn, inputs, out_list, type(self).__name__)
         return outputs
+
+
+# ----------------------------------------------------------------------------------------------
+# The recorded graph as a Symbol.
+
+# Builds a Symbol from the steps of tape_of; the symbol layer installs it (it sits above).
+_symbol_maker = None
+
+
+def tape_of(x):
+    """The recorded computation that produced `x`, in order: ``('var', name)`` for an array
+    marked for gradients, ``('null', name)`` for another input, ``('op', name, op, attrs,
+    inputs)`` for a recorded operator, `inputs` being (step, output index) pairs; and the
+    (step, output index) of `x`."""
+    steps, seen = [], {}
+    head = _tape_entry(x, steps, seen)
+    return steps, head
+
+
+def _tape_entry(array, steps, seen):
+    entry = array._ag
+    if not isinstance(entry, tuple):
+        key = id(array)
+        if key not in seen:
+            kind = 'var' if isinstance(entry, _Leaf) else 'null'
+            seen[key] = len(steps)
+            steps.append((kind, f'{kind}{sum(s[0] != "op" for s in steps)}'))
+        return seen[key], 0
+    node, index = entry
+    if id(node) not in seen:
+        if node.op is None:
+            raise EmberError(f'get_symbol: the recorded graph holds {node.name}, which is not '
+                             'an operator (an autograd.Function or a hybridized block)')
+        inputs = [_tape_entry(a, steps, seen) for a in node.inputs]
+        seen[id(node)] = len(steps)
+        steps.append(('op', f'node_{sum(s[0] == "op" for s in steps)}', node.op, node.attrs,
+                      inputs))
+    return seen[id(node)], index
+
+
+def get_symbol(x):
+    """The recorded computation that produced `x`, as a Symbol (needs ``mx.sym``): recorded
+    operators become nodes ``node_<k>``, arrays marked for gradients variables ``var<k>``, other
+    inputs ``null<k>``, as MXNet names them.
+
+    >>> import ember as mx
+    >>> x = mx.nd.ones((2,)); x.attach_grad()
+    >>> with record():
+    ...     y = mx.nd.relu(x * 2)
+    >>> get_symbol(y).list_arguments()
+    ['var0']
+    """
+    if _symbol_maker is None:
+        raise EmberError('get_symbol needs the symbol layer: import ember.symbol (mx.sym)')
+    return _symbol_maker(*tape_of(x))

@@ -21,7 +21,8 @@ from collections import namedtuple
 from ember.base import EmberError
 
 __all__ = ['BatchEndParam', 'Speedometer', 'ProgressBar', 'LogValidationMetricsCallback',
-           'do_checkpoint', 'module_checkpoint', 'log_train_metric', 'set_checkpoint_saver']
+           'do_checkpoint', 'module_checkpoint', 'log_train_metric', 'set_checkpoint_saver',
+           'save_checkpoint']
 
 BatchEndParam = namedtuple('BatchEndParams', ['epoch', 'nbatch', 'eval_metric', 'locals'])
 BatchEndParam.__doc__ = """What a batch-end callback sees: the epoch, the number of batches done
@@ -54,6 +55,15 @@ def _save(prefix, epoch, symbol, arg_params, aux_params):
         raise EmberError('do_checkpoint: no checkpoint saver is installed; import ember.model '
                          '(mx.model), which installs save_checkpoint')
     _checkpoint_saver(prefix, epoch, symbol, arg_params, aux_params)
+
+
+def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, remove_amp_cast=True):
+    """Save a checkpoint as ``mx.model.save_checkpoint`` does (``prefix-symbol.json`` and
+    ``prefix-%04d.params``), through the installed saver."""
+    if _checkpoint_saver is None:
+        raise EmberError('save_checkpoint: no checkpoint saver is installed; import ember.model '
+                         '(mx.model), which installs it')
+    _checkpoint_saver(prefix, epoch, symbol, arg_params, aux_params, remove_amp_cast)
 
 
 def _checked_period(period):

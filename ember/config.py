@@ -589,8 +589,9 @@ bool_var('MXNET_ENFORCE_CYTHON', False, 'Fail at import if the compiled accelera
 # Logging
 int_var('DMLC_LOG_STACK_TRACE_DEPTH', 0, 'Frames of the pushing code shown in an error raised '
         'at wait time.', _LOG, 'engine', low=0)
-bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log when a sparse array falls back to '
-         'dense storage.', _LOG, 'ndarray', status=NOT_YET + 'sparse storage is not built yet')
+bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log, once per operator and storage '
+         'signature, when an operator has no sparse kernel for its inputs and runs on dense '
+         'copies of them (the storage fallback).', _LOG, 'op')
 
 # Operators and kernels
 int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,
@@ -1023,6 +1024,26 @@ def environ_snapshot() -> dict[str, str]:
     """The variables of the environment that have an Ember prefix or are declared (for logs)."""
     known = set(REGISTRY) | set(ALIASES)
     return {k: v for k, v in os.environ.items() if k in known or k.startswith(PREFIXES)}
+
+
+def environ_value(name: str) -> str | None:
+    """The raw text of environment variable `name`, or None (``mx.util.getenv``)."""
+    return os.environ.get(name)
+
+
+def set_environ_value(name: str, value: str | None) -> None:
+    """Set (None: remove) environment variable `name` in this process (``mx.util.setenv``).
+    A declared variable's value is validated first; variables read at start-up keep the value
+    they were read with."""
+    if value is None:
+        os.environ.pop(name, None)
+        return
+    if not isinstance(value, str):
+        raise TypeError(f'setenv({name!r}): the value must be a string or None, got '
+                        f'{type(value).__name__}')
+    if name in REGISTRY or name in ALIASES:
+        parse_value(lookup(name), value)
+    os.environ[name] = value
 
 
 def child_environ(**values) -> dict[str, str]:

@@ -30,13 +30,16 @@ import warnings
 
 import numpy as np
 
-from ember.base import prod
+from ember.base import prod, string_types
 from ember.ndarray import io as nd_io
 from ember.ndarray import random as nd_random
+from ember.ndarray import NDArray
+from ember.ndarray.io import load
 
 __all__ = ['InitDesc', 'Initializer', 'Zero', 'One', 'Constant', 'Uniform', 'Normal',
-           'Orthogonal', 'Xavier', 'MSRAPrelu', 'Bilinear', 'LSTMBias', 'Mixed', 'Load',
-           'register', 'alias', 'create', 'fan_in_out', 'xavier_scale']
+           'Orthogonal', 'Xavier', 'MSRAPrelu', 'Bilinear', 'LSTMBias', 'FusedRNN', 'Mixed',
+           'Load', 'register', 'alias', 'create', 'fan_in_out', 'xavier_scale', 'load', 'NDArray',
+           'string_types']
 
 _log = logging.getLogger(__name__)
 _INITIALIZERS: dict[str, type] = {}
@@ -391,6 +394,82 @@ class LSTMBias(Initializer):
         arr[num_hidden:2 * num_hidden] = self.forget_bias
 
 
+# Gates of a fused RNN layer, in the order of the packed parameters, as MXNet names them.
+_FUSED_GATES = {'rnn_relu': ('',), 'rnn_tanh': ('',), 'lstm': ('_i', '_f', '_c', '_o'),
+                'gru': ('_r', '_z', '_o')}
+
+
+def fused_rnn_pieces(size, num_hidden, num_layers, mode, bidirectional):
+    """(name, start, shape) of every gate's weight and bias in the packed parameter vector of
+    a fused RNN layer of `size` values (input size worked out from it): weights layer by
+    layer and direction by direction (input-to-hidden, then hidden-to-hidden), then biases in
+    the same order, each split by gate (MXNet's FusedRNNCell names: ``l0_i2h_f_weight``).
+
+    >>> [name for name, _, _ in fused_rnn_pieces(12, 1, 1, 'gru', False)][:4]
+    ['l0_i2h_r_weight', 'l0_i2h_z_weight', 'l0_i2h_o_weight', 'l0_h2h_r_weight']
+    """
+    gates, directions = _FUSED_GATES[mode], ('l', 'r') if bidirectional else ('l',)
+    rows = len(gates) * num_hidden
+    deeper = (num_layers - 1) * len(directions) * rows * (len(directions) * num_hidden +
+                                                           num_hidden + 2)
+    input_size = (size - deeper) // (len(directions) * rows) - num_hidden - 2
+    pieces, start = [], 0
+    for kind in ('weight', 'bias'):
+        for layer in range(num_layers):
+            width = input_size if layer == 0 else len(directions) * num_hidden
+            for direction in directions:
+                for link, columns in (('i2h', width), ('h2h', num_hidden)):
+                    for gate in gates:
+                        shape = (num_hidden, columns) if kind == 'weight' else (num_hidden,)
+                        pieces.append((f'{direction}{layer}_{link}{gate}_{kind}', start, shape))
+                        start += prod(shape)
+    if start != size:
+        raise ValueError(f'FusedRNN: {size} parameters do not fit {num_layers} {mode} layers '
+                         f'of {num_hidden} units (bidirectional={bidirectional})')
+    return pieces
+
+
+@register
+class FusedRNN(Initializer):
+    """Initializes the packed parameters of a fused RNN layer gate by gate: each gate's weight
+    and bias with `init` (the global initializer when None; biases follow its bias rule),
+    LSTM forget-gate biases with `forget_bias`, as MXNet does for ``rnn.FusedRNNCell``.
+
+    >>> init = FusedRNN(Constant(0.5), num_hidden=1, num_layers=1, mode='lstm', forget_bias=2.0)
+    >>> params = np.zeros(16)
+    >>> init._init_weight(InitDesc('parameters'), params)
+    >>> params.tolist()[:8], params.tolist()[8:]
+    ([0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], [0.0, 2.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0])
+    """
+
+    def __init__(self, init, num_hidden, num_layers, mode, bidirectional=False, forget_bias=1.0):
+        if isinstance(init, str):
+            init = create(init)
+        super().__init__(init=init.dumps() if init is not None else None, num_hidden=num_hidden,
+                         num_layers=num_layers, mode=mode, bidirectional=bidirectional,
+                         forget_bias=forget_bias)
+        self._init = init
+        self._layout = (num_hidden, num_layers, mode, bidirectional)
+        self._mode = mode
+        self._forget_bias = forget_bias
+
+    def _init_weight(self, desc, arr):
+        values = np.array(_as_numpy(arr), dtype=np.float64).reshape(-1)
+        for name, start, shape in fused_rnn_pieces(values.size, *self._layout):
+            piece = np.zeros(shape)
+            if self._mode == 'lstm' and name.endswith('_f_bias'):
+                piece[:] = self._forget_bias
+            else:
+                global_init = getattr(desc, 'global_init', None)
+                init = self._init or global_init
+                if init is None:
+                    raise ValueError(f'FusedRNN: no initializer for {name}: give init or '
+                                     'initialize through a global initializer')
+                init(InitDesc(name, global_init=global_init), piece)
+            values[start:start + piece.size] = piece.reshape(-1)
+        arr[:] = values.reshape(arr.shape)
+
+
 @register
 class Mixed:
     """The initializer of the first regular expression that matches the name.
@@ -484,7 +563,8 @@ def create(init, *args, **kwargs):
                         'dumps() text')
     if init.startswith('['):
         name, json_kwargs = json.loads(init)
-        return create(name, *args, **dict(json_kwargs, **kwargs))
+        # straight to the class: its arguments may include one named `init` (FusedRNN)
+        return _lookup(name)(*args, **dict(json_kwargs, **kwargs))
     return _lookup(init)(*args, **kwargs)
 
 

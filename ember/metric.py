@@ -23,14 +23,18 @@ import numpy
 
 __all__ = ['EvalMetric', 'CompositeEvalMetric', 'Accuracy', 'TopKAccuracy', 'CrossEntropy',
            'Perplexity', 'MAE', 'MSE', 'RMSE', 'Loss', 'CustomMetric', 'np', 'create',
-           'register', 'alias', 'check_label_shapes']
+           'register', 'alias', 'check_label_shapes', 'F1', 'MCC', 'PCC', 'PearsonCorrelation',
+           'NegativeLogLikelihood', 'Torch', 'Caffe', 'numeric_types', 'string_types']
+
+numeric_types = (float, int, numpy.generic)
+string_types = (str,)
 
 _METRICS: dict[str, type] = {}
 
 
-def register(klass):
-    """Make a metric class creatable by its lower-cased class name."""
-    _METRICS[klass.__name__.lower()] = klass
+def register(klass, name=None):
+    """Make a metric class creatable by its lower-cased class name (or `name`)."""
+    _METRICS[(name or klass.__name__).lower()] = klass
     return klass
 
 
@@ -553,3 +557,323 @@ def _lookup(name):
         hint = f'; did you mean {close[0]!r}?' if close else ''
         raise ValueError(f'metric {name!r} is not registered; known metrics: '
                          f'{", ".join(sorted(_METRICS))}{hint}') from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Binary and multi-class classification, correlation, likelihood
+
+
+class _BinaryCounts:
+    """True/false positive/negative counts of a binary classifier, locally and globally."""
+
+    FIELDS = ('true_positives', 'false_positives', 'false_negatives', 'true_negatives')
+
+    def __init__(self):
+        self.local = dict.fromkeys(self.FIELDS, 0)
+        self.total = dict.fromkeys(self.FIELDS, 0)
+
+    def update(self, label, pred, owner):
+        pred_label = numpy.argmax(_as_numpy(pred), axis=1)
+        label = _as_numpy(label).astype('int32').ravel()
+        check_label_shapes(label, pred_label)
+        if len(numpy.unique(label)) > 2:
+            raise ValueError(f'{owner} supports binary classification only; the labels hold '
+                             f'{sorted(numpy.unique(label).tolist())}')
+        predicted, actual = pred_label == 1, label == 1
+        counts = {'true_positives': predicted & actual, 'false_positives': predicted & ~actual,
+                  'false_negatives': ~predicted & actual, 'true_negatives': ~predicted & ~actual}
+        for field, hits in counts.items():
+            self.local[field] += int(hits.sum())
+            self.total[field] += int(hits.sum())
+
+    def reset_local(self):
+        self.local = dict.fromkeys(self.FIELDS, 0)
+
+    def reset(self):
+        self.reset_local()
+        self.total = dict.fromkeys(self.FIELDS, 0)
+
+    def examples(self, use_global=False) -> int:
+        return sum((self.total if use_global else self.local).values())
+
+    def fscore(self, use_global=False) -> float:
+        counts = self.total if use_global else self.local
+        found = counts['true_positives'] + counts['false_positives']
+        relevant = counts['true_positives'] + counts['false_negatives']
+        precision = counts['true_positives'] / found if found else 0.0
+        recall = counts['true_positives'] / relevant if relevant else 0.0
+        return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+    def matthewscc(self, use_global=False) -> float:
+        counts = self.total if use_global else self.local
+        if not self.examples(use_global):
+            return 0.0
+        tp, fp, fn, tn = (float(counts[field]) for field in self.FIELDS)
+        # Zero factors are left out of the denominator, as MXNet does.
+        denominator = math.prod(t for t in (tp + fp, tp + fn, tn + fp, tn + fn) if t != 0)
+        return (tp * tn - fp * fn) / math.sqrt(denominator)
+
+
+class _BinaryMetric(EvalMetric):
+    """F1 and MCC: 'macro' averages the score of each update, 'micro' scores all counts."""
+
+    def __init__(self, name, output_names=None, label_names=None, average='macro'):
+        if average not in ('macro', 'micro'):
+            raise ValueError(f"average={average!r}: expected 'macro' or 'micro'")
+        self.average = average
+        self.counts = _BinaryCounts()
+        super().__init__(name, output_names=output_names, label_names=label_names,
+                         has_global_stats=True)
+
+    def _score(self, use_global):
+        raise NotImplementedError
+
+    def update(self, labels, preds):
+        labels, preds = check_label_shapes(labels, preds, True)
+        for label, pred in zip(labels, preds):
+            self.counts.update(label, pred, type(self).__name__)
+        if self.average == 'macro':
+            self.sum_metric += self._score(False)
+            self.global_sum_metric += self._score(True)
+            self.num_inst += 1
+            self.global_num_inst += 1
+            self.counts.reset()
+        else:
+            self.sum_metric = self._score(False) * self.counts.examples()
+            self.global_sum_metric = self._score(True) * self.counts.examples(True)
+            self.num_inst = self.counts.examples()
+            self.global_num_inst = self.counts.examples(True)
+
+    def reset(self):
+        super().reset()
+        if hasattr(self, 'counts'):
+            self.counts.reset()
+
+    def reset_local(self):
+        super().reset_local()
+        self.counts.reset_local()
+
+
+@register
+class F1(_BinaryMetric):
+    """F1 score of a binary classifier, 2 * precision * recall / (precision + recall); the
+    prediction is the argmax over axis 1. 'macro' averages the score of each update, 'micro'
+    scores everything seen.
+
+    >>> f1 = F1()
+    >>> f1.update([numpy.array([0., 1., 1.])], [numpy.array([[0.3, 0.7], [0., 1.], [0.4, 0.6]])])
+    >>> f1.get()
+    ('f1', 0.8)
+    """
+
+    def __init__(self, name='f1', output_names=None, label_names=None, average='macro'):
+        super().__init__(name, output_names, label_names, average)
+
+    def _score(self, use_global):
+        return self.counts.fscore(use_global)
+
+
+@register
+class MCC(_BinaryMetric):
+    """Matthews correlation coefficient of a binary classifier:
+    (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)), from -1 to 1.
+
+    >>> mcc = MCC()
+    >>> mcc.update([numpy.array([0, 1, 1, 0])], [numpy.array([[0.8, 0.2], [0.3, 0.7],
+    ...                                                       [0.6, 0.4], [0.9, 0.1]])])
+    >>> round(mcc.get()[1], 4)
+    0.5774
+    """
+
+    def __init__(self, name='mcc', output_names=None, label_names=None, average='macro'):
+        super().__init__(name, output_names, label_names, average)
+
+    def _score(self, use_global):
+        return self.counts.matthewscc(use_global)
+
+
+@register
+@alias('pearsonr')
+class PearsonCorrelation(EvalMetric):
+    """Pearson correlation of predictions and labels (flattened): 'macro' averages the
+    coefficient of each update, 'micro' computes it over everything seen (running means and
+    sums of squares, Welford's method).
+
+    >>> pearson = PearsonCorrelation()
+    >>> pearson.update([numpy.array([[1, 0], [0, 1], [0, 1]])],
+    ...                [numpy.array([[0.3, 0.7], [0, 1.], [0.4, 0.6]])])
+    >>> round(pearson.get()[1], 6)
+    0.421637
+    """
+
+    def __init__(self, name='pearsonr', output_names=None, label_names=None, average='macro'):
+        if average not in ('macro', 'micro'):
+            raise ValueError(f"average={average!r}: expected 'macro' or 'micro'")
+        self.average = average
+        super().__init__(name, output_names=output_names, label_names=label_names,
+                         has_global_stats=True)
+
+    def reset(self):
+        super().reset()
+        self._moments = {'label': [0, 0.0, 0.0], 'pred': [0, 0.0, 0.0]}
+        self._co_moment = 0.0
+
+    def update(self, labels, preds):
+        labels, preds = check_label_shapes(labels, preds, True)
+        for label, pred in zip(labels, preds):
+            label = _as_numpy(label).ravel().astype(numpy.float64)
+            pred = _as_numpy(pred).ravel().astype(numpy.float64)
+            check_label_shapes(label, pred, False, True)
+            self.num_inst += 1
+            self.global_num_inst += 1
+            if self.average == 'macro':
+                coefficient = float(numpy.corrcoef(pred, label)[0, 1])
+                self.sum_metric += coefficient
+                self.global_sum_metric += coefficient
+            else:
+                self._add_micro(label, pred)
+
+    def _add_micro(self, label, pred):
+        _welford(self._moments['label'], label)
+        mean_label = self._moments['label'][1]
+        self._co_moment += float(numpy.sum((label - mean_label) *
+                                           (pred - self._moments['pred'][1])))
+        _welford(self._moments['pred'], pred)
+
+    def get(self):
+        if self.num_inst == 0:
+            return (self.name, float('nan'))
+        if self.average == 'macro':
+            return (self.name, self.sum_metric / self.num_inst)
+        count, _, label_sq = self._moments['label']
+        pred_sq = self._moments['pred'][2]
+        return (self.name, self._co_moment / math.sqrt(label_sq * pred_sq) if count > 1
+                else float('nan'))
+
+
+def _welford(moments, values):
+    """Add `values` to [count, mean, sum of squared deviations] in place (MXNet's variant:
+    one mean step for the whole batch)."""
+    count, mean, squares = moments
+    count += len(values)
+    delta = values - mean
+    mean += float(numpy.sum(delta / count))
+    squares += float(numpy.sum(delta * (values - mean)))
+    moments[:] = [count, mean, squares]
+
+
+@register
+class PCC(EvalMetric):
+    """The multi-class Matthews correlation coefficient (Pearson's over the K x K confusion
+    matrix, which grows with the labels seen); for two classes it equals MCC.
+
+    >>> pcc = PCC()
+    >>> pcc.update([numpy.array([0, 1, 2, 2])], [numpy.array([0, 1, 2, 1])])
+    >>> round(pcc.get()[1], 4)
+    0.7
+    """
+
+    def __init__(self, name='pcc', output_names=None, label_names=None,
+                 has_global_stats=True):
+        self.k = 2
+        super().__init__(name, output_names=output_names, label_names=label_names,
+                         has_global_stats=has_global_stats)
+
+    def _grow(self, extra):
+        self.lcm = numpy.pad(self.lcm, ((0, extra), (0, extra)))
+        self.gcm = numpy.pad(self.gcm, ((0, extra), (0, extra)))
+        self.k += extra
+
+    @staticmethod
+    def _calc_mcc(matrix):
+        n = matrix.sum()
+        by_pred, by_label = matrix.sum(axis=1), matrix.sum(axis=0)
+        cov_pred = numpy.sum(by_pred * (n - by_pred))
+        cov_label = numpy.sum(by_label * (n - by_label))
+        if cov_pred == 0 or cov_label == 0:
+            return float('nan')
+        cov = numpy.sum(matrix.diagonal() * n - by_pred * by_label)
+        return float(cov / (cov_pred * cov_label) ** 0.5)
+
+    def update(self, labels, preds):
+        labels, preds = check_label_shapes(labels, preds, True)
+        for label, pred in zip(labels, preds):
+            label = _as_numpy(label).astype('int32')
+            pred = _as_numpy(pred)
+            pred = pred.argmax(axis=1) if pred.shape != label.shape else pred.astype('int32')
+            largest = int(max(pred.max(), label.max()))
+            if largest >= self.k:
+                self._grow(largest + 1 - self.k)
+            counts = numpy.zeros((self.k, self.k))
+            numpy.add.at(counts, (pred.ravel(), label.ravel()), 1)
+            self.lcm += counts
+            self.gcm += counts
+        self.num_inst += 1
+        self.global_num_inst += 1
+
+    @property
+    def sum_metric(self):
+        return self._calc_mcc(self.lcm) * self.num_inst
+
+    @sum_metric.setter
+    def sum_metric(self, value):
+        pass    # derived from the confusion matrix
+
+    @property
+    def global_sum_metric(self):
+        return self._calc_mcc(self.gcm) * self.global_num_inst
+
+    @global_sum_metric.setter
+    def global_sum_metric(self, value):
+        pass
+
+    def reset(self):
+        self.global_num_inst = 0
+        self.gcm = numpy.zeros((self.k, self.k))
+        self.reset_local()
+
+    def reset_local(self):
+        self.num_inst = 0
+        self.lcm = numpy.zeros((self.k, self.k))
+
+
+@register
+@alias('nll_loss')
+class NegativeLogLikelihood(EvalMetric):
+    """Mean of -log(probability of the label) over the examples; `eps` keeps it finite.
+
+    >>> nll = NegativeLogLikelihood()
+    >>> nll.update([numpy.array([0, 1, 1])], [numpy.array([[0.3, 0.7], [0, 1.], [0.4, 0.6]])])
+    >>> round(nll.get()[1], 6)
+    0.571599
+    """
+
+    def __init__(self, eps=1e-12, name='nll-loss', output_names=None, label_names=None):
+        super().__init__(name, eps=eps, output_names=output_names, label_names=label_names,
+                         has_global_stats=True)
+        self.eps = eps
+
+    def update(self, labels, preds):
+        labels, preds = check_label_shapes(labels, preds, True)
+        for label, pred in zip(labels, preds):
+            label, pred = _as_numpy(label).ravel(), _as_numpy(pred)
+            if label.shape[0] != pred.shape[0]:
+                raise ValueError(f'{label.shape[0]} labels for {pred.shape[0]} predictions')
+            prob = pred[numpy.arange(pred.shape[0]), label.astype(numpy.int64)]
+            self._accumulate(float((-numpy.log(prob + self.eps)).sum()), pred.shape[0])
+
+
+@register
+class Torch(Loss):
+    """The loss of a Torch criterion (:class:`Loss` under MXNet's old name)."""
+
+    def __init__(self, name='torch', output_names=None, label_names=None):
+        super().__init__(name, output_names=output_names, label_names=label_names)
+
+
+@register
+class Caffe(Loss):
+    """The loss of a Caffe layer (:class:`Loss` under MXNet's old name)."""
+
+    def __init__(self, name='caffe', output_names=None, label_names=None):
+        super().__init__(name, output_names=output_names, label_names=label_names)

@@ -4,7 +4,5 @@
 >>> mod.Module is module.Module, mod.BaseModule is module.BaseModule
 (True, True)
 """
-from ember.module import (BaseModule, BucketingModule, DataParallelExecutorGroup,  # noqa: F401
-                          Module)
-
-__all__ = ['BaseModule', 'Module', 'BucketingModule', 'DataParallelExecutorGroup']
+from ember.module import *  # noqa: F401,F403
+from ember.module import __all__  # noqa: F401

@@ -5,6 +5,7 @@
 ...     ember.name.NameManager.current.get(None, 'conv')
 'net_conv0'
 """
+from ember.base import classproperty, with_metaclass
 from ember.symbol.name import NameManager, Prefix
 
-__all__ = ['NameManager', 'Prefix']
+__all__ = ['NameManager', 'Prefix', 'classproperty', 'with_metaclass']

@@ -7,11 +7,16 @@ Everything of ``ember.ndarray`` is reachable here, operators registered later in
 ([1.0, 1.0], True)
 """
 from ember import ndarray as _ndarray
-from ember.ndarray import *  # noqa: F401,F403
+# every public name but the namespaces a higher layer brings later (mx.nd.np)
+globals().update((_name, getattr(_ndarray, _name)) for _name in _ndarray.__all__
+                 if _name not in _ndarray.late_namespaces)
 from ember.ndarray import NDArray, _internal, random  # noqa: F401
 
 __all__ = list(_ndarray.__all__)
 
 
 def __getattr__(name):
+    if name == 'CachedOp':      # MXNet's mx.nd.CachedOp: the executor's, above this layer
+        from ember.executor.cached_op import CachedOp
+        return CachedOp
     return getattr(_ndarray, name)

@@ -49,7 +49,8 @@ from ember.ndarray.ndarray import NDArray, View
 from ember.op import custom
 from ember.op.registry import ShapeError
 
-__all__ = ['CustomOp', 'CustomOpProp', 'register', 'Custom', 'get_all_registered_operators']
+__all__ = ['CustomOp', 'CustomOpProp', 'register', 'Custom', 'get_all_registered_operators',
+           'NDArray']
 
 
 class CustomOp:
@@ -376,3 +377,4 @@ def _check_thread(op_type):
 
 custom.set_runner(_KernelRunner())
 _ndarray.Custom = Custom        # mx.nd.Custom
+_ndarray.__all__.append('Custom')

@@ -12,10 +12,15 @@ from __future__ import annotations
 from ember import resource
 from ember.ndarray.ndarray import parse_device
 from ember.ndarray.random import (exponential, gamma, generalized_negative_binomial,
-                                  negative_binomial, normal, poisson, randint, shuffle, uniform)
+                                  multinomial, negative_binomial, normal, poisson, randint,
+                                  randn, shuffle, uniform)
+
+from ember.base import integer_types  # noqa: E402  (names of MXNet's mx.random)
+from ember.device import Context  # noqa: E402
 
 __all__ = ['seed', 'uniform', 'normal', 'randint', 'exponential', 'gamma', 'poisson',
-           'negative_binomial', 'generalized_negative_binomial', 'shuffle']
+           'negative_binomial', 'generalized_negative_binomial', 'shuffle', 'multinomial',
+           'randn', 'Context', 'integer_types']
 
 
 def seed(seed_state, ctx='all') -> None:

@@ -182,7 +182,11 @@ def scenario_bigarray():
     outs = [mx.nd.zeros((25,)), mx.nd.zeros((5,))]
     kv.pull(['big', 'small'], out=outs)
     total = sum(range(1, kv.num_workers + 1))
-    return {'big_shards': [list(s) for s in kv._keys['big'].shards],
+    # the big key's rows, pulled as a row-sparse array from every server's slice
+    rows = mx.nd.sparse.zeros('row_sparse', (25,))
+    kv.row_sparse_pull('big', out=rows, row_ids=mx.nd.array([20, 3, 20], dtype='int64'))
+    return {'rows': [rows.indices.asnumpy().tolist(), rows.data.asnumpy().tolist()],
+            'big_shards': [list(s) for s in kv._keys['big'].shards],
             'small_shards': [list(s) for s in kv._keys['small'].shards],
             'updated_shapes': [[key, list(shape)] for key, shape in shapes],
             'sums_right': outs[0].asnumpy().tolist() == [total] * 25

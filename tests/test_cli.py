@@ -112,6 +112,16 @@ def test_text_lists_every_variable_with_value_source_and_status(capsys):
     assert 'Threads' in out and 'Graph compiler' in out
 
 
+def test_text_names_each_variables_other_names(capsys):
+    assert cli.main(['env']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    aliased = [var for var in config.REGISTRY.values() if var.aliases]
+    assert aliased, 'no variable has another name to show'
+    for var in aliased:
+        line = next(ln for ln in lines if ln.split()[:1] == [var.name])
+        assert f"(also {', '.join(var.aliases)})" in line, line
+
+
 def test_json_describes_every_variable(capsys):
     with config.override(MXNET_KVSTORE_USETREE=True):
         assert cli.main(['env', '--json']) == 0
@@ -136,7 +146,8 @@ def test_environment_values_bad_values_and_unknown_names_in_a_new_process():
         return next(ln for ln in lines if ln.split()[:1] == [name]).split()
 
     assert fields('MXNET_CPU_WORKER_NTHREADS')[1:3] == ['3', 'environment']
-    assert fields('NNVM_EXEC_MATCH_RANGE')[1:4] == ['4', 'environment', '(MXNET_EXEC_MATCH_RANGE)']
+    assert fields('NNVM_EXEC_MATCH_RANGE')[1:6] == ['(also', 'MXNET_EXEC_MATCH_RANGE)', '4',
+                                                    'environment', '(MXNET_EXEC_MATCH_RANGE)']
     assert fields('MXNET_EXEC_NUM_TEMP')[1] == 'INVALID'
     assert "error: MXNET_EXEC_NUM_TEMP='many': expected an integer" in child.stdout
     assert 'MXNET_CPU_WORKR_NTHREADS  did you mean MXNET_CPU_WORKER_NTHREADS?' in child.stdout

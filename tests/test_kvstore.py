@@ -127,11 +127,27 @@ def test_pushpull_broadcast_and_row_sparse_pull():
     assert [o.asnumpy().tolist() for o in outs] == [[3.0, 3.0]] * 2
     assert (kv.type, kv.rank, kv.num_workers) == ('device', 0, 1)
     kv.barrier()
-    try:
-        import ember.ndarray.sparse  # noqa: F401
-    except ImportError:
-        with pytest.raises(EmberError, match='needs sparse storage'):
-            kv.row_sparse_pull('w', out=outs[0], row_ids=mx.nd.array([0]))
+
+
+def test_row_sparse_pull_takes_only_the_rows_asked_for():
+    kv = mx.kv.create('device')
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    kv.init('emb', mx.nd.sparse.row_sparse_array((table[[1, 4]], [1, 4]), shape=(6, 2)))
+    kv.init('dense', mx.nd.array(table))
+    outs = [mx.nd.sparse.zeros('row_sparse', (6, 2), ctx=c) for c in CPUS]
+    kv.row_sparse_pull('emb', out=outs, row_ids=[mx.nd.array([4, 0, 4]), mx.nd.array([1])])
+    # as MXNet 1.9.1 gives it: every row asked for, zeros where none is stored
+    assert outs[0].indices.asnumpy().tolist() == [0, 4]
+    assert outs[0].data.asnumpy().tolist() == [[0, 0], table[4].tolist()]
+    assert outs[1].indices.asnumpy().tolist() == [1] and outs[1].context == CPUS[1]
+    dense_rows = mx.nd.sparse.zeros('row_sparse', (6, 2))
+    kv.row_sparse_pull('dense', out=dense_rows, row_ids=mx.nd.array([5, 2]))
+    assert dense_rows.indices.asnumpy().tolist() == [2, 5]
+    np.testing.assert_array_equal(dense_rows.tostype('default').asnumpy()[[2, 5]], table[[2, 5]])
+    with pytest.raises(IndexError, match='outside 0..5'):
+        kv.row_sparse_pull('dense', out=dense_rows, row_ids=mx.nd.array([6]))
+    with pytest.raises(ValueError, match='out and row_ids are required'):
+        kv.row_sparse_pull('dense', out=dense_rows)
 
 
 def test_optimizer_on_the_store_matches_mxnet_and_its_states_round_trip(tmp_path):

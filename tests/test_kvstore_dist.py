@@ -113,6 +113,8 @@ def test_big_keys_are_sliced_over_the_ranks_and_small_ones_live_on_one(two):
         assert big['big_shards'] == [[0, 0, 13], [1, 13, 25]]
         assert big['small_shards'] == [[0, 0, 5]]
         assert big['sums_right']
+        total = sum(range(1, len(two) + 1))
+        assert big['rows'] == [[3, 20], [total, total]]     # row_sparse_pull of a sliced key
     # each rank's optimizer updates only its slice; rank 0 also owns the small key
     assert two[0]['bigarray']['updated_shapes'] == [['big', [13]], ['small', [5]]]
     assert two[1]['bigarray']['updated_shapes'] == [['big', [12]]]

@@ -19,6 +19,10 @@ LAYERS = ['config',
           'symbol', 'passes',
           'compiler',      # cache keys, the disk cache, artefacts, dumps: no executor inside
           'executor',
+          'numpy',         # mx.np: NumPy's interface on ndarray, autograd and symbol
+          'numpy_dispatch_protocol',   # decorators for NumPy's dispatch to mx.np
+          'util',          # mx.util: the NumPy-semantics switches; GPUs and the environment
+          'numpy_extension',   # mx.npx: MXNet's operators on mx.np arrays
           'lr_scheduler',  # plain schedules that optimizers hold
           'metric',        # evaluation metrics over arrays (NumPy only)
           'optimizer', 'kvstore',
@@ -27,12 +31,16 @@ LAYERS = ['config',
           'gluon',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
           'module',
-          'model',         # mx.model: checkpoints (re-exported from module) and BatchEndParam
-          'contrib']       # mx.contrib: amp (wraps mx.nd, mx.sym and the Gluon Trainer)
+          'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.
 FACADES = {'__init__', '__main__', 'cli', 'context', 'nd', 'sym', 'test_utils', 'random', 'operator',
-           'name', 'attribute', 'mod'}
+           'name', 'attribute', 'mod',
+           'numpy_op_fallback',   # NumPy computations as custom operators (mx.operator)
+           # MXNet's smaller modules (mx.runtime, mx.log, ...), each over the layers it reports on
+           'error', 'runtime', 'libinfo', 'log', 'registry', 'misc',
+           'rnn',           # mx.rnn: symbolic cells over mx.sym, checkpoints over mx.model
+           'monitor', 'visualization', 'contrib'}
 
 
 # Compiled C modules (setup.py): leaves that import nothing of Ember, so any layer may use them.
@@ -211,7 +219,8 @@ def test_the_cycle_finder_itself():
 # ----------------------------------------------------------------------------------------------
 # Environment, CuPy and native libraries.
 
-ENVIRONMENT_READS = re.compile(r'os\.environ|os\.getenv|\bgetenv\(|\bputenv\(|'
+# mx.util's own getenv/setenv (which ask config) are not environment reads
+ENVIRONMENT_READS = re.compile(r'os\.environ|os\.getenv|(?<!def )(?<!util\.)\bgetenv\(|\bputenv\(|'
                                r'from os import .*\b(environ|getenv|putenv)\b')
 
 

@@ -329,7 +329,7 @@ def test_internal_namespace_facades_and_random():
     first = random.normal(shape=(3,)).asnumpy()
     random.seed(11)
     assert (random.normal(shape=(3,)).asnumpy() == first).all()
-    with pytest.raises(TypeError, match='NDArray parameters'):
+    with pytest.raises(TypeError, match='all be NDArrays or all numbers'):
         nd.random.uniform(nd.zeros(1), 1)
 
 

@@ -550,6 +550,7 @@ SHAPES = [
     Case('amp_multicast', (normal(2, 3), normal(3)), dict(num_outputs=2),
          ref=lambda a, b: [a, b]),
     Case('ElementWiseSum', (normal(2, 3), normal(2, 3)), ref=np.add),
+    Case('cast_storage', (normal(2, 3),), dict(stype='default'), ref=lambda x: x),
     Case('slice_like', (normal(3, 4), normal(2, 3)), ref=lambda a, b: a[:2, :3]),
     Case('slice_like', (normal(3, 4), normal(2, 2)), dict(axes=(1,)),
          ref=lambda a, b: a[:, :2], tag='axes'),
@@ -791,6 +792,457 @@ DEFINED_GRADIENTS = [
              keepdims=True)),
 ]
 
+
+def spd(*shape):
+    """Symmetric positive-definite matrices (..., n, n)."""
+    def draw(rng):
+        a = rng.standard_normal(shape)
+        return a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])
+    return draw
+
+
+def lower_triangular(*shape):
+    def draw(rng):
+        a = np.tril(rng.standard_normal(shape))
+        return a + np.eye(shape[-1]) * (1.5 + np.sign(np.diagonal(a, 0, -2, -1))[..., None])
+    return draw
+
+
+def swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def syevd(a):
+    """Eigenvectors in rows, each with its entry of largest magnitude positive (MXNet's)."""
+    values, vectors = np.linalg.eigh(a)
+    rows = vectors.T
+    return [rows * np.sign(rows[np.arange(len(rows)), np.abs(rows).argmax(1)])[:, None], values]
+
+
+def upper_packed(a):
+    """(n, 3) values as the strict upper triangles of 3x3 matrices, column by column."""
+    out = np.zeros((len(a), 3, 3))
+    out[:, [0, 0, 1], [1, 2, 2]] = a
+    return out
+
+
+def per_matrix(values):
+    """MXNet's shape of one value per matrix: (1,) for a single matrix."""
+    return np.asarray(values).reshape(np.shape(values) or (1,))
+
+
+# potrf and syevd read the lower triangle but return MXNet's symmetric gradient, which finite
+# differences of single entries cannot see: tests/test_mxnet_op_fixtures.py checks them
+LINALG = [
+    Case('linalg_gemm', (normal(2, 2, 3), normal(2, 3, 2), normal(2, 2, 2)),
+         dict(alpha=0.5, beta=2.0), ref=lambda a, b, c: 0.5 * a @ b + 2 * c),
+    Case('linalg_gemm2', (normal(2, 3), normal(4, 2)), dict(transpose_a=True, transpose_b=True),
+         ref=lambda a, b: a.T @ b.T),
+    Case('linalg_gemm2', (normal(2, 3, 2, 2), normal(2, 2, 2, 3)), dict(axis=1),
+         ref=lambda a, b: np.einsum('aibj,ajbk->aibk', a, b), tag='axis'),
+    Case('linalg_syrk', (normal(2, 3),), dict(alpha=2.0), ref=lambda a: 2 * a @ a.T),
+    Case('linalg_trmm', (normal(3, 3), normal(3, 2)), ref=lambda a, b: np.tril(a) @ b),
+    Case('linalg_trmm', (normal(3, 3), normal(2, 3)), dict(rightside=True, lower=False,
+                                                            transpose=True),
+         ref=lambda a, b: b @ np.triu(a).T, tag='right-upper'),
+    Case('linalg_trsm', (lower_triangular(2, 3, 3), normal(2, 3, 2)), dict(alpha=2.0),
+         ref=lambda a, b: np.linalg.solve(a, 2 * b)),
+    Case('linalg_trsm', (lower_triangular(3, 3), normal(2, 3)),
+         dict(rightside=True, transpose=True), ref=lambda a, b: b @ np.linalg.inv(a.T),
+         tag='right-transpose'),
+    Case('linalg_potrf', (spd(2, 3, 3),), ref=np.linalg.cholesky, grad=()),
+    Case('linalg_potri', (lower_triangular(3, 3),), ref=lambda a: np.linalg.inv(a @ a.T)),
+    Case('linalg_gelqf', (normal(2, 3),),
+         ref=lambda a: [swap(np.linalg.qr(a.T)[0]), swap(np.linalg.qr(a.T)[1])], rtol=1e-4),
+    Case('linalg_syevd', (spd(3, 3),), ref=syevd, grad=()),
+    Case('linalg_inverse', (spd(2, 2, 2),), ref=np.linalg.inv),
+    Case('linalg_det', (normal(2, 3, 3),), ref=np.linalg.det),
+    Case('linalg_slogdet', (normal(3, 3),),
+         ref=lambda a: [per_matrix(v) for v in np.linalg.slogdet(a)]),
+    Case('linalg_sumlogdiag', (spd(2, 3, 3),),
+         ref=lambda a: np.log(np.diagonal(a, 0, -2, -1)).sum(-1)),
+    Case('linalg_extractdiag', (normal(2, 3, 3),), dict(offset=1),
+         ref=lambda a: np.diagonal(a, 1, -2, -1)),
+    Case('linalg_makediag', (normal(2, 3),), dict(offset=-1),
+         ref=lambda a: np.stack([np.diag(v, -1) for v in a])),
+    Case('linalg_extracttrian', (normal(3, 3),), ref=lambda a: a[np.tril_indices(3)]),
+    Case('linalg_maketrian', (normal(2, 3),), dict(offset=1),
+         ref=upper_packed),
+]
+
+
+def resize_rows(out_size, in_size, align_corners=True):
+    """1-D linear interpolation weights (out_size, in_size), MXNet's BilinearResize2D."""
+    dst = np.arange(out_size)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1))
+    else:
+        src = np.maximum((dst + 0.5) * in_size / out_size - 0.5, 0)
+    low = np.minimum(np.floor(src).astype(int), in_size - 1)
+    weights = np.zeros((out_size, in_size))
+    np.add.at(weights, (dst, low), 1 - (src - low))
+    np.add.at(weights, (dst, np.minimum(low + 1, in_size - 1)), src - low)
+    return weights
+
+
+def bins(out_size, in_size):
+    """Adaptive average pooling's averaging weights (out_size, in_size)."""
+    weights = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        start, stop = i * in_size // out_size, -(-(i + 1) * in_size // out_size)
+        weights[i, start:stop] = 1 / (stop - start)
+    return weights
+
+
+def heads_split(x, heads, parts):
+    """(seq, batch, heads*parts*dim) -> parts arrays of (batch*heads, seq, dim)."""
+    seq, batch, width = x.shape
+    dim = width // (heads * parts)
+    split = x.reshape(seq, batch, heads, parts, dim).transpose(3, 1, 2, 0, 4)
+    return split.reshape(parts, batch * heads, seq, dim)
+
+
+def heads_join(x, batch):
+    """(batch*heads, seq, dim) -> (seq, batch, heads*dim)."""
+    return x.reshape(batch, -1, *x.shape[1:]).transpose(2, 0, 1, 3).reshape(x.shape[1], batch,
+                                                                             -1)
+
+
+def index_copy(old, index, new):
+    out = old.copy()
+    out[index.astype(int)] = new
+    return out
+
+
+# gradientmultiplier and the straight-through estimators have defined gradients, not the
+# forward's: tests/test_mxnet_op_fixtures.py checks them against MXNet
+CONTRIB = [
+    Case('_contrib_arange_like', (normal(2, 3),), dict(start=1, step=0.5, repeat=2),
+         ref=lambda x: (1 + 0.5 * (np.arange(6) // 2)).reshape(2, 3)),
+    Case('_contrib_index_array', (normal(2, 3),), ref=lambda x: np.stack(np.indices((2, 3)), -1),
+         grad=()),
+    Case('_contrib_index_copy', (normal(4, 2), const([3, 0]), normal(2, 2)), ref=index_copy,
+         grad=(0, 2)),
+    Case('_contrib_quadratic', (normal(2, 3),), dict(a=0.5, b=-1, c=2),
+         ref=lambda x: 0.5 * x * x - x + 2),
+    Case('_contrib_div_sqrt_dim', (normal(2, 4),), ref=lambda x: x / 2),
+    Case('_contrib_gradientmultiplier', (normal(2, 3),), dict(scalar=-1), ref=lambda x: x,
+         grad=()),
+    Case('_contrib_round_ste', (off_integers(2, 3),), ref=np.round, grad=()),
+    Case('_contrib_sign_ste', (away(2, 3),), ref=np.sign, grad=()),
+    Case('_contrib_BilinearResize2D', (normal(1, 2, 3, 4),), dict(height=4, width=3),
+         ref=lambda x: resize_rows(4, 3) @ x @ resize_rows(3, 4).T),
+    Case('_contrib_BilinearResize2D', (normal(1, 1, 4, 3),),
+         dict(height=3, width=5, align_corners=False),
+         ref=lambda x: resize_rows(3, 4, False) @ x @ resize_rows(5, 3, False).T,
+         tag='half-pixel'),
+    Case('_contrib_BilinearResize2D', (normal(1, 1, 2, 3), normal(1, 1, 3, 2)), dict(mode='like'),
+         ref=lambda x, like: resize_rows(3, 2) @ x @ resize_rows(2, 3).T, grad=(0,),
+         tag='like'),
+    Case('_contrib_AdaptiveAvgPooling2D', (normal(1, 2, 5, 4),), dict(output_size=(2, 3)),
+         ref=lambda x: bins(2, 5) @ x @ bins(3, 4).T),
+    Case('_contrib_interleaved_matmul_selfatt_qk', (normal(3, 2, 12),), dict(heads=2),
+         ref=lambda x: (lambda q, k, v: q @ np.swapaxes(k, 1, 2) / np.sqrt(2))(
+             *heads_split(x, 2, 3))),
+    Case('_contrib_interleaved_matmul_selfatt_valatt', (normal(3, 2, 12), normal(4, 3, 3)),
+         dict(heads=2), ref=lambda x, att: heads_join(att @ heads_split(x, 2, 3)[2], 2)),
+    Case('_contrib_interleaved_matmul_encdec_qk', (normal(2, 2, 4), normal(3, 2, 8)),
+         dict(heads=2), ref=lambda q, kv: heads_split(q, 2, 1)[0] @ np.swapaxes(
+             heads_split(kv, 2, 2)[0], 1, 2) / np.sqrt(2)),
+    Case('_contrib_interleaved_matmul_encdec_valatt', (normal(3, 2, 8), normal(4, 2, 3)),
+         dict(heads=2), ref=lambda kv, att: heads_join(att @ heads_split(kv, 2, 2)[1], 2)),
+    Case('_contrib_count_sketch', (normal(2, 3), const([[0, 3, 0]]), const([[1, -1, -1]])),
+         dict(out_dim=4), ref=lambda x, h, s: np.stack([x[:, 0] - x[:, 2], 0 * x[:, 0],
+                                                        0 * x[:, 0], -x[:, 1]], axis=1),
+         grad=(0,)),
+    Case('_contrib_SyncBatchNorm', BN_INPUTS, dict(fix_gamma=False, key='table'), train=True,
+         grad=(0, 1, 2), rtol=1e-4, ref=lambda *a: batch_norm(*a, fix_gamma=False)),
+    Case('_contrib_BatchNormWithReLU', BN_INPUTS, dict(fix_gamma=False), train=True,
+         grad=(0, 1, 2), rtol=1e-4,
+         ref=lambda *a: np.maximum(batch_norm(*a, fix_gamma=False), 0)),
+]
+
+
+def box_iou(a, b):
+    low = np.maximum(a[:, None, :2], b[None, :, :2])
+    high = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(high - low, 0, None).prod(-1)
+    area = lambda x: (x[:, 2:] - x[:, :2]).prod(-1)
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
+
+
+def roi_align_1x1(data, rois):
+    """ROIAlign with one bin and one sample: bilinear interpolation at each region's centre
+    (regions are at least 1x1)."""
+    out = []
+    for batch, x1, y1, x2, y2 in rois:
+        y, x = y1 + max(y2 - y1, 1) / 2, x1 + max(x2 - x1, 1) / 2
+        top, left = int(y), int(x)
+        fy, fx = y - top, x - left
+        plane = data[int(batch)]
+        out.append((1 - fy) * ((1 - fx) * plane[:, top, left] + fx * plane[:, top, left + 1])
+                   + fy * ((1 - fx) * plane[:, top + 1, left] + fx * plane[:, top + 1, left + 1]))
+    return np.array(out)[:, :, None, None]
+
+
+# Boxes far from every threshold, so that finite differences keep the same decisions.
+NMS_ROWS = [[0, 0.9, 0.1, 0.1, 0.5, 0.5], [0, 0.8, 0.12, 0.1, 0.52, 0.5],
+            [1, 0.7, 0.6, 0.6, 0.9, 0.9], [0, 0.05, 0.6, 0.1, 0.9, 0.3]]
+
+# box_iou, box_decode and MultiBoxPrior pass MXNet's zero gradient, not their derivative; greedy
+# operators are in SKIPPED: tests/test_mxnet_op_fixtures.py checks them all against MXNet
+DETECTION = [
+    Case('_contrib_box_iou', (const([[0, 0, 1, 1], [0.5, 0.5, 2, 1.5]]),
+                              const([[0, 0, 2, 2], [0.5, 0, 1, 1], [0.2, 0.3, 0.9, 1.2]])),
+         ref=box_iou, grad=()),
+    Case('_contrib_box_nms', (const(NMS_ROWS),), dict(overlap_thresh=0.5, valid_thresh=0.1),
+         ref=lambda d: np.concatenate([d[[0, 2]], -np.ones((2, 6))])),
+    Case('_contrib_box_decode', (normal(1, 3, 4), const([[[0.1, 0.2, 0.5, 0.6],
+                                                         [0.3, 0.3, 0.4, 0.9],
+                                                         [0, 0, 1, 1]]])),
+         dict(format='corner', std0=0.5, std1=0.5),
+         ref=lambda d, a: (lambda c, s: np.concatenate([
+             d[..., :2] * 0.5 * s + c - np.exp(d[..., 2:]) * s / 2,
+             d[..., :2] * 0.5 * s + c + np.exp(d[..., 2:]) * s / 2], -1))(
+             (a[..., :2] + a[..., 2:]) / 2, a[..., 2:] - a[..., :2]), grad=()),
+    Case('_contrib_MultiBoxPrior', (normal(1, 1, 1, 2),), dict(sizes=(0.5,), ratios=(1, 4)),
+         ref=lambda x: np.array([[[0.125, 0.25, 0.375, 0.75], [0, 0.375, 0.5, 0.625],
+                                  [0.625, 0.25, 0.875, 0.75], [0.5, 0.375, 1, 0.625]]]),
+         rtol=1e-6, grad=()),
+    Case('_contrib_ROIAlign', (normal(2, 2, 4, 4), const([[1, 0.5, 0.6, 2.3, 2.1],
+                                                          [0, 1.1, 0.2, 2.0, 1.8]])),
+         dict(pooled_size=(1, 1), spatial_scale=1.0, sample_ratio=1), ref=roi_align_1x1,
+         grad=(0,)),
+    Case('_contrib_RROIAlign', (normal(1, 2, 5, 5), const([[0, 2.3, 2.1, 2.2, 1.6, 35.0]])),
+         dict(pooled_size=(1, 1), spatial_scale=1.0, sampling_ratio=1),
+         ref=lambda d, r: roi_align_1x1(d, np.array([[0, 2.3 - 0.5, 2.1 - 0.5, 2.3 + 0.5,
+                                                      2.1 + 0.5]])), grad=(0,)),
+    Case('_contrib_DeformablePSROIPooling', (normal(1, 1, 4, 4), const([[0, 0, 0, 2, 2]]),
+                                             const(np.zeros((1, 2, 1, 1)))),
+         dict(spatial_scale=1.0, output_dim=1, group_size=1, pooled_size=1,
+              sample_per_part=2, trans_std=0.1),
+         ref=lambda d, r, t: d[:, :, :2, :2].mean(axis=(2, 3), keepdims=True), grad=(0,)),
+    Case('_contrib_PSROIPooling', (normal(1, 4, 4, 4), const([[0, 0, 0, 2, 3]])),
+         dict(spatial_scale=1.0, output_dim=1, pooled_size=2),
+         ref=lambda d, r: np.array([[[[d[0, 0, :2, :2].mean(), d[0, 1, :2, 1:3].mean()],
+                                      [d[0, 2, 2:4, :2].mean(), d[0, 3, 2:4, 1:3].mean()]]]]),
+         grad=(0,)),
+]
+
+
+def sample_bilinear(data, grid):
+    """BilinearSampler one point at a time: zeros outside the input."""
+    n, c, h, w = data.shape
+    out = np.zeros((n, c) + grid.shape[2:])
+    for b, i, j in np.ndindex(n, *grid.shape[2:]):
+        x, y = (grid[b, 0, i, j] + 1) * (w - 1) / 2, (grid[b, 1, i, j] + 1) * (h - 1) / 2
+        for row in (math.floor(y), math.floor(y) + 1):
+            for col in (math.floor(x), math.floor(x) + 1):
+                if 0 <= row < h and 0 <= col < w:
+                    out[b, :, i, j] += (1 - abs(y - row)) * (1 - abs(x - col)) * data[b, :, row,
+                                                                                        col]
+    return out
+
+
+def affine_grid(theta, height, width):
+    y, x = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing='ij')
+    base = np.stack([x.ravel(), y.ravel(), np.ones(x.size)])
+    return (theta.reshape(-1, 2, 3) @ base).reshape(-1, 2, height, width)
+
+
+def correlation(a, b, displacement):
+    """Correlation with kernel 1, strides 1 and pad = max displacement."""
+    pad = displacement
+    a, b = (np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) for x in (a, b))
+    h, w = a.shape[2] - 2 * pad, a.shape[3] - 2 * pad
+    out = []
+    for dy in range(-displacement, displacement + 1):
+        for dx in range(-displacement, displacement + 1):
+            out.append((a[:, :, pad:pad + h, pad:pad + w]
+                        * b[:, :, pad + dy:pad + dy + h, pad + dx:pad + dx + w]).mean(axis=1))
+    return np.stack(out, axis=1)
+
+
+SPATIAL = [
+    Case('GridGenerator', (normal(2, 6),), dict(transform_type='affine', target_shape=(2, 3)),
+         ref=lambda t: affine_grid(t, 2, 3)),
+    Case('GridGenerator', (normal(1, 2, 2, 3),), dict(transform_type='warp'),
+         ref=lambda f: f / np.array([1.0, 0.5]).reshape(1, 2, 1, 1)
+         + affine_grid(np.array([1.0, 0, 0, 0, 1, 0]), 2, 3), tag='warp'),
+    Case('BilinearSampler', (normal(1, 2, 3, 4), uniform(-1.1, 1.1, 1, 2, 2, 3)),
+         ref=sample_bilinear),
+    Case('SpatialTransformer', (normal(1, 1, 3, 3), const([[0.9, 0.1, 0.05, -0.1, 0.7, 0.13]])),
+         dict(target_shape=(2, 2), transform_type='affine', sampler_type='bilinear'),
+         ref=lambda d, t: sample_bilinear(d, affine_grid(t, 2, 2))),
+    Case('Correlation', (normal(1, 2, 3, 4), normal(1, 2, 3, 4)),
+         dict(max_displacement=1, pad_size=1), ref=lambda a, b: correlation(a, b, 1)),
+    Case('Crop', (normal(1, 2, 4, 5),), dict(h_w=(2, 3), offset=(1, 1)),
+         ref=lambda x: x[:, :, 1:3, 1:4]),
+    Case('Crop', (normal(1, 1, 5, 4), normal(1, 1, 3, 2)), dict(num_args=2, center_crop=True),
+         ref=lambda x, like: x[:, :, 1:4, 1:3], grad=(0,), tag='like'),
+]
+
+
+def group_norm(x, gamma, beta, groups, eps=1e-5):
+    split = x.reshape(x.shape[0], groups, -1)
+    normal = (split - split.mean(-1, keepdims=True)) / np.sqrt(split.var(-1, keepdims=True)
+                                                               + eps)
+    per_group = normal.reshape(x.shape[0], groups, x.shape[1] // groups, -1)
+    return (per_group * gamma.reshape(1, -1, 1, 1)
+            + beta.reshape(1, -1, 1, 1)).reshape(x.shape)
+
+
+def zero_padded_pool(x, kernel, stride):
+    """Pooling_v1's max: windows over zero padding up to whole windows ('full')."""
+    rows = -(-(x.shape[2] - kernel) // stride) + 1
+    cols = -(-(x.shape[3] - kernel) // stride) + 1
+    padded = np.pad(x, ((0, 0), (0, 0), (0, (rows - 1) * stride + kernel - x.shape[2]),
+                        (0, (cols - 1) * stride + kernel - x.shape[3])))
+    return pool(padded, kernel=(kernel, kernel), stride=(stride, stride))
+
+
+# IdentityAttachKLSparseReg's gradient is a penalty, not the forward's: tests/test_ops_contrib.py
+LEGACY = [
+    Case('Convolution_v1', (normal(1, 2, 4, 4), normal(2, 2, 3, 3), normal(2)),
+         dict(kernel=(3, 3), num_filter=2, pad=(1, 1)),
+         ref=lambda x, w, b: conv(x, w, b, kernel=(3, 3), pad=(1, 1))),
+    Case('Pooling_v1', (distinct(1, 1, 5, 5),), dict(kernel=(2, 2), stride=(2, 2),
+                                                     pooling_convention='full'),
+         ref=lambda x: zero_padded_pool(x, 2, 2)),
+    Case('Pooling_v1', (normal(1, 2, 4, 4),), dict(kernel=(2, 2), pool_type='avg'),
+         ref=lambda x: pool(x, kernel=(2, 2), pool_type='avg'), tag='avg'),
+    Case('BatchNorm_v1', BN_INPUTS, dict(fix_gamma=False), train=True, grad=(0, 1, 2),
+         ref=lambda *a: batch_norm(*a, fix_gamma=False), rtol=1e-4),
+    Case('choose_element_0index', (normal(3, 4), const([0, 3, 3])),
+         ref=lambda a, i: a[np.arange(3), i.astype(int)], grad=(0,)),
+    Case('SoftmaxActivation', (normal(2, 4),), ref=softmax),
+    Case('SoftmaxActivation', (normal(2, 3, 2),), dict(mode='channel'),
+         ref=lambda x: softmax(x, axis=1), tag='channel'),
+    Case('GroupNorm', (normal(2, 4, 3), positive(2), normal(2)), dict(num_groups=2),
+         ref=lambda x, g, b: group_norm(x, g, b, 2), rtol=1e-4),
+]
+
+
+def im2col(x, kernel):
+    """Windows (stride 1, no padding) as columns: (N, C*kh*kw, windows)."""
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    cols = [x[:, :, i:i + h - kh + 1, j:j + w - kw + 1].reshape(n, c, -1)
+            for i in range(kh) for j in range(kw)]
+    return np.stack(cols, axis=2).reshape(n, c * kh * kw, -1)
+
+
+NUMERIC = [
+    binary('broadcast_hypot', np.hypot, lhs=away(2, 1), rhs=away(1, 3)),
+    Case('cumsum', (normal(2, 3),), dict(axis=1), ref=lambda x: np.cumsum(x, axis=1)),
+    Case('cumsum', (normal(2, 3),), ref=lambda x: np.cumsum(x), tag='flat'),
+    Case('ravel_multi_index', (const([[1, 2], [3, 0]]),), dict(shape=(3, 4)),
+         ref=lambda i: np.ravel_multi_index(i.astype(int), (3, 4)).astype(float), grad=()),
+    Case('unravel_index', (const([7, 8]),), dict(shape=(3, 4)),
+         ref=lambda i: np.stack(np.unravel_index(i.astype(int), (3, 4))).astype(float),
+         grad=()),
+    Case('im2col', (normal(1, 2, 3, 4),), dict(kernel=(2, 2)), ref=lambda x: im2col(x, (2, 2))),
+    Case('col2im', (normal(1, 4, 9),), dict(output_size=(3, 4), kernel=(1, 2)),
+         ref=lambda c: (np.pad(c.reshape(1, 2, 2, 3, 3)[:, :, 0], [(0, 0)] * 3 + [(0, 1)])
+                        + np.pad(c.reshape(1, 2, 2, 3, 3)[:, :, 1], [(0, 0)] * 3 + [(1, 0)]))),
+    Case('amp_cast', (normal(2, 3),), dict(dtype='float32'), ref=lambda x: x.astype(np.float32),
+         grad=()),
+    Case('amp_multicast', (normal(2), normal(3)), dict(num_outputs=2), ref=lambda a, b: [a, b]),
+]
+
+
+def pdf_of(dist, params):
+    """A scipy density of samples (P..., draws) for parameters of shape (P...), given to
+    scipy as params(*parameters)."""
+    from scipy import stats
+
+    def density(x, *values):
+        law = getattr(stats, dist)
+        args = params(*[v[..., None] for v in values])
+        return law.pmf(x, *args) if dist in ('poisson', 'nbinom') else law.pdf(x, *args)
+    return density
+
+
+def dirichlet_pdf(x, alpha):
+    from scipy import stats
+    return np.array([stats.dirichlet.pdf(xi, ai) for xi, ai in zip(x, alpha)])
+
+
+# The discrete densities' gradient for their samples is 0 (MXNet's), not a derivative
+RANDOM = [
+    Case('random_pdf_normal', (normal(2, 3), normal(2), positive(2)),
+         ref=pdf_of('norm', lambda mu, sigma: (mu, sigma))),
+    Case('random_pdf_uniform', (uniform(0.1, 0.9, 2, 2), uniform(-1, 0, 2), uniform(1, 2, 2)),
+         ref=lambda x, low, high: 1 / (high - low)[:, None] + 0 * x),
+    Case('random_pdf_gamma', (positive(2, 2), positive(2), positive(2)),
+         ref=pdf_of('gamma', lambda a, rate: (a, 0, 1 / rate))),
+    Case('random_pdf_exponential', (positive(3, 2), positive(3)), dict(is_log=True),
+         ref=lambda x, lam: np.log(lam)[:, None] - lam[:, None] * x),
+    Case('random_pdf_poisson', (indices(5, 2, 3), positive(2)),
+         ref=pdf_of('poisson', lambda lam: (lam,)), grad=(1,)),
+    Case('random_pdf_negative_binomial', (indices(5, 2, 2), positive(2, low=1, high=4),
+                                          uniform(0.2, 0.8, 2)),
+         ref=pdf_of('nbinom', lambda k, p: (k, p)), grad=(1, 2)),
+    Case('random_pdf_generalized_negative_binomial', (indices(5, 2, 2), positive(2),
+                                                      positive(2, low=0.2, high=1)),
+         ref=pdf_of('nbinom', lambda mu, a: (1 / a, 1 / (1 + a * mu))), grad=(1, 2)),
+    Case('random_pdf_dirichlet', (const([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]]), positive(2, 3)),
+         ref=dirichlet_pdf),
+]
+
+
+def bilinear_read(plane, y, x, clamped):
+    """plane (C, H, W) read at (y, x) arrays: DCN's clamped rule or DCNv2's zero border."""
+    height, width = plane.shape[1:]
+    if clamped:
+        if not (0 <= y < height and 0 <= x < width):
+            return np.zeros(plane.shape[0])
+        y, x = min(y, height - 1), min(x, width - 1)
+    elif not (-1 < y < height and -1 < x < width):
+        return np.zeros(plane.shape[0])
+    total = np.zeros(plane.shape[0])
+    for row in (math.floor(y), math.floor(y) + 1):
+        for col in (math.floor(x), math.floor(x) + 1):
+            if 0 <= row < height and 0 <= col < width:
+                total += (1 - abs(y - row)) * (1 - abs(x - col)) * plane[:, row, col]
+    return total
+
+
+def deformable_conv(x, offset, weight, mask=None, pad=1, clamped=True):
+    """One deformable group, stride 1: every tap reads at its place plus its offset."""
+    n, _, height, width = x.shape
+    kh, kw = weight.shape[2:]
+    out = np.zeros((n, weight.shape[0], height + 2 * pad - kh + 1, width + 2 * pad - kw + 1))
+    for b, i, j in np.ndindex(n, *out.shape[2:]):
+        for k, (ti, tj) in enumerate(np.ndindex(kh, kw)):
+            y = i - pad + ti + offset[b, 2 * k, i, j]
+            xx = j - pad + tj + offset[b, 2 * k + 1, i, j]
+            value = bilinear_read(x[b], y, xx, clamped)
+            if mask is not None:
+                value = value * mask[b, k, i, j]
+            out[b, :, i, j] += weight[:, :, ti, tj] @ value
+    return out
+
+
+def offsets(*shape):
+    """Offsets whose reads land 0.1 to 0.4 past whole pixels: clear of bilinear kinks."""
+    return lambda rng: rng.integers(-1, 2, shape) + rng.uniform(0.1, 0.4, shape)
+
+
+DEFORMABLE = [
+    Case('_contrib_DeformableConvolution', (normal(1, 2, 3, 3), offsets(1, 8, 4, 4),
+                                            normal(2, 2, 2, 2)),
+         dict(kernel=(2, 2), pad=(1, 1), num_filter=2, no_bias=True),
+         ref=lambda x, o, w: deformable_conv(x, o, w)),
+    Case('_contrib_ModulatedDeformableConvolution',
+         (normal(1, 2, 3, 3), offsets(1, 8, 4, 4), positive(1, 4, 4, 4), normal(2, 2, 2, 2),
+          normal(2)),
+         dict(kernel=(2, 2), pad=(1, 1), num_filter=2),
+         ref=lambda x, o, m, w, b: deformable_conv(x, o, w, m, pad=1, clamped=False)
+         + b.reshape(1, -1, 1, 1)),
+]
+
+
 def lighting_offset(alpha):
     eigval = np.array([55.46, 4.794, 1.148])
     eigvec = np.array([[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140],
@@ -817,12 +1269,34 @@ IMAGE = [
 ]
 
 CASES = (ELEMENTWISE + BROADCAST + REDUCTIONS + SHAPES + CONVOLUTION + NORMALIZATION
-         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + IMAGE)
+         + ACTIVATIONS + RECURRENT + DEFINED_GRADIENTS + IMAGE + LINALG + CONTRIB
+         + DETECTION + SPATIAL + LEGACY + NUMERIC + RANDOM + DEFORMABLE)
+# The mx.nd functions this table runs, for `python -m ember api-coverage`.
+EXERCISED_API = [f'ember.ndarray.{case.op}' for case in CASES]
 
 # Public differentiable operators without a row: name -> why. Every one has a row today.
 SKIPPED: dict[str, str] = {
     'Custom': 'runs user code; tests/test_custom_op.py checks its gradients',
     'CTCLoss': 'tests/test_ctc.py checks it against enumerated alignments and finite differences',
+    '_contrib_bipartite_matching': 'a greedy matching with a zero gradient: checked against '
+                                   'MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiBoxTarget': 'greedy matching and mining with a zero gradient: checked '
+                               'against MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiBoxDetection': 'greedy NMS with a zero gradient: checked against MXNet in '
+                                  'tests/test_mxnet_op_fixtures.py',
+    '_sample_multinomial': 'draws at random: tests/test_ops_contrib.py checks its draws and the '
+                           'gradient of their log-probabilities',
+    'IdentityAttachKLSparseReg': 'its gradient adds a sparseness penalty: '
+                                 'tests/test_ops_contrib.py checks it',
+    '_contrib_Proposal': 'RPN proposals (greedy NMS) with a zero gradient: checked against '
+                         'MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_MultiProposal': 'RPN proposals (greedy NMS) with a zero gradient: checked '
+                              'against MXNet in tests/test_mxnet_op_fixtures.py',
+    '_contrib_hawkesll': 'its gradient is that of the log likelihood only (MXNet\'s), not of '
+                         'the states it also returns: checked against MXNet in '
+                         'tests/test_mxnet_op_fixtures.py',
+    '_contrib_box_encode': 'training targets with a zero gradient: checked against MXNet in '
+                           'tests/test_mxnet_op_fixtures.py',
 }
 
 
@@ -900,10 +1374,12 @@ def test_row_ids_are_unique():
 
 
 def _public_differentiable():
-    """Canonical name -> public names of every operator with a gradient that mx.nd exposes."""
+    """Canonical name -> public names of every operator with a gradient that mx.nd exposes
+    (mx.nd.contrib's included)."""
     found = {}
     for name, op in registry.all_ops().items():
-        if not name.startswith('_') and op.gradient is not None and hasattr(mx.nd, name):
+        public = not name.startswith('_') or name.startswith('_contrib_')
+        if public and op.gradient is not None and hasattr(mx.nd, name):
             found.setdefault(op.name, []).append(name)
     return found
 

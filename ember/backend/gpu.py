@@ -74,6 +74,10 @@ class CupyBackend:
     def free_memory(self) -> int:
         return self._mem_info()[0]
 
+    def compute_capability(self) -> int:
+        """The CUDA compute capability as an int (8.6 gives 86)."""
+        return int(self._cuda_device.compute_capability)
+
     def _mem_info(self):
         with self._cuda_device:
             return self.xp.cuda.runtime.memGetInfo()

@@ -144,7 +144,8 @@ def _title(section: str) -> str:
 
 def render_text(rows: list[dict]) -> str:
     """The table that ``ember env`` prints: per section, name, value, source and status."""
-    name_width = max(len(row['name']) for row in rows)
+    names = {row['name']: _name_text(row) for row in rows}
+    name_width = max(len(name) for name in names.values())
     value_width = min(32, max(len(row['text']) for row in rows))
     by_section: dict[str, list[dict]] = {}
     for row in rows:
@@ -154,7 +155,7 @@ def render_text(rows: list[dict]) -> str:
     for section, members in by_section.items():
         lines.append(_title(section))
         for row in members:
-            lines.append(f"  {row['name']:<{name_width}}  {row['text']:<{value_width}}  "
+            lines.append(f"  {names[row['name']]:<{name_width}}  {row['text']:<{value_width}}  "
                          f"{row['source']:<11}  {row['status']}")
             if 'error' in row:
                 lines.append(f"    error: {row['error']}")
@@ -162,6 +163,17 @@ def render_text(rows: list[dict]) -> str:
     lines.extend(_native_lines())
     lines.extend(_unknown_lines())
     return '\n'.join(lines).rstrip('\n')
+
+
+def _name_text(row: dict) -> str:
+    """A variable's name with its other names, as the table shows it.
+
+    >>> _name_text({'name': 'NNVM_EXEC_MATCH_RANGE', 'aliases': ['MXNET_EXEC_MATCH_RANGE']})
+    'NNVM_EXEC_MATCH_RANGE (also MXNET_EXEC_MATCH_RANGE)'
+    """
+    if not row['aliases']:
+        return row['name']
+    return f"{row['name']} (also {', '.join(row['aliases'])})"
 
 
 def _native_lines() -> list[str]:

@@ -13,5 +13,13 @@ array([0., 2.], dtype=float32)
 from ember.executor.executor import Executor
 from ember.executor import bind as _bind  # noqa: F401  (attaches Symbol.bind and friends)
 from ember.executor import pipeline
+from ember.passes import gradient as _gradient
+from ember.symbol import control_flow as _control_flow
 
-__all__ = ['Executor', 'pipeline']
+# control-flow subgraphs differentiate their bodies with the gradient pass
+_control_flow.set_gradient_pass(_gradient.with_gradients)
+
+from ember.base import py_str  # noqa: E402,F401  (MXNet's mx.executor has these names)
+from ember.ndarray import NDArray  # noqa: E402,F401
+
+__all__ = ['Executor', 'pipeline', 'NDArray', 'py_str']

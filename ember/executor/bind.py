@@ -15,6 +15,7 @@ import numpy as np
 
 from ember.base import EmberError, dtype_of
 from ember.executor.executor import Executor
+from ember.ndarray import sparse
 from ember.ndarray.creation import zeros
 from ember.ndarray.ndarray import NDArray, parse_device, view_of
 from ember.passes.gradient import grad_reqs_of
@@ -60,8 +61,8 @@ def simple_bind(self, ctx, grad_req='write', type_dict=None, stype_dict=None, gr
     """
     device = parse_device(ctx)
     _check_group2ctx(group2ctx, device)
-    _check_stypes(stype_dict)
     arg_names, aux_names = self.list_arguments(), self.list_auxiliary_states()
+    stypes = _storage_types(self, arg_names, stype_dict)
     arg_shapes, aux_shapes = _inferred_shapes(self, kwargs)
     arg_types, aux_types = _inferred_types(self, type_dict)
     reqs = grad_reqs_of(arg_names, grad_req)
@@ -71,9 +72,13 @@ def simple_bind(self, ctx, grad_req='write', type_dict=None, stype_dict=None, gr
     arrays = _Allocator(device, shared_exec, shared, shared_buffer)
     arg_arrays, grad_arrays = [], []
     for name, shape, dtype in zip(arg_names, arg_shapes, arg_types):
-        arg_arrays.append(arrays.argument(name, shape, dtype))
+        stype = stypes.get(name, 'default')
+        arg_arrays.append(arrays.argument(name, shape, dtype) if stype == 'default'
+                          else sparse.zeros(stype, shape, device, dtype))
+        # a row_sparse argument (an embedding's weight) gets a row_sparse gradient
         grad_arrays.append(None if reqs[name] == 'null'
-                           else arrays.gradient(name, shape, dtype))
+                           else arrays.gradient(name, shape, dtype) if stype != 'row_sparse'
+                           else sparse.zeros(stype, shape, device, dtype))
     aux_arrays = [arrays.auxiliary(name, shape, dtype)
                   for name, shape, dtype in zip(aux_names, aux_shapes, aux_types)]
     return Executor(self, device, arg_arrays, grad_arrays, reqs, aux_arrays, group2ctx)
@@ -133,11 +138,21 @@ def _check_group2ctx(group2ctx, device):
                              f'devices other than the executor\'s ({device}) is not supported')
 
 
-def _check_stypes(stype_dict):
+def _storage_types(symbol, arg_names, stype_dict):
+    """Argument name -> storage type: `stype_dict`, else the variable's ``stype``."""
+    numbers = {'0': 'default', '1': 'row_sparse', '2': 'csr'}
+    attrs = symbol.attr_dict()
+    stypes = {name: numbers.get(attrs.get(name, {}).get('__storage_type__', '0'), 'default')
+              for name in arg_names}
     for name, stype in (stype_dict or {}).items():
-        if stype != 'default':
-            raise EmberError(f"stype_dict[{name!r}] = {stype!r}: only 'default' (dense) "
-                             f'storage is supported')
+        if name not in stypes:
+            raise EmberError(f'stype_dict: {name!r} is not an argument of the symbol; '
+                             f'arguments: {arg_names}')
+        if stype not in numbers.values():
+            raise EmberError(f"stype_dict[{name!r}] = {stype!r}: expected 'default', "
+                             f"'row_sparse' or 'csr'")
+        stypes[name] = stype
+    return stypes
 
 
 def _inferred_shapes(symbol, shapes):

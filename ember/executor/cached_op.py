@@ -33,12 +33,13 @@ import itertools
 import operator
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ember import autograd, config
 from ember import ndarray as nd
 from ember.base import EmberError
 from ember.executor.bind import bind
+from ember.ndarray.storage import SPARSE_CLASSES
 
 __all__ = ['CachedOp', 'Signature']
 
@@ -51,6 +52,8 @@ class Signature:
     dtypes: tuple
     device: object
     grad_reqs: tuple
+    # (position, storage type) of the sparse inputs; () when all are dense
+    stypes: tuple = field(default=(), repr=False)
 
 
 class CachedOp:
@@ -124,8 +127,10 @@ class CachedOp:
             reqs = self._null_reqs
         # np.dtype objects hash and compare by value; their .name costs microseconds each
         views = [a._view for a in args]
+        stypes = () if SPARSE_CLASSES.isdisjoint(map(type, args)) else tuple(
+            (i, a.stype) for i, a in enumerate(args) if a.stype != 'default')
         return Signature(tuple([v.shape for v in views]), tuple([v.dtype for v in views]),
-                         args[0].context, reqs)
+                         args[0].context, reqs, stypes)
 
     def _acquire(self, signature, args):
         params = self._param_arrays(args)
@@ -210,7 +215,7 @@ class _Bound:
         # one that fits: backward() then has nothing to copy (see backward)
         self._direct = {n: self._params[n]._grad for n in arg_names
                         if self._reqs[n] != 'null' and _fits(self._params.get(n))}
-        grads = {n: self._direct[n] if n in self._direct else _like(arrays[n])
+        grads = {n: self._direct[n] if n in self._direct else _like_grad(arrays[n])
                  for n in arg_names if self._reqs[n] != 'null'}
         self._bulk = _bulk_values(bulk)
         with self._bulk_scope():
@@ -263,7 +268,16 @@ class _Bound:
 
 
 def _like(array):
-    return nd.empty(array.shape, array.context, array.dtype)
+    return nd.sparse.empty(array.stype, array.shape, array.context, array.dtype)
+
+
+def _like_grad(array):
+    """A gradient array for `array`, of the storage type of its .grad (a parameter's
+    row_sparse gradient stays row_sparse: a dense one could be the size of a whole
+    embedding), else dense."""
+    grad = getattr(array, '_grad', None)
+    stype = grad.stype if grad is not None else 'default'
+    return nd.sparse.empty(stype, array.shape, array.context, array.dtype)
 
 
 def _fits(param):

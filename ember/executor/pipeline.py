@@ -24,8 +24,8 @@ from ember.base import EmberError
 from ember import config
 from ember.passes import (
     algorithm_search, auto_cast, bulk, channel_last, cse, fold_batch_norm, forward_first,
-    fuse_batch_norm_relu, fuse_layers, fusion, gradient, infer_shape, infer_type, mirror,
-    plan_memory, remove_identities)
+    fuse_batch_norm_relu, fuse_layers, fusion, gradient, infer_shape, infer_storage, infer_type,
+    mirror, plan_memory, remove_identities)
 from ember.passes.options import Options
 from ember.symbol.infer import shape_is_known
 
@@ -45,6 +45,7 @@ PASSES = (
     fusion,                 # MXNET_USE_FUSION: element-wise chains as one kernel
     forward_first,          # the forward nodes first again, counted
     plan_memory,            # MXNET_EXEC_ENABLE_INPLACE, NNVM_EXEC_MATCH_RANGE, MXNET_EXEC_NUM_TEMP
+    infer_storage,          # storage types (csr, row_sparse); sparse entries leave the arena
     bulk,                   # MXNET_EXEC_BULK_EXEC_*: segments, one engine push each
 )
 

@@ -33,7 +33,8 @@ import numpy as np
 from ember import backend, engine, resource, storage
 from ember.base import EmberError
 from ember.ndarray.ndarray import NDArray, view_of
-from ember.op import precision
+from ember.ndarray.storage import is_sparse, new_array
+from ember.op import precision, registry, sparse
 from ember.op.registry import KernelContext
 from ember.passes.plan_memory import ALIGNMENT, EXTERNAL
 
@@ -83,7 +84,8 @@ class Program:
         self.arena = storage.manager(device).alloc(max(self._plan.planned_bytes, ALIGNMENT))
         self.entries = self._entry_arrays(bound)
         distinct = {id(x): x for x in bound.values()}.values()
-        self.variable_bytes = sum(x.size * np.dtype(x.dtype).itemsize for x in distinct)
+        self.variable_bytes = sum(x.size * np.dtype(x.dtype).itemsize for x in distinct
+                                  if not is_sparse(x))
         # entry ids some operator reads or the graph outputs; the rest may stay unwritten
         self._read_entries = {graph.entry_id(e) for node in graph.nodes for e in node.inputs}
         self._read_entries.update(graph.entry_id(e) for e in graph.outputs)
@@ -141,14 +143,20 @@ class Program:
         group_vars = {group: new_var() for group in set(plan.groups)}
         buffer_vars = [group_vars[group] for group in plan.groups] if plan.groups \
             else [new_var() for _ in plan.sizes]
+        stypes = graph.attrs.get('stype')
         arrays = []
         for eid in range(graph.num_entries):
             sid = plan.storage[eid]
             if sid == EXTERNAL:
-                if eid not in bound:
+                if eid in bound:
+                    arrays.append(bound[eid])
+                elif stypes is not None and stypes[eid] != sparse.DEFAULT:
+                    # a sparse result: its parts are made by its kernel, outside the arena
+                    arrays.append(new_array(stypes[eid], shapes[eid], dtypes[eid],
+                                            self.device))
+                else:
                     raise EmberError(f'program: entry {eid} lives outside the arena but no '
                                      f'array was bound to it')
-                arrays.append(bound[eid])
             else:
                 view = view_of(tuple(shapes[eid]), dtypes[eid], plan.offsets[sid])
                 arrays.append(NDArray(self.arena, view, buffer_vars[sid], self.device))
@@ -176,8 +184,11 @@ class Program:
                                        input_vars=input_vars, unused_outputs=unused,
                                        variable_bytes=self.variable_bytes)
                          for mode in (False, True))
-        kernel = precision.widened(node.op.kernel, [x._view for x in inputs],
-                                   [x._view for x in outputs], node.op.mutate_indices(node.attrs))
+        kernel = _kernel_for(node, inputs, outputs)
+        if not any(map(is_sparse, (*inputs, *outputs))):
+            kernel = precision.widened(kernel, [x._view for x in inputs],
+                                       [x._view for x in outputs],
+                                       node.op.mutate_indices(node.attrs))
         if self._stochastic:
             kernel = precision.keyed_per_call(kernel, node.name)
         return _Step(position, f'{node.name}({node.op.name})', kernel, node.attrs,
@@ -209,8 +220,12 @@ class Program:
         return tuple(_push(name, steps) for name, steps in pushes)
 
     def _commit_step(self, source, target, kind):
-        kernel = precision.widened(_add_into if kind == 'add' else _copy_into,
-                                   [source._view], [target._view], accumulates=kind == 'add')
+        kernel = _add_into if kind == 'add' else _copy_into
+        if is_sparse(source) or is_sparse(target):
+            kernel = _sparse_commit(kind, source, target)
+        else:
+            kernel = precision.widened(kernel, [source._view], [target._view],
+                                       accumulates=kind == 'add')
         name = f'_grad_{kind}'
         contexts = (KernelContext(self.device, False, self.xp),) * 2
         return _Step(-1, name, kernel, {}, (source._data(),), (target._data(),), contexts,
@@ -219,6 +234,27 @@ class Program:
 
 def _node_of(graph, eid):
     return bisect.bisect_right(graph.node_row_ptr, eid) - 1
+
+
+def _kernel_for(node, inputs, outputs):
+    """The node's dense kernel; where sparse arrays take part, the kernel that
+    :func:`ember.op.sparse.decide` gives, writing into the outputs' own storage types."""
+    if not sparse.produces_sparse(node.op) and not any(map(is_sparse, (*inputs, *outputs))):
+        return node.op.kernel
+    dispatch = sparse.decide(node.op, node.attrs, [x.stype for x in inputs],
+                             [x.shape for x in inputs], len(outputs))
+    return sparse.into_outputs(dispatch.kernel, dispatch.out_stypes, [o.stype for o in outputs])
+
+
+def _sparse_commit(kind, source, target):
+    """A gradient's copy or add into the user's array where either is sparse."""
+    if kind == 'copy':
+        return lambda attrs, ins, outs, ctx: sparse.cast_into(ins[0], outs[0], ctx.xp)
+    add = registry.get('elemwise_add')
+    dispatch = sparse.decide(add, {}, (target.stype, source.stype),
+                             (target.shape, source.shape), 1)
+    kernel = sparse.into_outputs(dispatch.kernel, dispatch.out_stypes, (target.stype,))
+    return lambda attrs, ins, outs, ctx: kernel({}, [outs[0], ins[0]], outs, ctx)
 
 
 def _add_into(attrs, ins, outs, ctx):

@@ -2,10 +2,11 @@
 import importlib as _importlib
 
 from ember.gluon.block import Block, HybridBlock
-from ember.gluon.parameter import Constant, DeferredInitializationError, Parameter, ParameterDict
+from ember.gluon.parameter import (Constant, DeferredInitializationError, Parameter, ParameterDict,
+                                   tensor_types)
 
 # Sub-packages load on first use so that `import ember` stays quick.
-_LAZY = ('nn', 'loss', 'data', 'utils', 'rnn', 'model_zoo', 'contrib')
+_LAZY = ('nn', 'loss', 'data', 'utils', 'rnn', 'model_zoo', 'contrib', 'trainer')
 
 
 def __getattr__(name):
@@ -24,4 +25,5 @@ def __getattr__(name):
 
 
 __all__ = ['Block', 'HybridBlock', 'Parameter', 'ParameterDict', 'Constant', 'Trainer', 'nn',
-           'loss', 'utils', 'data', 'rnn', 'model_zoo', 'DeferredInitializationError']
+           'loss', 'utils', 'data', 'rnn', 'model_zoo', 'DeferredInitializationError',
+           'SymbolBlock', 'block', 'parameter', 'trainer', 'contrib', 'tensor_types']

@@ -21,6 +21,9 @@ from ember import symbol
 from ember.base import EmberError
 from ember.device import cpu
 from ember.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
+from ember.numpy.multiarray import wrap as as_np_inplace
+from ember.numpy.symbol import as_np_symbol
+from ember.util import is_np_array
 from ember.op.registry import ShapeError
 from ember.symbol.name import Prefix
 
@@ -375,6 +378,8 @@ class HybridBlock(Block):
 
     def _symbolic_forward(self, x, *args):
         params = {key: _param_var(p) for key, p in self._reg_params.items()}
+        if is_np_array() or _any_np(x, args):
+            params = {key: as_np_symbol(v) for key, v in params.items()}
         with self.name_scope():
             return self.hybrid_forward(symbol, x, *args, **params)
 
@@ -403,6 +408,8 @@ class HybridBlock(Block):
         if self._cached_graph and in_format == self._in_format:
             return self._cached_graph
         variables = _input_variables(flat)
+        if is_np_array() or _any_np(flat):
+            variables = [None if v is None else as_np_symbol(v) for v in variables]
         grouped, _ = _regroup(variables, in_format)
         out = self._symbolic_forward(*grouped)
         outputs, self._out_format = _flatten(out, 'output')
@@ -454,6 +461,8 @@ class HybridBlock(Block):
         out = self._cached_op(*cargs)
         if isinstance(out, nd.NDArray):
             out = [out]
+        if is_np_array() or _any_np(data):
+            out = [as_np_inplace(o) for o in out]
         return _regroup(list(out), self._out_format)[0]
 
     def _cached_op_inputs(self, data, device):
@@ -599,6 +608,20 @@ def _has_symbol(x, args):
     if isinstance(x, nd.NDArray) and all(isinstance(a, nd.NDArray) or a is None for a in args):
         return False
     return any(isinstance(a, symbol.Symbol) for a in _flatten((x,) + args, 'input')[0])
+
+
+def _any_np(*groups):
+    """Whether any array among (nested lists of) `groups` is an ``mx.np`` array."""
+    for group in groups:
+        items = group if isinstance(group, (list, tuple)) else [group]
+        for item in items:
+            if isinstance(item, (list, tuple)):
+                if _any_np(item):
+                    return True
+            elif isinstance(item, (nd.NDArray, symbol.Symbol)) and type(item) not in (
+                    nd.NDArray, symbol.Symbol):
+                return True
+    return False
 
 
 def _first_device(args):

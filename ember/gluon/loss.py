@@ -18,7 +18,7 @@ from ember.gluon.block import HybridBlock
 __all__ = ['Loss', 'L1Loss', 'L2Loss', 'SigmoidBinaryCrossEntropyLoss', 'SigmoidBCELoss',
            'SoftmaxCrossEntropyLoss', 'SoftmaxCELoss', 'KLDivLoss', 'CTCLoss', 'HuberLoss',
            'HingeLoss', 'SquaredHingeLoss', 'LogisticLoss', 'TripletLoss', 'PoissonNLLLoss',
-           'CosineEmbeddingLoss']
+           'CosineEmbeddingLoss', 'SDMLLoss']
 
 
 def _apply_weighting(F, loss, weight=None, sample_weight=None):
@@ -167,8 +167,9 @@ SoftmaxCELoss = SoftmaxCrossEntropyLoss
 
 
 class KLDivLoss(Loss):
-    """Kullback-Leibler divergence ``label * (log(label) - pred)``; `pred` holds
-    log-probabilities when `from_logits` (the default), else it is passed through log_softmax.
+    """Kullback-Leibler divergence ``label * (log(label) - pred)`` summed over each sample;
+    `pred` holds log-probabilities when `from_logits` (the default), else it is passed through
+    log_softmax.
     """
 
     def __init__(self, from_logits=True, axis=-1, weight=None, batch_axis=0, **kwargs):
@@ -181,7 +182,8 @@ class KLDivLoss(Loss):
             pred = F.log_softmax(pred, axis=self._axis)
         loss = label * (F.log(label + 1e-12) - pred)
         loss = _apply_weighting(F, loss, self._weight, sample_weight)
-        return _batch_mean(F, loss, self._batch_axis)
+        # summed over each sample, as MXNet 1.9.1 does (earlier releases took the mean)
+        return F.sum(loss, axis=self._batch_axis, exclude=True)
 
 
 class CTCLoss(Loss):
@@ -340,3 +342,40 @@ class CosineEmbeddingLoss(Loss):
         y_norm = F.reshape(F.norm(y, axis=axis), shape=(-1, 1))
         x_dot_y = F.reshape(F.sum(x * y, axis=axis), shape=(-1, 1))
         return x_dot_y / F._maximum_scalar(x_norm * y_norm, scalar=1e-12)
+
+
+class SDMLLoss(Loss):
+    """Smoothed deep metric learning loss of two batches of aligned embeddings, (N, D) each:
+    row i of `x1` should be nearest to row i of `x2`. The negative squared distances of every
+    pair go through a softmax over `x2`'s rows, and the loss is the KL divergence to the
+    identity smoothed by `smoothing_parameter` (1 - s on the diagonal, s / (N - 1) elsewhere);
+    one value per row of `x1`.
+
+    >>> import ember as mx
+    >>> loss = SDMLLoss()
+    >>> x = mx.nd.array([[0.0, 1.0], [5.0, 0.0]])
+    >>> loss(x, x).shape, bool((loss(x, x) < loss(x, x[::-1])).asnumpy().all())
+    ((2,), True)
+    """
+
+    def __init__(self, smoothing_parameter=0.3, weight=1., batch_axis=0, **kwargs):
+        super().__init__(weight, batch_axis, **kwargs)
+        self.kl_loss = KLDivLoss(from_logits=True)
+        self.smoothing_parameter = smoothing_parameter
+
+    @staticmethod
+    def _compute_distances(F, x1, x2):
+        """Squared euclidean distance of every row of x1 to every row of x2: (N, N)."""
+        differences = F.broadcast_sub(F.expand_dims(x1, axis=1), F.expand_dims(x2, axis=0))
+        return F.sum(differences * differences, axis=2)
+
+    def _compute_labels(self, F, distances):
+        ones = F.ones_like(F.sum(distances, axis=1))
+        gold = F.diag(ones)
+        others = F.broadcast_div(1 - gold, F.sum(ones) - 1)
+        return gold * (1 - self.smoothing_parameter) + others * self.smoothing_parameter
+
+    def hybrid_forward(self, F, x1, x2):
+        distances = self._compute_distances(F, x1, x2)
+        log_probabilities = F.log_softmax(-distances, axis=1)
+        return self.kl_loss(log_probabilities, self._compute_labels(F, distances))

@@ -10,9 +10,17 @@ from ember import autograd, initializer
 from ember import ndarray as nd
 from ember.base import EmberError, dtype_of
 from ember.device import Device, current_device
+from ember.ndarray import NDArray
+from ember.symbol import Symbol
+from ember.numpy.multiarray import wrap as as_np_inplace
+from ember.util import is_np_array
 
-__all__ = ['Parameter', 'Constant', 'ParameterDict', 'DeferredInitializationError']
+__all__ = ['Parameter', 'Constant', 'ParameterDict', 'DeferredInitializationError',
+           'tensor_types']
 
+
+# What a block's forward pass takes: arrays, or symbols while it is traced.
+tensor_types = (Symbol, NDArray)
 
 class DeferredInitializationError(EmberError):
     """A parameter's shape is not known yet; it is initialized at the first forward pass."""
@@ -130,8 +138,8 @@ class Parameter:
                 _as_initializer(init)._init_weight(desc, data)
             else:
                 _as_initializer(default_init)(desc, data)
-            self._data = OrderedDict((dev, data.copyto(dev) if dev != devices[0] else data)
-                                     for dev in devices)
+            self._data = _np_mode(OrderedDict(
+                (dev, data.copyto(dev) if dev != devices[0] else data) for dev in devices))
         self._deferred = None
         self._init_grad()
 
@@ -149,9 +157,9 @@ class Parameter:
             for data in self._data.values():
                 autograd.mark_variables([data], [None], 'null')
             return
-        self._grad = OrderedDict(
-            (dev, nd.zeros(data.shape, ctx=dev, dtype=data.dtype))
-            for dev, data in self._data.items())
+        self._grad = _np_mode(OrderedDict(
+            (dev, nd.sparse.zeros(self._grad_stype, data.shape, ctx=dev, dtype=data.dtype))
+            for dev, data in self._data.items()))
         for dev, data in self._data.items():
             autograd.mark_variables([data], [self._grad[dev]], self._grad_req)
 
@@ -226,7 +234,7 @@ class Parameter:
         if self._data is not None:
             value = self.data(next(iter(self._data)))
             with autograd.pause():
-                self._data = OrderedDict((dev, value.copyto(dev)) for dev in devices)
+                self._data = _np_mode(OrderedDict((dev, value.copyto(dev)) for dev in devices))
             self._init_grad()
         elif self._deferred is not None:
             init, _, default_init = self._deferred
@@ -237,7 +245,8 @@ class Parameter:
         if self._data is None:
             return
         with autograd.pause():
-            self._data = OrderedDict((d, a.astype(self.dtype)) for d, a in self._data.items())
+            self._data = _np_mode(OrderedDict((d, a.astype(self.dtype))
+                                              for d, a in self._data.items()))
         self._init_grad()
 
     def var(self):
@@ -266,6 +275,15 @@ class _ConstantInit(initializer.Initializer):
         arr[:] = self.value
 
     __call__ = _init_weight
+
+
+def _np_mode(table):
+    """Under NumPy array semantics (``npx.set_np()``), the arrays of a new table become
+    ``mx.np`` arrays, as MXNet's parameters do; the table owns them, so in place."""
+    if is_np_array():
+        for array in table.values():
+            as_np_inplace(array)
+    return table
 
 
 def _as_initializer(init):

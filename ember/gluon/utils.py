@@ -24,7 +24,7 @@ from ember.base import EmberError
 from ember.gluon.block import HookHandle
 
 __all__ = ['split_data', 'split_and_load', 'clip_global_norm', 'check_sha1', 'download',
-           'HookHandle', 'shape_is_known']
+           'HookHandle', 'shape_is_known', 'replace_file']
 
 
 def split_data(data, num_slice, batch_axis=0, even_split=True):
@@ -198,3 +198,9 @@ def _get_repo_url():
 def _get_repo_file_url(namespace, filename):
     """Where `filename` of `namespace` (e.g. 'gluon/models') lives in the repository."""
     return f'{_get_repo_url()}{namespace}/{filename}'
+
+
+def replace_file(src, dst):
+    """Move `src` over `dst` in one step (``os.replace``): a reader sees the old file or the
+    new one, never half of it."""
+    os.replace(src, dst)

@@ -9,4 +9,4 @@ from ember.image.image import *  # noqa: F401,F403
 from ember.image.image import __all__ as _image_all
 from ember.image.image_iter import ImageIter
 
-__all__ = list(_image_all) + ['ImageIter']
+__all__ = list(_image_all) + ['ImageIter', 'image']

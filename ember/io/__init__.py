@@ -8,10 +8,12 @@ MXNet's ``mx.recordio``).
 ((3, 2), 0)
 """
 from ember.io import recordio
+from ember.io.libsvm import LibSVMIter
 from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter,
                          ResizeIter)
 from ember.io.array_iters import CSVIter, MNISTIter
 from ember.io.image_record import ImageRecordIter, ImageRecordUInt8Iter
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter']
+           'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter',
+           'LibSVMIter', 'io']

@@ -22,7 +22,8 @@ import numpy as np
 from ember import ndarray as nd
 from ember.ndarray import NDArray
 
-__all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter']
+__all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
+           'NDArray']
 
 LAST_BATCH_HANDLES = ('pad', 'discard', 'roll_over')
 

@@ -22,7 +22,7 @@ from ember.kvstore.local import KVStoreLocal, KVStoreNCCL
 from ember.kvstore.plugins import BytePS, Horovod
 
 __all__ = ['create', 'create_kvstore', 'pushpull_all', 'KVStore', 'KVStoreBase', 'KVStoreLocal',
-           'TestStore', 'GradientCompression', 'TYPES']
+           'TestStore', 'GradientCompression', 'TYPES', 'base']
 
 KVStore = KVStoreBase
 

@@ -42,6 +42,7 @@ from ember.kvstore import comm
 from ember.kvstore import mpi as _mpi
 from ember.kvstore.base import KVStoreBase, _capability, key_value_pairs
 from ember.kvstore.compression import GradientCompression, parse_params
+from ember.kvstore.local import retain_rows, row_sparse_requests
 from ember.kvstore.mpi import Step
 from ember.kvstore.tree import slices_for_trees
 
@@ -401,11 +402,14 @@ class KVStoreDist(KVStoreBase):
         self.pull(key, out, priority)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        """Pull rows of row-sparse keys (needs sparse storage)."""
-        from ember.kvstore.local import _sparse_module
-        _sparse_module()
-        raise EmberError(f'row_sparse_pull on {self._kind!r}: a distributed store keeps '
-                         f'dense values; pull the key instead')
+        """Pull the rows `row_ids` of each key into row-sparse outputs. The servers keep dense
+        values, so each key is pulled whole and its rows kept on this rank."""
+        outs_by_key = self._pairs(key, out, 'output')
+        for (k, outs), rows in row_sparse_requests(outs_by_key, out, row_ids):
+            whole = nd.zeros(outs[0].shape, ctx=outs[0].context, dtype=outs[0].dtype)
+            self.pull(k, out=whole, priority=priority)
+            for target, row in zip(outs, rows):
+                retain_rows(whole, row, target)
 
     # -- optimizer, compression, synchronisation ----------------------------------------------
     def set_optimizer(self, optimizer):

@@ -20,14 +20,16 @@ from __future__ import annotations
 import numpy as np
 
 from ember import backend
+from ember import ndarray as nd
 from ember import optimizer as opt
 from ember.base import EmberError
 from ember.device import cpu
 from ember.kvstore import comm
 from ember.kvstore.base import KVStoreBase, _capability, key_value_pairs
 from ember.kvstore.compression import GradientCompression, parse_params
+from ember.ndarray import sparse
 
-__all__ = ['KVStoreLocal', 'KVStoreNCCL', 'row_sparse_rows']
+__all__ = ['KVStoreLocal', 'KVStoreNCCL']
 
 
 class KVStoreLocal(KVStoreBase):
@@ -151,18 +153,13 @@ class KVStoreLocal(KVStoreBase):
         self.pull(key, out, priority)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        """Pull only the rows `row_ids` of each key into row-sparse outputs."""
-        sparse = _sparse_module()
-        if out is None or row_ids is None:
-            raise ValueError('row_sparse_pull: out and row_ids are required')
+        """Pull only the rows `row_ids` of each key into row-sparse outputs: the cost is the
+        rows pulled, not the key's size."""
         outs_by_key = self._pairs(key, out, 'output')
-        ids = row_ids if isinstance(row_ids, (list, tuple)) else [row_ids] * len(outs_by_key)
-        for (k, outs), rows in zip(outs_by_key, _per_output(ids, outs_by_key)):
+        for (k, outs), rows in row_sparse_requests(outs_by_key, out, row_ids):
             stored = self._stored(k, 'row_sparse_pull')
             for target, row in zip(outs, rows):
-                data, indices = row_sparse_rows(stored.asnumpy(), row.asnumpy())
-                sparse.row_sparse_array((data, indices), shape=stored.shape,
-                                        ctx=target.context).copyto(target)
+                retain_rows(stored, row, target)
 
     # -- optimizer ------------------------------------------------------------------------------
     def set_optimizer(self, optimizer):
@@ -230,36 +227,40 @@ class KVStoreNCCL(KVStoreLocal):
         super().__init__('nccl')
 
 
-def _sparse_module():
-    try:
-        from ember.ndarray import sparse
-    except ImportError:
-        raise EmberError('row_sparse_pull needs sparse storage (ember.ndarray.sparse, '
-                         'RowSparseNDArray), which this build of Ember does not have; use '
-                         'pull for dense arrays') from None
-    return sparse
+def row_sparse_requests(outs_by_key, out, row_ids):
+    """((key, outputs), row ids per output) for each key of a row_sparse_pull. As in MXNet,
+    `row_ids` is one array for every output, or a list with one per output (across all
+    keys, in order), or one entry per key (an array or a list for that key's outputs)."""
+    if out is None or row_ids is None:
+        raise ValueError('row_sparse_pull: out and row_ids are required')
+    counts = [len(outs) for _, outs in outs_by_key]
+    if not isinstance(row_ids, (list, tuple)):
+        per_key = [[row_ids] * n for n in counts]
+    elif len(row_ids) == sum(counts):
+        starts = np.cumsum([0] + counts)
+        per_key = [list(row_ids[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    elif len(row_ids) == len(counts):
+        per_key = [list(r) if isinstance(r, (list, tuple)) else [r] * n
+                   for r, n in zip(row_ids, counts)]
+    else:
+        raise ValueError(f'row_sparse_pull: {len(row_ids)} row_ids for {len(counts)} keys '
+                         f'with {sum(counts)} outputs; give one, one per key or one per output')
+    for rows, n in zip(per_key, counts):
+        if len(rows) != n:
+            raise ValueError(f'row_sparse_pull: {len(rows)} row_ids for {n} outputs of a key')
+    return zip(outs_by_key, per_key)
 
 
-def _per_output(ids, pairs):
-    if len(ids) != len(pairs):
-        raise ValueError(f'row_sparse_pull: {len(ids)} row_ids for {len(pairs)} keys')
-    result = []
-    for rows, (_, outs) in zip(ids, pairs):
-        rows = rows if isinstance(rows, (list, tuple)) else [rows] * len(outs)
-        result.append(rows)
-    return result
-
-
-def row_sparse_rows(dense, row_ids):
-    """(rows of `dense` at the sorted unique `row_ids`, those ids): a row-sparse value.
-
-    >>> import numpy as np
-    >>> data, ids = row_sparse_rows(np.arange(6.).reshape(3, 2), np.array([2, 0, 2]))
-    >>> data.tolist(), ids.tolist()
-    ([[0.0, 1.0], [4.0, 5.0]], [0, 2])
-    """
-    ids = np.unique(np.asarray(row_ids, dtype=np.int64))
-    if ids.size and (ids[0] < 0 or ids[-1] >= dense.shape[0]):
+def retain_rows(value, row_ids, target):
+    """Copy the rows `row_ids` (any order, repeats allowed) of `value` into `target`, a
+    row-sparse array of value's shape (or a dense one, which gets zeros elsewhere); its
+    cost is the rows asked for."""
+    ids = np.unique(np.asarray(row_ids.asnumpy() if hasattr(row_ids, 'asnumpy') else row_ids,
+                               dtype=np.int64))
+    if ids.size and (ids[0] < 0 or ids[-1] >= value.shape[0]):
         raise IndexError(f'row_sparse_pull: row ids {ids.tolist()} outside 0..'
-                         f'{dense.shape[0] - 1}')
-    return dense[ids], ids
+                         f'{value.shape[0] - 1}')
+    if tuple(target.shape) != tuple(value.shape):
+        raise ValueError(f'row_sparse_pull: output shape {tuple(target.shape)} differs from '
+                         f"the key's {tuple(value.shape)}")
+    sparse.retain(value, nd.array(ids, ctx=value.context, dtype='int64')).copyto(target)

@@ -17,9 +17,13 @@ from ember.module.bucketing_module import BucketingModule
 from ember.module.checkpoint import load_checkpoint, load_params, save_checkpoint
 from ember.module.executor_group import DataParallelExecutorGroup
 from ember.module.module import Module
+from ember.module.python_module import PythonLossModule, PythonModule
+from ember.module.sequential_module import SequentialModule
 
 __all__ = ['BaseModule', 'Module', 'BucketingModule', 'DataParallelExecutorGroup',
-           'save_checkpoint', 'load_checkpoint', 'load_params']
+           'save_checkpoint', 'load_checkpoint', 'load_params', 'base_module', 'bucketing_module',
+           'executor_group', 'module', 'PythonModule', 'PythonLossModule', 'SequentialModule',
+           'python_module', 'sequential_module']
 
 # mx.callback.do_checkpoint saves through this (the callback layer cannot import us).
 _callback.set_checkpoint_saver(save_checkpoint)

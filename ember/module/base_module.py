@@ -17,10 +17,12 @@ from ember import metric as _metric
 from ember import ndarray as nd
 from ember.callback import BatchEndParam
 from ember.initializer import Uniform
-from ember.io import DataBatch, DataDesc
+from ember.device import cpu
+from ember.io import DataBatch, DataDesc, DataIter
 from ember.module import checkpoint
 
-__all__ = ['BaseModule', 'check_input_names', 'parse_data_desc']
+__all__ = ['BaseModule', 'check_input_names', 'parse_data_desc', 'BatchEndParam', 'DataBatch',
+           'DataDesc', 'Uniform', 'DataIter', 'cpu']
 
 
 def _as_list(obj):

@@ -28,9 +28,11 @@ import warnings
 from ember.device import cpu
 from ember.initializer import Uniform
 from ember.module.base_module import BaseModule, check_input_names
+from ember.module.checkpoint import load_params
 from ember.module.module import Module
+from ember.symbol.name import NameManager
 
-__all__ = ['BucketingModule']
+__all__ = ['BucketingModule', 'BaseModule', 'Module', 'Uniform', 'NameManager', 'load_params']
 
 
 class BucketingModule(BaseModule):

@@ -28,7 +28,7 @@ from ember.base import EmberError
 from ember.device import cpu
 from ember.io import DataDesc
 
-__all__ = ['DataParallelExecutorGroup', 'split_input_slice']
+__all__ = ['DataParallelExecutorGroup', 'split_input_slice', 'DataDesc']
 
 GRAD_REQS = ('write', 'add', 'null')
 

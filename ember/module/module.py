@@ -26,11 +26,14 @@ from ember.initializer import InitDesc, Uniform
 from ember.io import DataDesc
 from ember.module import checkpoint
 from ember.module.base_module import BaseModule, check_input_names, parse_data_desc
+from ember.module.checkpoint import load_checkpoint
+from ember.ndarray import zeros
 from ember.module.executor_group import DataParallelExecutorGroup
 from ember.module.param_update import (create_kvstore, initialize_kvstore, update_params,
                                        update_params_on_kvstore)
 
-__all__ = ['Module']
+__all__ = ['Module', 'BaseModule', 'DataDesc', 'DataParallelExecutorGroup', 'InitDesc', 'Uniform',
+           'load_checkpoint', 'zeros']
 
 
 class Module(BaseModule):

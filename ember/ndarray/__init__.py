@@ -24,6 +24,10 @@ from ember.ndarray import creation as _creation
 from ember.ndarray.creation import *  # noqa: F401,F403
 from ember.ndarray import image, indexing, io, random  # noqa: F401
 from ember.ndarray.io import load, load_frombuffer, save  # noqa: F401
+from ember.ndarray import contrib, linalg  # noqa: F401
+from ember.ndarray import functions as _functions
+from ember.ndarray.functions import *  # noqa: F401,F403
+from ember.ndarray import sparse  # noqa: F401  (mx.nd.sparse; installs the storage path)
 from ember.ndarray.register import make_function as _make_function
 
 _ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
@@ -32,14 +36,22 @@ _internal = _types.ModuleType('ember.ndarray._internal',
 _generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
 
 
+# Namespaces that a higher layer provides (mx.nd.np comes with mx.np): name -> loader, filled
+# in by that layer's registration (ember/__init__.py), looked up when the name is first asked.
+late_namespaces: dict = {}
+
+
 def __getattr__(name):
+    if name in late_namespaces:
+        return late_namespaces[name]()
     return _generator.getattr(name)
 
 
 _generator.populate()
 
-__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image']
-                 + list(_creation.__all__)
+__all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
+                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension']
+                 + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

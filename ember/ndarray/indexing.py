@@ -160,6 +160,10 @@ def _advanced_get(x, expanded):
 
 def setitem(x: NDArray, key, value) -> None:
     """``x[key] = value`` for a scalar, an NDArray or array-like value (broadcast)."""
+    if x.ndim == 0 and isinstance(key, slice) and key == slice(None):
+        key = Ellipsis          # x[:] = v writes the one element of a zero-dim array too
+    if isinstance(value, NDArray) and value.stype != 'default':
+        value = value.tostype('default')
     expanded = _expand(key, x.ndim)
     if any(_is_array_index(part) for part in expanded):
         _advanced_set(x, _numpy_key(expanded), value)

@@ -17,8 +17,15 @@ under mshadow's flag for it.
 
 An array record with ``ndim == 0`` is MXNet's "none" array (no data follows); it loads as
 ``None`` and ``None`` saves as one. MXNet 1.x has no 0-d arrays, so a 0-d array cannot be
-saved (reshape it to ``(1,)``). Sparse records (row_sparse, csr) and MXNet's NumPy-shape
-records (``npx.set_np()``, magic ``0xF993FACA``) are rejected with a clear error.
+saved (reshape it to ``(1,)``). MXNet's NumPy-shape records (``npx.set_np()``, magic
+``0xF993FACA``) are rejected with a clear error.
+
+Sparse records (storage type 1 row_sparse, 2 csr) hold, after the storage type, the shape of
+the stored values, then the shape, device and dtype flag as dense records do, then per
+auxiliary array (row_sparse: indices; csr: indptr, indices) its dtype flag and shape, then
+the values and the auxiliary arrays. At the NumPy level they are :class:`SparseRecord`; at the
+NDArray level ``CSRNDArray`` and ``RowSparseNDArray``. Their parts are checked when loaded
+(index ranges and order, indptr), like a dense record's sizes.
 
 Loading never executes anything from the file (no pickle) and checks every size against the
 bytes left in the file before allocating, so a corrupt or hostile file raises
@@ -37,6 +44,7 @@ import io
 import os
 import struct
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,8 +52,10 @@ from ember.base import EmberError, dtype_of, prod
 from ember.device import current_device
 from ember.ndarray.creation import array
 from ember.ndarray.ndarray import NDArray
+from ember.op import sparse as _sparse
 
-__all__ = ['save_arrays', 'load_arrays', 'dumps', 'loads', 'save', 'load', 'load_frombuffer']
+__all__ = ['save_arrays', 'load_arrays', 'dumps', 'loads', 'save', 'load', 'load_frombuffer',
+           'SparseRecord']
 
 LIST_MAGIC = 0x112
 ARRAY_MAGIC = 0xF993FAC9        # version 2, MXNet 1.x legacy shapes
@@ -55,11 +65,44 @@ MAX_NDIM = 32
 CPU_TYPE_ID = 1
 DEVICE_TYPES = {1: 'cpu', 2: 'gpu', 3: 'cpu_pinned', 5: 'cpu_shared'}
 SPARSE_TYPES = {1: 'row_sparse', 2: 'csr'}
+SPARSE_NUMBERS = {name: number for number, name in SPARSE_TYPES.items()}
 FLAG_NAMES = {0: 'float32', 1: 'float64', 2: 'float16', 3: 'uint8', 4: 'int32', 5: 'int8',
               6: 'int64', 7: 'bool', 12: 'bfloat16'}
 NAME_FLAGS = {name: flag for flag, name in FLAG_NAMES.items()}
 _SMALLEST_RECORD = 12           # magic, storage type and ndim of a none array
 _BIG_ENDIAN_HOST = sys.byteorder != 'little'
+
+
+
+@dataclass(frozen=True)
+class SparseRecord:
+    """A sparse array at the NumPy level: `stype` 'row_sparse' (rows `indices` hold `data`)
+    or 'csr' (`data`, `indices`, `indptr` of a matrix), of dense shape `shape`.
+
+    >>> rec = SparseRecord('row_sparse', (4, 2), np.ones((1, 2), 'float32'), np.array([3]))
+    >>> loads(dumps([rec]))[0].dense()[3].tolist()
+    [1.0, 1.0]
+    """
+    stype: str
+    shape: tuple
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray | None = None
+
+    def aux(self) -> tuple:
+        """The auxiliary arrays in MXNet's order (csr: indptr, indices)."""
+        if self.stype == 'csr':
+            return (self.indptr, self.indices)
+        return (self.indices,)
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, self.data.dtype)
+        if self.stype == 'csr':
+            rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+            out[rows, self.indices] = self.data
+        else:
+            out[self.indices] = self.data
+        return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,8 +176,18 @@ def save(fname, data) -> None:
     array([1., 2.], dtype=float32)
     """
     names, values = _ndarray_entries(data)
-    arrays = [None if value is None else value.asnumpy() for value in values]
+    arrays = [None if value is None else _host_record(value) for value in values]
     _save(fname, names, arrays, [_device_record(value) for value in values])
+
+
+def _host_record(array):
+    """A dense NDArray's values, or a sparse one's SparseRecord."""
+    if array.stype == 'default':
+        return array.asnumpy()
+    parts = {'data': array.data.asnumpy(), 'indices': array.indices.asnumpy()}
+    if array.stype == 'csr':
+        parts['indptr'] = array.indptr.asnumpy()
+    return SparseRecord(array.stype, tuple(array.shape), **parts)
 
 
 def _ndarray_entries(data):
@@ -180,9 +233,15 @@ def load_frombuffer(buf) -> list | dict:
 
 
 def _to_ndarrays(loaded):
+    from ember.ndarray import sparse
     device = current_device()
 
     def convert(value):
+        if isinstance(value, SparseRecord):
+            make = sparse.csr_matrix if value.stype == 'csr' else sparse.row_sparse_array
+            parts = (value.data, value.indices) + ((value.indptr,) if value.indptr is not None
+                                                   else ())
+            return make(parts, shape=value.shape, ctx=device, dtype=value.data.dtype)
         return None if value is None else array(value, ctx=device, dtype=value.dtype)
     if isinstance(loaded, dict):
         return {name: convert(value) for name, value in loaded.items()}
@@ -220,9 +279,14 @@ def _type_names(items, expected):
 
 
 def _prepare(position, value):
-    """(dtype flag, C-contiguous native array) to write, or None for a none array."""
+    """(dtype flag, C-contiguous native array) to write, None for a none array, or for a
+    sparse record (flag, values, storage type, shape, aux arrays)."""
     if value is None:
         return None
+    if isinstance(value, SparseRecord):
+        flag, data = _prepare(position, value.data)
+        aux = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in value.aux())
+        return flag, data, value.stype, tuple(value.shape), aux
     if not isinstance(value, np.ndarray):
         raise TypeError(f'entry {position}: expected a NumPy array or None; got '
                         f'{type(value).__name__}')
@@ -263,6 +327,9 @@ def _write_array(stream, item, device):
     if item is None:
         stream.write(struct.pack('<IiI', ARRAY_MAGIC, 0, 0))
         return
+    if len(item) == 5:
+        _write_sparse(stream, item, device)
+        return
     flag, array = item
     stream.write(struct.pack(f'<IiI{array.ndim}q', ARRAY_MAGIC, 0, array.ndim, *array.shape))
     stream.write(struct.pack('<iii', device[0], device[1], flag))
@@ -270,6 +337,22 @@ def _write_array(stream, item, device):
         array = array.byteswap()
     if array.size:
         stream.write(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def _write_sparse(stream, item, device):
+    flag, data, stype, shape, aux = item
+    stream.write(struct.pack('<Ii', ARRAY_MAGIC, SPARSE_NUMBERS[stype]))
+    for dims in (data.shape, shape):
+        stream.write(struct.pack(f'<I{len(dims)}q', len(dims), *dims))
+    stream.write(struct.pack('<iii', device[0], device[1], flag))
+    for part in aux:
+        stream.write(struct.pack(f'<iI{part.ndim}q', NAME_FLAGS['int64'], part.ndim,
+                                 *part.shape))
+    for part in (data, *aux):
+        if _BIG_ENDIAN_HOST:
+            part = part.byteswap()
+        if part.size:
+            stream.write(memoryview(part.reshape(-1).view(np.uint8)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,12 +435,10 @@ class _Reader:
         magic, storage, ndim = self.unpack('<IiI', f'array {index} header')
         self.check_array_magic(index, magic, start)
         if storage in SPARSE_TYPES:
-            raise self.error(f'array {index}: {SPARSE_TYPES[storage]} storage is not supported '
-                             '(row_sparse/csr not supported); save it dense '
-                             "(tostype('default'))", offset=start + 4)
+            return self.read_sparse(index, SPARSE_TYPES[storage], ndim)
         if storage != 0:
             raise self.error(f'array {index}: unknown storage type {storage}, expected 0 '
-                             '(dense)', offset=start + 4)
+                             '(dense), 1 (row_sparse) or 2 (csr)', offset=start + 4)
         if ndim > MAX_NDIM:
             raise self.error(f'array {index}: ndim {ndim} is impossible; at most {MAX_NDIM}',
                              offset=start + 8)
@@ -376,6 +457,47 @@ class _Reader:
             what = 'not an array record'
         raise self.error(f'array {index}: magic {magic:#x}: {what}; expected '
                          f'{ARRAY_MAGIC:#x}', offset=start)
+
+    def read_sparse(self, index, stype, stored_ndim):
+        """A sparse record after its storage type (`stored_ndim`: the values' ndim)."""
+        what = f'array {index} ({stype})'
+        stored = self.read_shape(index, self.checked_ndim(index, stored_ndim))
+        ndim, = self.unpack('<I', f'{what} ndim')
+        shape = self.read_shape(index, self.checked_ndim(index, ndim))
+        device_type, _, flag = self.unpack('<iii', f'{what} device and dtype')
+        if device_type not in DEVICE_TYPES or flag not in FLAG_NAMES:
+            raise self.error(f'{what}: unknown device type {device_type} or dtype flag {flag}')
+        aux_shapes = [self.read_aux_header(what, k) for k in range(2 if stype == 'csr' else 1)]
+        data = self.read_dense_data(index, stored, dtype_of(FLAG_NAMES[flag]))
+        aux = [self.read_dense_data(index, dims, np.dtype(np.int64)) for dims in aux_shapes]
+        return self.checked_record(what, stype, shape, data, aux)
+
+    def read_aux_header(self, what, k):
+        flag, ndim = self.unpack('<iI', f'{what} auxiliary array {k} header')
+        if flag != NAME_FLAGS['int64'] or ndim != 1:
+            raise self.error(f'{what}: auxiliary array {k} has dtype flag {flag} and ndim '
+                             f'{ndim}; expected int64 (6) indices of ndim 1')
+        return self.read_shape(k, 1)
+
+    def read_dense_data(self, index, shape, dtype):
+        nbytes = prod(shape) * dtype.itemsize
+        self.need(nbytes, f'array {index} data ({dtype.name}, shape {shape})')
+        return self.read_data(index, shape, dtype, nbytes)
+
+    def checked_ndim(self, index, ndim):
+        if not 0 < ndim <= MAX_NDIM:
+            raise self.error(f'array {index}: ndim {ndim} is impossible for a sparse array')
+        return ndim
+
+    def checked_record(self, what, stype, shape, data, aux):
+        try:
+            if stype == 'csr':
+                _sparse.check_csr(what, shape, data, aux[1], aux[0])
+                return SparseRecord(stype, shape, data, aux[1], aux[0])
+            _sparse.check_row_sparse(what, shape, data, aux[0])
+        except EmberError as exc:
+            raise self.error(str(exc)) from None
+        return SparseRecord(stype, shape, data, aux[0])
 
     def read_shape(self, index, ndim):
         start = self.offset

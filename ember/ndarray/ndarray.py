@@ -47,6 +47,16 @@ _ag_state = None
 _record_hook = None
 
 
+def _never(op, inputs, out):
+    return False
+
+
+# Set by ember.ndarray.storage: whether a call involves sparse storage, and the path that runs
+# it (storage types decided before the kernel runs).
+_sparse_involved = _never
+_sparse_invoke = None
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     """Where an array lies in its storage: shape, dtype and offset in bytes; C order.
@@ -268,9 +278,11 @@ class NDArray:
         return invoke(_CAST, [self], {'dtype': dtype})[0]
 
     def tostype(self, stype):
-        if stype != 'default':
-            raise ValueError(f"stype {stype!r}: only 'default' (dense) storage is supported")
-        return self
+        """This array as storage type `stype`: itself for 'default', else a new
+        'row_sparse' or 'csr' array (``ember.ndarray.sparse``) of the non-zeros."""
+        if stype == 'default':
+            return self
+        return invoke(registry.get('cast_storage'), [self], {'stype': stype})[0]
 
     def reshape(self, *shape, **kwargs) -> 'NDArray':
         """A view with a new shape; MXNet's special codes 0, -1, -2, -3, -4 and `reverse`.
@@ -552,6 +564,8 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
     """
     if _finished:
         _finished.clear()
+    if _sparse_involved(op, inputs, out):
+        return _sparse_invoke(op, inputs, attrs, out, device)
     info = _info(op)
     out_shapes, out_dtypes = _infer(op, attrs, inputs)
     if device is None:
@@ -836,7 +850,7 @@ def _binary(x, other, array_op, scalar_op):
         if array_op is None:
             return NotImplemented
         if (x._view.shape == other._view.shape and x._view.dtype is other._view.dtype
-                and x._device is other._device):
+                and x._device is other._device and other._handle is not None):
             return _fast_binary(array_op, x, other)
         return invoke(array_op.op, [x, other], _NO_ATTRS)[0]
     if cls in _NUMBERS or isinstance(other, numbers.Real):

@@ -53,6 +53,16 @@ def _check_input(op, name, value):
                         f'{type(value).__name__}')
 
 
+def _keep_class(inputs, outputs):
+    """Outputs take the class of the first input (an ``mx.np`` array in, ``mx.np`` out)."""
+    cls = type(inputs[0]) if inputs else NDArray
+    if getattr(cls, 'outputs_keep_class', False):
+        for output in outputs:
+            if type(output) is NDArray:
+                output.__class__ = cls
+    return outputs
+
+
 def _result(op, attrs, outputs, out):
     if out is not None:
         return out
@@ -99,7 +109,8 @@ def _fixed_inputs(op, attrs_of):
                 raise TypeError(f'{op.name}: got two values for {pname!r}')
             kwargs[pname] = value
         attrs = attrs_of(kwargs)
-        return _result(op, attrs, invoke(op, inputs, attrs, out=_out_list(out)), out)
+        outputs = _keep_class(inputs, invoke(op, inputs, attrs, out=_out_list(out)))
+        return _result(op, attrs, outputs, out)
     return fn
 
 
@@ -127,7 +138,8 @@ def _dynamic_inputs(op, attrs_of):
             kwargs[variadic] = len(inputs)
         attrs = attrs_of(kwargs)
         inputs = _bind_named(op, attrs, inputs, named)
-        return _result(op, attrs, invoke(op, inputs, attrs, out=_out_list(out)), out)
+        outputs = _keep_class(inputs, invoke(op, inputs, attrs, out=_out_list(out)))
+        return _result(op, attrs, outputs, out)
     return fn
 
 

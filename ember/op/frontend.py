@@ -70,3 +70,50 @@ class Generator:
         if name.startswith('__') or name not in registry.all_ops():
             raise AttributeError(f'module {self._module_name} has no attribute {name!r}')
         return self.generate(name)
+
+
+class Submodule:
+    """Fills a submodule (``mx.nd.linalg``) with the operators whose registered names start with
+    one of `prefixes`, under the name that follows the prefix (``_linalg_gemm`` is
+    ``linalg.gemm``), as MXNet sorts its operators. `select` (a predicate on the registered
+    name) narrows the set: ``mx.nd.random`` takes only the ``_random_*_like`` operators.
+    Names the module defines itself are left alone."""
+
+    def __init__(self, namespace, prefixes, make_function, module_name, select=None):
+        self._namespace, self._prefixes = namespace, tuple(prefixes)
+        self._make, self._module_name = make_function, module_name
+        self._select = select or (lambda name: True)
+        self.hand_written = frozenset(namespace)
+
+    def _registered(self, short):
+        for prefix in self._prefixes:
+            name = prefix + short
+            if name in registry.all_ops() and self._select(name):
+                return name
+        return None
+
+    def generate(self, short, name):
+        fn = self._make(registry.get(name), short)
+        fn.__module__ = self._module_name
+        self._namespace[short] = fn
+        return fn
+
+    def names(self) -> list:
+        """The short names of the operators this submodule exposes (registered so far)."""
+        found = []
+        for name in registry.all_ops():
+            for prefix in self._prefixes:
+                if name.startswith(prefix) and self._select(name):
+                    found.append(name[len(prefix):])
+        return sorted(set(found) - self.hand_written)
+
+    def populate(self):
+        for short in self.names():
+            self.generate(short, self._registered(short))
+
+    def getattr(self, short):
+        """For the module's ``__getattr__``."""
+        name = None if short.startswith('__') else self._registered(short)
+        if name is None:
+            raise AttributeError(f'module {self._module_name} has no attribute {short!r}')
+        return self.generate(short, name)

@@ -65,8 +65,8 @@ RESCALE = Param('rescale_grad', p_float, 1.0, 'Multiplies the gradient before cl
 CLIP = Param('clip_gradient', p_float, -1.0,
              'Clips the rescaled gradient to [-c, c]; a negative value turns clipping off.')
 LAZY = Param('lazy_update', p_bool, True,
-             'Updates only the rows present in a row_sparse gradient; dense gradients, the only '
-             'kind Ember has, update every row either way.')
+             'With a row_sparse gradient, update only the rows it stores '
+             '(ember.op.sparse_optimizer); dense gradients update every row either way.')
 MOMENTUM = Param('momentum', p_float, 0.0, 'Decay of the momentum state.')
 CLIP_WEIGHTS = Param('clip_weights', p_float, -1.0,
                      'Clips the new weight to [-c, c]; a negative value turns clipping off.')

@@ -308,6 +308,9 @@ class OpDef:
     aliases: tuple = ()
     variadic: str | None = None       # the param that counts the inputs (e.g. 'num_args')
     open_attrs: bool = False          # keep unknown keyword arguments as strings (Custom)
+    # fn(attrs, in_shapes, out_shapes) -> in_shapes: what known outputs tell of the inputs
+    # (the batch of FullyConnected's data from its output), as MXNet's backward inference
+    infer_shape_from_outputs: Callable | None = None
 
     def parse_attrs(self, kwargs: dict) -> dict:
         """Canonical attribute values from Python values or MXNet's strings."""

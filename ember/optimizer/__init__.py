@@ -1,5 +1,6 @@
 """Optimizers (MXNet 1.x's ``mx.optimizer``): SGD, NAG, Signum, Adam, AdamW, RMSProp, AdaGrad,
-AdaDelta, Ftrl, FTML, LAMB, Adamax, Nadam; the Updater that holds their states.
+AdaDelta, Ftrl, FTML, LAMB, Adamax, Nadam, LARS, LBSGD, DCASGD, SGLD, Test (and GroupAdaGrad in
+``contrib``); the Updater that holds their states.
 
 Each update is one update operator of :mod:`ember.op.optimizer_ops` (one engine operation);
 SGD updates up to ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` weights with one operator.
@@ -16,8 +17,12 @@ from ember.optimizer.optimizer import Optimizer, create, register
 from ember.optimizer.sgd import NAG, SGD, Signum, ccSGD
 from ember.optimizer.adaptive import (FTML, FTRL, LAMB, AdaDelta, AdaGrad, Adam, Adamax, AdamW,
                                       Ftrl, Nadam, RMSProp)
+from ember.optimizer.sgd_variants import DCASGD, LARS, LBSGD, SGLD, Test
 from ember.optimizer.updater import Updater, get_updater
+from ember.optimizer import contrib, optimizer
+from ember.optimizer.optimizer import NDabs
 
 __all__ = ['Optimizer', 'create', 'register', 'SGD', 'ccSGD', 'NAG', 'Signum', 'Adam', 'AdamW',
            'RMSProp', 'AdaGrad', 'AdaDelta', 'Ftrl', 'FTRL', 'FTML', 'LAMB', 'Adamax', 'Nadam',
-           'Updater', 'get_updater']
+           'LARS', 'LBSGD', 'DCASGD', 'SGLD', 'Test', 'Updater', 'get_updater', 'NDabs',
+           'contrib', 'optimizer']

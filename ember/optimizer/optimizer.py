@@ -18,7 +18,7 @@ import numpy as np
 
 from ember import ndarray as nd
 
-__all__ = ['Optimizer', 'register', 'create']
+__all__ = ['Optimizer', 'register', 'create', 'NDabs']
 
 
 class Optimizer:
@@ -270,3 +270,7 @@ def _warn_float16(optimizer, weight):
         warnings.warn(f'{type(optimizer).__name__} accumulates in float16, which can lose '
                       f'accuracy or slow convergence; pass multi_precision=True to keep a '
                       f'float32 master copy of the weights')
+
+
+NDabs = nd.abs      # MXNet's name for mx.nd.abs in this module
+

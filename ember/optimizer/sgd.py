@@ -79,6 +79,10 @@ class SGD(_MasterCopyMixin, Optimizer):
     def _update_impl(self, indices, weights, grads, states, multi_precision):
         indices, weights, grads, states = _as_lists(indices, weights, grads, states)
         self._update_count(indices)
+        if not multi_precision and any(w.stype != 'default' or g.stype != 'default'
+                                       for w, g in zip(weights, grads)):
+            self._update_each(indices, weights, grads, states)
+            return
         kwargs = dict(self._op_kwargs(), num_weights=len(weights), out=weights,
                       lrs=tuple(self._get_lrs(indices)), wds=tuple(self._get_wds(indices)))
         # One operator for all the weights: a single engine operation.
@@ -88,6 +92,16 @@ class SGD(_MasterCopyMixin, Optimizer):
             nd.multi_sgd_mom_update(*_interleave(weights, grads, states), **kwargs)
         else:
             nd.multi_sgd_update(*_interleave(weights, grads), **kwargs)
+
+    def _update_each(self, indices, weights, grads, states):
+        # sparse weights or gradients: one operator each, lazy with a row_sparse gradient
+        for index, weight, grad, state in zip(indices, weights, grads, states):
+            kwargs = dict(self._op_kwargs(), lr=self._get_lr(index), wd=self._get_wd(index),
+                          lazy_update=self.lazy_update, out=weight)
+            if state is not None:
+                nd.sgd_mom_update(weight, grad, state, **kwargs)
+            else:
+                nd.sgd_update(weight, grad, **kwargs)
 
     def _multi_mp_update(self, weights, grads, states, kwargs):
         moms = [state[0] for state in states]

@@ -33,12 +33,13 @@ symbolic (graph) operators only, '1' all operators.
 from ember.profiler.control import (autostart, dump, dump_profile, dumps, pause,
                                     profiler_set_config, profiler_set_state, reset, resume,
                                     set_config, set_state, state)
+from ember.base import py_str  # noqa: F401  (a name of MXNet's mx.profiler)
 from ember.profiler.events import now_us
 from ember.profiler.objects import Counter, Domain, Event, Frame, Marker, Task
 from ember.profiler.recorder import (api_enabled, memory_enabled, operator_enabled, record_api,
                                      record_counter, record_operator, recording)
 
-__all__ = ['set_config', 'set_state', 'state', 'pause', 'resume', 'dump', 'dumps', 'reset',
+__all__ = ['py_str', 'set_config', 'set_state', 'state', 'pause', 'resume', 'dump', 'dumps', 'reset',
            'profiler_set_config', 'profiler_set_state', 'dump_profile', 'autostart',
            'Domain', 'Task', 'Frame', 'Event', 'Counter', 'Marker',
            'operator_enabled', 'memory_enabled', 'api_enabled', 'recording',

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys as _sys
 import types as _types
 
+from ember import ndarray as _ndarray_package
 from ember.op import frontend as _frontend
 from ember.op import registry as _registry
 from ember.symbol import graph, image, infer, json_io  # noqa: F401
@@ -30,8 +31,12 @@ from ember.symbol.name import NameManager, Prefix  # noqa: F401
 from ember.symbol.symbol import (Group, NotImplementedForSymbol, Symbol, Variable,  # noqa: F401
                                  fromjson, load, load_json, node_symbols, var)
 from ember.symbol import creation as _creation
+from ember.symbol import tape as _tape  # noqa: F401  (installs autograd.get_symbol's builder)
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
+from ember.symbol import contrib, linalg, random  # noqa: F401
+from ember.symbol import functions as _functions
+from ember.symbol.functions import *  # noqa: F401,F403
 
 _symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call into mx.sym
 
@@ -41,13 +46,17 @@ _generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.sy
 
 
 def __getattr__(name):
+    if name in _ndarray_package.late_namespaces:     # mx.sym.np comes with mx.np, as mx.nd.np
+        _ndarray_package.late_namespaces[name]()
+        return globals()[name]
     return _generator.getattr(name)
 
 
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
-                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image']
-                 + list(_creation.__all__)
+                  'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
+                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension']
+                 + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])

@@ -96,7 +96,8 @@ def infer_shapes(graph, known=None) -> list:
     return shapes
 
 
-def _node_shapes(node, in_shapes):
+def _node_shapes(node, in_shapes, out_shapes=()):
+    in_shapes = _from_outputs(node, in_shapes, out_shapes)
     try:
         return node.op.infer_shape(node.attrs, list(in_shapes))
     except _FIT_ERRORS as exc:
@@ -108,6 +109,16 @@ def _node_shapes(node, in_shapes):
         return node.op.infer_shape(node.attrs, fallback)
     except _FIT_ERRORS as exc:
         raise _node_error('infer_shape', node, in_shapes, exc) from exc
+
+
+def _from_outputs(node, in_shapes, out_shapes):
+    """Inputs completed from what is known of the outputs, where the operator says how."""
+    fill = node.op.infer_shape_from_outputs
+    if fill is None or not any(s is not None for s in out_shapes):
+        return list(in_shapes)
+    told = fill(node.attrs, list(in_shapes), list(out_shapes))
+    merged = [_unify_shape(old, new) for old, new in zip(in_shapes, told)]
+    return [old if new is None else new for old, new in zip(in_shapes, merged)]
 
 
 def _unify_shape(old, new):
@@ -148,7 +159,7 @@ def _dtype_attr(text):
     return _normalize_dtype(stripped)
 
 
-def _node_types(node, in_dtypes):
+def _node_types(node, in_dtypes, out_dtypes=()):
     try:
         return node.op.infer_type(node.attrs, list(in_dtypes))
     except _FIT_ERRORS as exc:
@@ -181,7 +192,8 @@ def _propagate(graph, values, infer_node, unify):
 def _update_node(graph, position, values, infer_node, unify):
     node, ptr = graph.nodes[position], graph.node_row_ptr
     in_ids = [ptr[e.node] + e.index for e in node.inputs]
-    new_ins, new_outs = infer_node(node, [values[i] for i in in_ids])
+    out_values = values[ptr[position]:ptr[position] + len(node.output_names())]
+    new_ins, new_outs = infer_node(node, [values[i] for i in in_ids], out_values)
     changed = False
     slots = [(entry_id, value, f'input {name!r}') for entry_id, value, name
              in zip(in_ids, new_ins, node.input_names())]

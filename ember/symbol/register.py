@@ -35,6 +35,13 @@ def make_function(op, public_name=None):
     return frontend.name_function(fn, op, public_name, 'ember.symbol', ('name', 'attr', 'out'))
 
 
+def _keep_class(inputs, result):
+    """The result takes the class of the first input (``mx.np``'s symbols stay so)."""
+    first = next((x for x in inputs if isinstance(x, Symbol)), None)
+    cls = type(first) if first is not None else Symbol
+    return result if cls is Symbol else cls(result._heads)
+
+
 def _fixed_inputs(op, hint):
     input_names = tuple(op.inputs)
     param_names = tuple(p.name for p in op.params)
@@ -47,7 +54,8 @@ def _fixed_inputs(op, hint):
                             f'({", ".join(input_names + param_names)}), got {len(args)}')
         named = {k: kwargs.pop(k) for k in input_names if k in kwargs}
         _params_from_positions(op, param_names, args[n_in:], kwargs)
-        return create(op, hint, args[:n_in], named, kwargs, name, attr)
+        return _keep_class(list(args[:n_in]) + list(named.values()),
+                           create(op, hint, args[:n_in], named, kwargs, name, attr))
     return fn
 
 
@@ -72,7 +80,8 @@ def _dynamic_inputs(op, hint):
         _params_from_positions(op, positional_params, args[split:], kwargs)
         if variadic is not None and kwargs.get(variadic) is None:
             kwargs[variadic] = split + len(named)
-        return create(op, hint, args[:split], named, kwargs, name, attr)
+        return _keep_class(list(args[:split]) + list(named.values()),
+                           create(op, hint, args[:split], named, kwargs, name, attr))
     return fn
 
 

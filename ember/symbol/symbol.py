@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-from ember.base import EmberError, dtype_of
+from ember.base import EmberError, NotImplementedForSymbol, dtype_of
 from ember.op import registry
 from ember.symbol import json_io
 from ember.symbol.attribute import AttrScope
@@ -37,15 +37,6 @@ __all__ = ['Symbol', 'SymbolNode', 'NotImplementedForSymbol', 'var', 'Variable',
            'load', 'load_json', 'fromjson', 'node_symbols', 'create']
 
 _STORAGE_TYPES = {'default': 0, 'row_sparse': 1, 'csr': 2}
-
-
-class NotImplementedForSymbol(EmberError, TypeError):
-    """An NDArray operation that a Symbol cannot do (it has no values)."""
-
-    def __init__(self, function, alias=None):
-        name = getattr(function, '__name__', str(function))
-        super().__init__(f'Function {name}{f" ({alias})" if alias else ""} is not implemented '
-                         f'for Symbol and only available in NDArray.')
 
 
 class SymbolNode(NodeMethods):
@@ -196,6 +187,25 @@ class Symbol:
 
     def __bool__(self):
         raise NotImplementedForSymbol(self.__bool__, 'bool')
+
+    # What only an NDArray can do: a Symbol holds no values (MXNet raises the same error).
+    def wait_to_read(self):
+        raise NotImplementedForSymbol(self.wait_to_read, None)
+
+    def asnumpy(self):
+        raise NotImplementedForSymbol(self.asnumpy, None)
+
+    def asscalar(self):
+        raise NotImplementedForSymbol(self.asscalar, None)
+
+    def as_in_context(self, context):
+        raise NotImplementedForSymbol(self.as_in_context, None)
+
+    def detach(self):
+        raise NotImplementedForSymbol(self.detach, None)
+
+    def backward(self, out_grad=None, retain_graph=False, train_mode=True):
+        raise NotImplementedForSymbol(self.backward, None)
 
     # ------------------------------------------------------------------------------------------
     # Attributes

@@ -1,4 +1,4 @@
 """Contributed Gluon blocks (MXNet 1.x's ``mx.gluon.contrib``)."""
-from ember.gluon.contrib import nn
+from ember.gluon.contrib import nn, rnn
 
-__all__ = ['nn']
+__all__ = ['nn', 'rnn']

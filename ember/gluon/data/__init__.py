@@ -8,4 +8,5 @@ from ember.gluon.data import vision
 
 __all__ = ['Dataset', 'SimpleDataset', 'ArrayDataset', 'RecordFileDataset', 'DataLoader',
            'default_batchify_fn', 'default_mp_batchify_fn', 'Sampler', 'SequentialSampler',
-           'RandomSampler', 'BatchSampler', 'IntervalSampler', 'FilterSampler', 'vision']
+           'RandomSampler', 'BatchSampler', 'IntervalSampler', 'FilterSampler', 'vision',
+           'dataloader', 'dataset', 'sampler']

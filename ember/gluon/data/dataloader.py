@@ -19,6 +19,8 @@ from ember import ndarray as nd
 from ember.device import cpu_pinned
 from ember.gluon.data import _shared_memory, _worker_pool
 from ember.gluon.data import sampler as _sampler
+from ember.numpy.multiarray import wrap as as_np_inplace
+from ember.util import is_np_array, is_np_shape, np_array, np_shape
 
 __all__ = ['DataLoader', 'default_batchify_fn', 'default_mp_batchify_fn']
 
@@ -31,7 +33,8 @@ def default_batchify_fn(data):
     if isinstance(data[0], tuple):
         return [default_batchify_fn(list(field)) for field in zip(*data)]
     array = np.asarray(data)
-    return nd.array(array, dtype=array.dtype)
+    batch = nd.array(array, dtype=array.dtype)
+    return as_np_inplace(batch) if is_np_array() else batch     # mx.np under npx.set_np()
 
 
 def default_mp_batchify_fn(data):
@@ -91,7 +94,8 @@ class DataLoader:
         self._prefetch = max(0, int(prefetch) if prefetch is not None
                              else 2 * self._num_workers)
         if batchify_fn is None:
-            batchify_fn = default_mp_batchify_fn if self._num_workers else default_batchify_fn
+            in_processes = self._num_workers and not thread_pool
+            batchify_fn = default_mp_batchify_fn if in_processes else default_batchify_fn
         self._batchify_fn = batchify_fn
         self._pool = None
         self._auto_reload = auto_reload
@@ -115,6 +119,10 @@ class DataLoader:
     def _load(self, indices):
         return self._batchify_fn([self._dataset[i] for i in indices])
 
+    def _load_with(self, semantics, indices):
+        with np_shape(semantics[0]), np_array(semantics[1]):
+            return self._load(indices)
+
     def _pinned(self, batch):
         if self._pin_memory:
             return _as_in_context(batch, cpu_pinned(self._pin_device_id))
@@ -122,9 +130,11 @@ class DataLoader:
 
     def _threaded_epoch(self):
         pending = deque()
+        indices = iter(self._batch_sampler)
+        semantics = (is_np_shape(), is_np_array())      # the workers batch as this thread does
         with ThreadPoolExecutor(self._num_workers, thread_name_prefix='ember-data') as pool:
-            for batch_indices in self._batch_sampler:
-                pending.append(pool.submit(self._load, batch_indices))
+            for batch_indices in indices:
+                pending.append(pool.submit(self._load_with, semantics, batch_indices))
                 if len(pending) > self._prefetch:
                     yield self._pinned(pending.popleft().result(timeout=self._timeout))
             while pending:
@@ -200,9 +210,18 @@ class _WorkerEpoch:
             self._done = True           # a worker's own exception: the pool stays usable
             raise
         self._received += 1
+        if is_np_array():               # mx.np under npx.set_np(), as the threads give them
+            batch = _as_np_batch(batch)
         return self._loader._pinned(batch)
 
     next = __next__
+
+
+def _as_np_batch(batch):
+    """A worker's batch (NDArrays fresh from shared memory, or lists of them) as mx.np arrays."""
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_as_np_batch(part) for part in batch)
+    return as_np_inplace(batch) if isinstance(batch, nd.NDArray) else batch
 
 
 def _make_batch_sampler(dataset, batch_size, shuffle, sampler, last_batch, batch_sampler):

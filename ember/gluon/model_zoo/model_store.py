@@ -70,6 +70,8 @@ _model_sha1 = {name: checksum for checksum, name in [
     ('f360b758e856f1074a85abd5fd873ed1d98297c3', 'vgg19_bn')]}
 
 _URL_FORMAT = '{repo_url}gluon/models/{file_name}.zip'
+# Where MXNet's pretrained weights live (MXNET_GLUON_REPO's default).
+apache_repo_url = config.REGISTRY['MXNET_GLUON_REPO'].default
 _SHA1_PATTERN = re.compile(r'[0-9a-f]{40}')
 
 

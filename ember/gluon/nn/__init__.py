@@ -6,5 +6,7 @@ from ember.gluon.nn.basic_layers import *  # noqa: F401,F403
 from ember.gluon.nn.basic_layers import __all__ as _basic
 from ember.gluon.nn.conv_layers import *  # noqa: F401,F403
 from ember.gluon.nn.conv_layers import __all__ as _conv
+from ember.gluon.symbol_block import SymbolBlock  # MXNet's mx.gluon.nn has it too
 
-__all__ = ['Block', 'HybridBlock'] + _activations + _basic + _conv
+__all__ = (['Block', 'HybridBlock', 'SymbolBlock'] + _activations + _basic + _conv
+           + ['activations', 'basic_layers', 'conv_layers'])

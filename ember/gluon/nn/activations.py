@@ -85,12 +85,18 @@ class ELU(HybridBlock):
 class SELU(HybridBlock):
     """Scaled ELU with the fixed constants of Klambauer et al. (2017)."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
     def hybrid_forward(self, F, x):
         return F.LeakyReLU(x, act_type='selu', name='fwd')
 
 
 class GELU(HybridBlock):
     """Gaussian error linear unit, ``x * Phi(x)``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
 
     def hybrid_forward(self, F, x):
         return F.LeakyReLU(x, act_type='gelu', name='fwd')

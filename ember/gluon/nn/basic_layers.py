@@ -25,7 +25,8 @@ from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn.activations import Activation
 
 __all__ = ['Sequential', 'HybridSequential', 'Dense', 'Dropout', 'Embedding', 'BatchNorm',
-           'InstanceNorm', 'LayerNorm', 'Flatten', 'Lambda', 'HybridLambda']
+           'BatchNormReLU', 'InstanceNorm', 'LayerNorm', 'GroupNorm', 'Flatten', 'Lambda',
+           'HybridLambda']
 
 
 def _indent(text, spaces=2):
@@ -264,6 +265,23 @@ class BatchNorm(HybridBlock):
         return f'{type(self).__name__}({content}, in_channels={channels or None})'
 
 
+class BatchNormReLU(BatchNorm):
+    """BatchNorm followed by relu, as one operator (MXNet's ``BatchNormWithReLU``).
+
+    >>> import ember as mx
+    >>> layer = BatchNormReLU(in_channels=1)
+    >>> layer.initialize()
+    >>> with mx.autograd.record():
+    ...     out = layer(mx.nd.array([[-1.0], [1.0]]))
+    >>> out.asnumpy().round(3).ravel().tolist()
+    [0.0, 1.0]
+    """
+
+    def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        return F._contrib_BatchNormWithReLU(x, gamma, beta, running_mean, running_var,
+                                            name='fwd', **self._kwargs)
+
+
 class InstanceNorm(HybridBlock):
     """Normalize each sample and channel over the remaining axes (`axis` is the channels).
 
@@ -332,6 +350,35 @@ class LayerNorm(HybridBlock):
         return f'{type(self).__name__}({content}, in_channels={self.gamma.shape[0]})'
 
 
+class GroupNorm(HybridBlock):
+    """Normalize each sample over groups of channels (axis 1), then scale and shift each
+    group (MXNet 1.x: one gamma and one beta per group).
+
+    >>> import ember as mx
+    >>> norm = mx.gluon.nn.GroupNorm(num_groups=2)
+    >>> norm.initialize()
+    >>> norm(mx.nd.array([[[1.0], [3.0], [5.0], [9.0]]])).asnumpy().round(3).ravel().tolist()
+    [-1.0, 1.0, -1.0, 1.0]
+    """
+
+    def __init__(self, num_groups=1, epsilon=1e-5, center=True, scale=True,
+                 beta_initializer='zeros', gamma_initializer='ones', **kwargs):
+        super().__init__(**kwargs)
+        self._kwargs = {'eps': epsilon, 'num_groups': num_groups, 'center': center,
+                        'scale': scale}
+        self._num_groups = num_groups
+        self._epsilon = epsilon
+        self.gamma = _channel_param(self, 'gamma', num_groups, gamma_initializer, scale)
+        self.beta = _channel_param(self, 'beta', num_groups, beta_initializer, center)
+
+    def hybrid_forward(self, F, x, gamma, beta):
+        return F.GroupNorm(x, gamma, beta, num_groups=self._num_groups, eps=self._epsilon)
+
+    def __repr__(self):
+        content = ', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())
+        return f'{type(self).__name__}({content})'
+
+
 class Embedding(HybridBlock):
     """Rows of `weight` (input_dim, output_dim) picked by integer indices.
 
@@ -355,7 +402,7 @@ class Embedding(HybridBlock):
     def hybrid_forward(self, F, x, weight):
         return F.Embedding(x, weight, input_dim=self._kwargs['input_dim'],
                            output_dim=self._kwargs['output_dim'], dtype=self._kwargs['dtype'],
-                           name='fwd')
+                           sparse_grad=self._kwargs['sparse_grad'], name='fwd')
 
     def __repr__(self):
         kw = self._kwargs
@@ -370,6 +417,9 @@ class Flatten(HybridBlock):
     >>> mx.gluon.nn.Flatten()(mx.nd.ones((2, 3, 4))).shape
     (2, 12)
     """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
 
     def hybrid_forward(self, F, x):
         return F.Flatten(x)

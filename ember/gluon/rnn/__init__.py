@@ -9,4 +9,4 @@ from ember.gluon.rnn.rnn_cell import __all__ as _cells
 from ember.gluon.rnn.rnn_layer import *  # noqa: F401,F403
 from ember.gluon.rnn.rnn_layer import __all__ as _layers
 
-__all__ = _cells + _layers
+__all__ = _cells + _layers + ['rnn_cell', 'rnn_layer']

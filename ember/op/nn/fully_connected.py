@@ -43,6 +43,21 @@ def _infer(attrs, in_shapes):
     return in_shapes, [batch + (hidden,)]
 
 
+def _data_from_output(attrs, in_shapes, out_shapes):
+    """The output's batch axes are the data's (a zeros begin state of shape (0, H) learns its
+    batch from the step it feeds)."""
+    data, out = in_shapes[0], out_shapes[0]
+    if out is None:
+        return in_shapes
+    if attrs['flatten']:
+        if data is None or len(data) < 2:
+            return in_shapes
+        in_shapes[0] = (out[0],) + tuple(data[1:])
+    else:
+        in_shapes[0] = tuple(out[:-1]) + ((data[-1],) if data is not None else (0,))
+    return in_shapes
+
+
 def _rows(xp, attrs, array):
     return array.reshape((-1, _in_units(attrs, array.shape)))
 
@@ -141,6 +156,7 @@ def _gradient(F, attrs, inputs, outputs, out_grads):
 
 
 register('FullyConnected', _kernel, infer_shape=_infer, params=PARAMS, gradient=_gradient,
+         infer_shape_from_outputs=_data_from_output,
          inputs=lambda attrs: ['data', 'weight'] + ([] if attrs['no_bias'] else ['bias']),
          doc='Dense layer: data (N, ...) times weight (num_hidden, in_units) transposed.')
 

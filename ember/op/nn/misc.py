@@ -15,7 +15,8 @@ EMBEDDING_PARAMS = (
     Param('input_dim', p_int, REQUIRED, 'Rows of the table (the vocabulary size).'),
     Param('output_dim', p_int, REQUIRED, 'Width of each embedding.'),
     Param('dtype', p_dtype, np.dtype(np.float32), 'dtype of the table and the output.'),
-    Param('sparse_grad', p_bool, False, 'Accepted for compatibility; gradients are dense.'),
+    Param('sparse_grad', p_bool, False, "The weight's gradient is row_sparse: the rows the "
+          'indices name (ember.op.sparse_ops).'),
 )
 
 

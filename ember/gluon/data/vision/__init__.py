@@ -5,4 +5,4 @@ from ember.gluon.data.vision.datasets import (CIFAR10, CIFAR100, MNIST, FashionM
                                               ImageRecordDataset)
 
 __all__ = ['MNIST', 'FashionMNIST', 'CIFAR10', 'CIFAR100', 'ImageFolderDataset',
-           'ImageRecordDataset', 'ImageListDataset', 'transforms']
+           'ImageRecordDataset', 'ImageListDataset', 'transforms', 'datasets']

@@ -23,7 +23,9 @@ from ember.gluon.nn import HybridSequential, Sequential
 __all__ = ['Compose', 'Cast', 'ToTensor', 'Normalize', 'RandomResizedCrop', 'CropResize',
            'CenterCrop', 'Resize', 'RandomFlipLeftRight', 'RandomFlipTopBottom',
            'RandomBrightness', 'RandomContrast', 'RandomSaturation', 'RandomHue',
-           'RandomColorJitter', 'RandomLighting', 'RandomApply']
+           'RandomColorJitter', 'RandomLighting', 'RandomApply',
+           # what MXNet's star import of this module brings besides
+           'Block', 'HybridBlock', 'HybridSequential', 'Sequential']
 
 
 class Compose(Sequential):

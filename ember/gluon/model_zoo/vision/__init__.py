@@ -31,7 +31,8 @@ from ember.gluon.model_zoo.vision.vgg import *  # noqa: F401,F403
 from ember.gluon.model_zoo.vision.vgg import __all__ as _vgg
 
 __all__ = (['get_model', 'HybridConcurrent', 'Identity'] + _alexnet + _densenet + _inception
-           + _inception_bn + _mobilenet + _resnet + _squeezenet + _vgg)
+           + _inception_bn + _mobilenet + _resnet + _squeezenet + _vgg
+           + ['densenet', 'inception', 'mobilenet', 'resnet', 'squeezenet', 'vgg'])
 
 _MODELS = {
     'resnet18_v1': resnet18_v1, 'resnet34_v1': resnet34_v1, 'resnet50_v1': resnet50_v1,

@@ -24,6 +24,9 @@ __all__ = ['MobileNet', 'MobileNetV2', 'RELU6', 'LinearBottleneck', 'get_mobilen
 class RELU6(HybridBlock):
     """min(max(x, 0), 6)."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
     def hybrid_forward(self, F, x):
         return F.clip(x, 0, 6, name='relu6')
 

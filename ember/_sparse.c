@@ -1,0 +1,325 @@
+/* Compiled sparse kernels (see ember/op/sparse_ops.py and ember/op/sparse_optimizer.py):
+ * a float32 csr matrix times a dense matrix, and the lazy SGD and Adam steps of the rows a
+ * row_sparse gradient stores. Their work splits over the calling thread's OpenMP team
+ * (ember/_team.h): the product by rows of equal numbers of stored entries, the updates by
+ * gradient rows. Each step rounds as NumPy's float32 calls of the same step round it.
+ * Indices are checked against the arrays' sizes: a bad one raises, it is never followed. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_buffers.h"
+#include "_team.h"
+
+/* Rows are read in an order the hardware cannot guess (an index per stored entry, a row per
+ * gradient row): the kernels fetch the rows a few steps ahead themselves. */
+#if defined(__GNUC__)
+#define PREFETCH(address, write) __builtin_prefetch((address), (write), 1)
+#else
+#define PREFETCH(address, write) ((void)(address))
+#endif
+#define AHEAD 8
+
+/* `obj` as a C-contiguous int64 array of at least one dimension, held in `b`; its element
+ * count in *count. NULL with an exception naming `name` otherwise. */
+static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
+                                   Py_ssize_t *count) {
+    Py_buffer *view = next_view(b, name);
+    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    b->count++;
+    const char *f = view->format;
+    if (f != NULL && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
+        f++;
+    }
+    if (view->itemsize != 8 || f == NULL || (f[0] != 'q' && f[0] != 'l') || f[1] != '\0') {
+        PyErr_Format(PyExc_TypeError, "%s: expected int64 indices, got buffer format '%s'",
+                     name, view->format ? view->format : "B");
+        return NULL;
+    }
+    *count = view->len / 8;
+    return (const int64_t *)view->buf;
+}
+
+/* `obj` as C-contiguous float32 values, their count in *count. */
+static float *borrow_values(Buffers *b, PyObject *obj, const char *name, int writable,
+                            Py_ssize_t *count) {
+    Py_buffer *view = borrow_float32(b, obj, name, writable);
+    if (view == NULL) {
+        return NULL;
+    }
+    *count = view->len / (Py_ssize_t)sizeof(float);
+    return (float *)view->buf;
+}
+
+/* First row of team part t: rows split so that each part holds about as many stored
+ * entries (indptr ascending, rows + 1 entries). */
+static Py_ssize_t balanced_row(const int64_t *indptr, Py_ssize_t rows, int t, int parts) {
+    int64_t target = indptr[rows] / parts * t + indptr[rows] % parts * t / parts;
+    Py_ssize_t lo = 0, hi = rows;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (indptr[mid] < target) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return t == 0 ? 0 : lo;
+}
+
+/* out[i] = sum over row i's entries k of data[k] * rhs[indices[k]], rows [r0, r1); 0 if
+ * every index lies below k_rows, else 1 (the rows from the bad one on are left unwritten). */
+static int csr_rows(const float *data, const int64_t *indices, const int64_t *indptr,
+                    const float *rhs, float *out, Py_ssize_t width, Py_ssize_t k_rows,
+                    Py_ssize_t r0, Py_ssize_t r1) {
+    for (Py_ssize_t i = r0; i < r1; i++) {
+        float *o = out + i * width;
+        memset(o, 0, (size_t)width * sizeof(float));
+        for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
+            int64_t column = indices[k];
+            if (column < 0 || column >= k_rows) {
+                return 1;
+            }
+            if (k + AHEAD < indptr[r1]) {
+                int64_t next = indices[k + AHEAD];
+                if (next >= 0 && next < k_rows) {
+                    PREFETCH(rhs + next * width, 0);
+                }
+            }
+            const float v = data[k], *r = rhs + column * width;
+            for (Py_ssize_t j = 0; j < width; j++) {
+                o[j] += v * r[j];
+            }
+        }
+    }
+    return 0;
+}
+
+/* csr_dot(data, indices, indptr, rhs, out, width, *, threads, cores) */
+static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[5], *cores = Py_None;
+    Py_ssize_t width, threads = 1, n_data, n_indices, n_ptr, n_rhs, n_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOn|$nO:csr_dot", keywords, &objs[0],
+                                     &objs[1], &objs[2], &objs[3], &objs[4], &width, &threads,
+                                     &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const float *data = borrow_values(&b, objs[0], "data", 0, &n_data);
+    const int64_t *indices = data ? borrow_int64(&b, objs[1], "indices", &n_indices) : NULL;
+    const int64_t *indptr = indices ? borrow_int64(&b, objs[2], "indptr", &n_ptr) : NULL;
+    const float *rhs = indptr ? borrow_values(&b, objs[3], "rhs", 0, &n_rhs) : NULL;
+    float *out = rhs ? borrow_values(&b, objs[4], "out", 1, &n_out) : NULL;
+    Py_ssize_t rows = out ? n_ptr - 1 : 0;
+    if (out != NULL && (width < 1 || rows < 0 || n_data != n_indices || n_rhs % width
+                        || n_out != rows * width || indptr[0] != 0 || indptr[rows] != n_data)) {
+        PyErr_SetString(PyExc_ValueError, "csr_dot: the parts, rhs and out do not fit together");
+        out = NULL;
+    }
+    if (out == NULL || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL
+                        && asked)) {
+        release_all(&b);
+        return NULL;
+    }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1) reduction(| : bad)
+    {
+        int t = TEAM_THREAD(), size = TEAM_SIZE();
+        team_pin(core_list, t);
+        bad |= csr_rows(data, indices, indptr, rhs, out, width, n_rhs / width,
+                        balanced_row(indptr, rows, t, size),
+                        t + 1 == size ? rows : balanced_row(indptr, rows, t + 1, size));
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    release_all(&b);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "csr_dot: a column index is out of range for rhs");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Lazy updates: row k of the gradient steps row rows[k] of the weight and states. */
+
+typedef struct {
+    float lr, wd, rescale, clip, momentum, beta1, beta2, one_beta1, one_beta2, epsilon, decay;
+} Step;
+
+static inline float clipped(float g, float bound) {
+    if (bound >= 0) {
+        g = g < -bound ? -bound : (g > bound ? bound : g);
+    }
+    return g;
+}
+
+/* sgd: w = (1 - lr*wd) * w - lr * clip(rescale * g) */
+static void sgd_row(float *w, const float *g, Py_ssize_t n, const Step *s) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        w[j] = s->decay * w[j] - s->lr * clipped(s->rescale * g[j], s->clip);
+    }
+}
+
+/* sgd with momentum: mom = momentum*mom - (lr*wd)*w - lr*clip(rescale*g); w = w + mom */
+static void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, const Step *s) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        float step = clipped(s->rescale * g[j], s->clip) * s->lr;
+        float m = mom[j] * s->momentum;
+        m -= s->wd * w[j];               /* s->wd holds lr * wd for this step */
+        m -= step;
+        mom[j] = m;
+        w[j] = w[j] + m;
+    }
+}
+
+/* adam: g = clip(rescale*g + wd*w); mean, var decayed; w -= lr * mean / (sqrt(var) + eps) */
+static void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize_t n,
+                     const Step *s) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        float grad = clipped(s->rescale * g[j] + s->wd * w[j], s->clip);
+        float m = s->beta1 * mean[j] + s->one_beta1 * grad;
+        float v = s->beta2 * var[j] + s->one_beta2 * grad * grad;
+        mean[j] = m;
+        var[j] = v;
+        w[j] = w[j] - s->lr * m / (sqrtf(v) + s->epsilon);
+    }
+}
+
+enum { SGD, SGD_MOM, ADAM };
+
+/* lazy_update(kind, weight, grad, rows, states, lr, wd, rescale, clip, momentum, beta1,
+ *             beta2, epsilon, *, threads, cores) */
+static PyObject *lazy_update(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "", "", "", "", "", "", "threads",
+                               "cores", NULL};
+    PyObject *objs[4], *cores = Py_None;
+    int kind;
+    double lr, wd, rescale, clip, momentum, beta1, beta2, epsilon;
+    Py_ssize_t threads = 1, n_w, n_g, n_rows, n_s[2] = {0, 0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOOdddddddd|$nO:lazy_update", keywords,
+                                     &kind, &objs[0], &objs[1], &objs[2], &objs[3], &lr, &wd,
+                                     &rescale, &clip, &momentum, &beta1, &beta2, &epsilon,
+                                     &threads, &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    int want_states = kind == ADAM ? 2 : (kind == SGD_MOM ? 1 : 0);
+    if (parts < 0) {
+        return NULL;
+    }
+    if (kind < SGD || kind > ADAM || !PyTuple_Check(objs[3])
+        || PyTuple_GET_SIZE(objs[3]) != want_states) {
+        PyErr_SetString(PyExc_ValueError, "lazy_update: kind 0 (sgd), 1 (sgd_mom) or 2 (adam) "
+                        "with a tuple of 0, 1 or 2 states");
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    float *weight = borrow_values(&b, objs[0], "weight", 1, &n_w);
+    const float *grad = weight ? borrow_values(&b, objs[1], "grad", 0, &n_g) : NULL;
+    const int64_t *rows = grad ? borrow_int64(&b, objs[2], "rows", &n_rows) : NULL;
+    float *states[2] = {NULL, NULL};
+    int ok = rows != NULL;
+    for (int k = 0; ok && k < want_states; k++) {
+        ok = (states[k] = borrow_values(&b, PyTuple_GET_ITEM(objs[3], k), "state", 1,
+                                        &n_s[k])) != NULL;
+    }
+    Py_ssize_t width = ok && n_rows ? n_g / n_rows : 1;
+    if (ok && (n_g != n_rows * width || width < 1 || n_w % width
+               || (want_states && n_s[0] != n_w) || (want_states > 1 && n_s[1] != n_w))) {
+        PyErr_SetString(PyExc_ValueError, "lazy_update: weight, grad, rows and states do not "
+                        "fit together");
+        ok = 0;
+    }
+    for (Py_ssize_t k = 0; ok && k < n_rows; k++) {
+        if (rows[k] < 0 || rows[k] >= n_w / width) {
+            PyErr_Format(PyExc_ValueError, "lazy_update: row %lld is out of range for %zd rows",
+                         (long long)rows[k], n_w / width);
+            ok = 0;
+        }
+    }
+    if (!ok || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL && asked)) {
+        release_all(&b);
+        return NULL;
+    }
+    Step s = {(float)lr, (float)(kind == SGD_MOM ? lr * wd : wd), (float)rescale, (float)clip,
+              (float)momentum, (float)beta1, (float)beta2, (float)(1 - beta1),
+              (float)(1 - beta2), (float)epsilon, (float)(1 - lr * wd)};
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(0, n_rows, t, TEAM_SIZE(), &from, &to);
+        for (Py_ssize_t k = from; k < to; k++) {
+            Py_ssize_t at = (Py_ssize_t)rows[k] * width;
+            const float *g = grad + k * width;
+            if (k + AHEAD < to) {
+                Py_ssize_t ahead = (Py_ssize_t)rows[k + AHEAD] * width;
+                PREFETCH(weight + ahead, 1);
+                for (int state = 0; state < want_states; state++) {
+                    PREFETCH(states[state] + ahead, 1);
+                }
+            }
+            if (kind == SGD) {
+                sgd_row(weight + at, g, width, &s);
+            } else if (kind == SGD_MOM) {
+                sgd_mom_row(weight + at, g, states[0] + at, width, &s);
+            } else {
+                adam_row(weight + at, g, states[0] + at, states[1] + at, width, &s);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+#define TEAM_DOC                                                                               \
+    " threads, cores (keyword-only): the work split into `threads` parts run on the calling " \
+    "thread's OpenMP team (one after the other without OpenMP: `openmp` false); with cores, " \
+    "team thread t > 0 first pins itself to cores[t]."
+
+static PyMethodDef methods[] = {
+    {"csr_dot", (PyCFunction)(void (*)(void))csr_dot, METH_VARARGS | METH_KEYWORDS,
+     "csr_dot(data, indices, indptr, rhs, out, width, *, threads=1, cores=None): out = the "
+     "float32 csr (data, indices, indptr: int64) times rhs, a C-contiguous float32 matrix of "
+     "`width` columns; out has rows x width values. The team splits the rows by stored "
+     "entries." TEAM_DOC},
+    {"lazy_update", (PyCFunction)(void (*)(void))lazy_update, METH_VARARGS | METH_KEYWORDS,
+     "lazy_update(kind, weight, grad, rows, states, lr, wd, rescale, clip, momentum, beta1, "
+     "beta2, epsilon, *, threads=1, cores=None): kind 0 sgd, 1 sgd with momentum (states: "
+     "(mom,)), 2 adam (states: (mean, var)); row k of grad steps row rows[k] of weight and "
+     "states (float32, C-contiguous, rows of grad's width) in place; clip < 0: none. The team "
+     "splits the rows." TEAM_DOC},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ember._sparse",
+    "Compiled sparse kernels: csr x dense, and the lazy SGD and Adam updates (see "
+    "ember/op/sparse_ops.py and ember/op/sparse_optimizer.py).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__sparse(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,175 @@
+"""gluon.contrib.nn: Concurrent, the pixel shuffles, and SyncBatchNorm over two devices."""
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config
+from ember.gluon.contrib.nn import (Concurrent, HybridConcurrent, Identity, PixelShuffle1D,
+                                   PixelShuffle2D, PixelShuffle3D, SyncBatchNorm)
+
+DEVICES = [mx.cpu(0), mx.cpu(1)]
+
+
+def test_concurrent_concatenates_its_childrens_outputs():
+    net = Concurrent(axis=1)
+    net.add(mx.gluon.nn.Dense(2, in_units=3), Identity())
+    net.initialize()
+    assert net(mx.nd.ones((4, 3))).shape == (4, 5)
+    hybrid = HybridConcurrent(axis=0)
+    hybrid.add(Identity(), Identity())
+    hybrid.hybridize()
+    assert hybrid(mx.nd.ones((1, 2))).shape == (2, 2)
+
+
+def test_pixel_shuffles_invert_space_to_depth():
+    x = np.arange(2 * 12 * 2 * 3, dtype=np.float32).reshape(2, 12, 2, 3)
+    y = PixelShuffle2D((2, 3))(mx.nd.array(x)).asnumpy()
+    # channel c*6 + i*3 + j lands at (row * 2 + i, col * 3 + j) of output channel c
+    expected = x.reshape(2, 2, 2, 3, 2, 3).transpose(0, 1, 4, 2, 5, 3).reshape(2, 2, 4, 9)
+    np.testing.assert_array_equal(y, expected)
+    shuffle = PixelShuffle3D(2)
+    shuffle.hybridize()
+    assert shuffle(mx.nd.zeros((1, 16, 1, 2, 3))).shape == (1, 2, 2, 4, 6)
+    assert repr(PixelShuffle1D(3)) == 'PixelShuffle1D(3)'
+    with pytest.raises(ValueError, match='PixelShuffle2D: factor=.1, 2, 3.'):
+        PixelShuffle2D((1, 2, 3))
+
+
+def _split(array):
+    return mx.gluon.utils.split_and_load(array, DEVICES)
+
+
+def _batch_norm_reference(x, head):
+    ref = mx.gluon.nn.BatchNorm(in_channels=x.shape[1])
+    ref.initialize()
+    data = mx.nd.array(x)
+    data.attach_grad()
+    with mx.autograd.record():
+        out = ref(data)
+    out.backward(mx.nd.array(head))
+    return ref, out.asnumpy(), data.grad.asnumpy()
+
+
+@pytest.mark.parametrize('hybridize', [False, True])
+def test_sync_batch_norm_on_two_devices_is_batch_norm_of_the_whole_batch(hybridize):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 3, 2, 2)).astype(np.float32)
+    head = rng.normal(size=x.shape).astype(np.float32)
+    net = SyncBatchNorm(in_channels=3)
+    net.initialize(ctx=DEVICES)
+    if hybridize:
+        net.hybridize()
+    parts, heads = _split(x), _split(head)
+    for part in parts:
+        part.attach_grad()
+    with mx.autograd.record():
+        outputs = [net(part) for part in parts]
+    mx.autograd.backward(outputs, heads)
+    ref, ref_out, ref_grad = _batch_norm_reference(x, head)
+    np.testing.assert_allclose(np.concatenate([o.asnumpy() for o in outputs]), ref_out,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate([p.grad.asnumpy() for p in parts]), ref_grad,
+                               rtol=1e-4, atol=1e-5)
+    for name in ('running_mean', 'running_var'):
+        for device in DEVICES:
+            np.testing.assert_allclose(getattr(net, name).data(device).asnumpy(),
+                                       getattr(ref, name).data().asnumpy(), rtol=1e-5)
+    gamma_grad = sum(net.gamma.grad(device).asnumpy() for device in DEVICES)
+    np.testing.assert_allclose(gamma_grad, ref.gamma.grad().asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_sync_batch_norm_predicts_with_the_running_statistics():
+    net = SyncBatchNorm(in_channels=2, num_devices=2)
+    net.initialize(ctx=DEVICES)
+    outputs = [net(part) for part in _split(np.ones((4, 2), np.float32))]
+    np.testing.assert_allclose(outputs[1].asnumpy(), np.full((2, 2), 1 / np.sqrt(1 + 1e-5)),
+                               rtol=1e-6)
+
+
+def test_sync_batch_norm_says_when_its_parts_cannot_meet():
+    net = SyncBatchNorm(in_channels=2, num_devices=2)
+    net.initialize(ctx=DEVICES)
+    with config.override(MXNET_ENGINE_TYPE='NaiveEngine'):
+        with mx.autograd.record():
+            out = net(mx.nd.ones((2, 2), ctx=DEVICES[0]))
+        with pytest.raises(mx.MXNetError, match='needs each device.s part to run at the same'):
+            out.asnumpy()
+
+
+def test_allreduce_sums_every_part_and_times_out(monkeypatch):
+    from ember.op.contrib import sync_batch_norm
+    import threading
+    monkeypatch.setattr(sync_batch_norm, '_check_engine', lambda count: None)  # plain threads
+    found = {}
+
+    def contribute(rank):
+        found[rank] = sync_batch_norm.allreduce('t', 2, [np.array([rank + 1.0])])
+    threads = [threading.Thread(target=contribute, args=(rank,)) for rank in (1, 0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert {rank: value[0].tolist() for rank, value in found.items()} == {0: [3.0], 1: [3.0]}
+    with pytest.raises(mx.MXNetError, match='1 of 2 devices arrived'):
+        sync_batch_norm.allreduce('alone', 2, [np.zeros(1)], timeout=0.05)
+
+
+# ----------------------------------------------------------------------------------------------
+# gluon.contrib.rnn (values against MXNet's in test_api_values.py)
+
+
+@pytest.mark.parametrize('cell_class, input_shape, states', [
+    (mx.gluon.contrib.rnn.Conv1DRNNCell, (2, 6), 1),
+    (mx.gluon.contrib.rnn.Conv1DLSTMCell, (2, 6), 2),
+    (mx.gluon.contrib.rnn.Conv1DGRUCell, (2, 6), 1),
+    (mx.gluon.contrib.rnn.Conv2DRNNCell, (2, 4, 4), 1),
+    (mx.gluon.contrib.rnn.Conv2DLSTMCell, (2, 4, 4), 2),
+    (mx.gluon.contrib.rnn.Conv2DGRUCell, (2, 4, 4), 1),
+    (mx.gluon.contrib.rnn.Conv3DRNNCell, (2, 2, 3, 3), 1),
+    (mx.gluon.contrib.rnn.Conv3DLSTMCell, (2, 2, 3, 3), 2),
+    (mx.gluon.contrib.rnn.Conv3DGRUCell, (2, 2, 3, 3), 1),
+])
+def test_conv_cells_keep_their_states_shape(cell_class, input_shape, states):
+    cell = cell_class(input_shape, 3, i2h_kernel=3, h2h_kernel=3, i2h_pad=1)
+    cell.initialize()
+    inputs = mx.nd.ones((2, 2) + input_shape)
+    outputs, final = cell.unroll(2, inputs, merge_outputs=True)
+    assert outputs.shape == (2, 2, 3) + input_shape[1:]
+    assert [s.shape for s in final] == [(2, 3) + input_shape[1:]] * states
+    assert repr(cell).startswith(f'{cell_class.__name__}(2 -> ')
+    with pytest.raises(ValueError, match='odd'):
+        cell_class(input_shape, 3, i2h_kernel=3, h2h_kernel=2)
+
+
+def test_variational_dropout_keeps_one_mask_per_sequence():
+    mx.random.seed(4)
+    base = mx.gluon.rnn.RNNCell(4, input_size=4, activation='relu', prefix='r_')
+    cell = mx.gluon.contrib.rnn.VariationalDropoutCell(base, drop_outputs=0.5)
+    cell.initialize(mx.init.One())
+    with mx.autograd.record():
+        outputs, _ = cell.unroll(3, mx.nd.ones((1, 3, 4)), merge_outputs=True)
+    dropped = (outputs.asnumpy()[0] == 0)
+    assert dropped.any() and (dropped == dropped[0]).all()     # the same units at every step
+    with pytest.raises(TypeError, match='BidirectionalCell'):
+        mx.gluon.contrib.rnn.VariationalDropoutCell(mx.gluon.rnn.BidirectionalCell(
+            mx.gluon.rnn.RNNCell(2), mx.gluon.rnn.RNNCell(2)), drop_states=0.5)
+
+
+def test_channel_last_conv_cell_matches_channel_first():
+    first = mx.gluon.contrib.rnn.Conv2DGRUCell((2, 4, 4), 3, 3, 3, i2h_pad=1, prefix='f_')
+    last = mx.gluon.contrib.rnn.Conv2DGRUCell((4, 4, 2), 3, 3, 3, i2h_pad=1,
+                                               conv_layout='NHWC', prefix='l_')
+    for cell in (first, last):
+        cell.initialize()
+    data = np.random.default_rng(3).normal(size=(1, 2, 2, 4, 4)).astype(np.float32)
+    first.unroll(2, mx.nd.array(data), merge_outputs=True)
+    last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
+    for name in ('i2h_weight', 'h2h_weight', 'i2h_bias', 'h2h_bias'):
+        value = getattr(first, name).data()
+        if value.ndim == 4:
+            value = value.transpose((0, 2, 3, 1))
+        getattr(last, name).set_data(value)
+    out_first, _ = first.unroll(2, mx.nd.array(data), merge_outputs=True)
+    out_last, _ = last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
+    np.testing.assert_allclose(out_last.asnumpy(), out_first.asnumpy().transpose(0, 1, 3, 4, 2),
+                               rtol=1e-4, atol=1e-5)
