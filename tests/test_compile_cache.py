@@ -16,7 +16,6 @@ from ember import cli, config, profiler
 from ember.compiler import counters, extract, store as stores
 from ember.compiler.key import differences
 from ember.executor import compile as compiling
-from ember.op.nn.conv import tuning
 from ember.op.nn.conv.state import STATE
 from ember.passes.options import Options
 

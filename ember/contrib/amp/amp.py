@@ -43,6 +43,7 @@ __all__ = ['init', 'init_trainer', 'scale_loss', 'unscale', 'convert_symbol', 'c
            'list_lp16_use_fp32_params']
 
 _log = logging.getLogger(__name__)
+bfloat16 = dtype_of('bfloat16')     # MXNet's name of the type (ml_dtypes' here)
 _initialized = None          # the target dtype name once init() ran
 _loss_scaler = None
 _scaler_taken = False
