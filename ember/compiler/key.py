@@ -59,7 +59,8 @@ class CacheKey:
         parts = {'graph': _digest(text), 'signature': _digest(_canonical(signature)),
                  'flags': config.get('NEURON_CC_FLAGS').key_text(),
                  'config': _config_part(), 'version': _version_part(),
-                 'providers': _providers(), 'machine': _machine()}
+                 'providers': _providers(),
+                 'machine': _machine(signature.get('device') == 'gpu')}
         info = {'name': name, 'nodes': len(graph.nodes), 'structure': shape_digest,
                 'signature': signature}
         return cls(parts, _digest(_canonical(parts)), info)
@@ -143,12 +144,16 @@ def _providers() -> dict:
 
 
 @functools.cache
-def _machine() -> dict:
-    from ember.backend import gpu
+def _machine(with_gpus: bool) -> dict:
+    """The CPU (model, features, cores) and, for a graph on a GPU, the GPUs' models (a CPU
+    graph does not depend on them: looking would load CuPy for nothing)."""
     model, flags = _cpu_info()
-    return {'cpu': model, 'features': [f for f in _CPU_FEATURES if f in flags],
-            'cores': config.cpu_count(), 'arch': platform.machine(),
-            'gpus': gpu.device_names()}
+    machine = {'cpu': model, 'features': [f for f in _CPU_FEATURES if f in flags],
+               'cores': config.cpu_count(), 'arch': platform.machine()}
+    if with_gpus:
+        from ember.backend import gpu
+        machine['gpus'] = gpu.device_names()
+    return machine
 
 
 def _cpu_info() -> tuple:
