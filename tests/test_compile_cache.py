@@ -533,3 +533,20 @@ def test_the_trial_run_of_a_compilation_leaves_the_random_streams_as_they_were(c
     loaded = first_masks()              # loads
     assert counters()['loads'] >= 1
     assert compiled[0] == loaded[0] and np.array_equal(compiled[1], loaded[1])
+
+
+def test_log_level_shows_the_compilers_messages(cache, caplog):
+    import logging
+    logger = logging.getLogger('ember.compiler')
+    level, handlers = logger.level, list(logger.handlers)
+    graph = small_graph()
+    try:
+        compiling.compile_graph(graph, options_of(graph), 'fc')
+        assert 'compiling graph fc' not in caplog.text          # WARNING by default
+        fresh_process()
+        with config.override(NEURON_CC_FLAGS=f'--cache_dir={cache} --log_level=INFO'):
+            compiling.compile_graph(graph, options_of(graph), 'fc')
+        assert 'compile cache: loaded fc' in caplog.text
+    finally:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers

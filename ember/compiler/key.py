@@ -68,9 +68,9 @@ class CacheKey:
 
 def graph_parts(graph) -> tuple:
     """(canonical text of `graph`, digest of its structure without names)."""
-    nodes = [[node.op.name if node.op is not None else 'null', node.name,
-              sorted(node.attr_text.items()), [[e.node, e.index] for e in node.inputs]]
-             for node in graph.nodes]
+    # attribute dictionaries as they are: the canonical JSON sorts their keys
+    nodes = [[node.op.name if node.op is not None else 'null', node.name, node.attr_text,
+              [[e.node, e.index] for e in node.inputs]] for node in graph.nodes]
     outputs = [[e.node, e.index] for e in graph.outputs]
     text = _canonical([nodes, outputs])
     unnamed = [[n[0], n[2] if n[0] != 'null' else [], n[3]] for n in nodes]

@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ember import config, engine
+from ember import config
 from ember.base import EmberError
 from ember.compiler import artefact as artefacts
 from ember.compiler import counting, debug
@@ -130,17 +130,6 @@ def _log_at(level):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter('%(name)s: %(message)s'))
         _log.addHandler(handler)
-
-
-def reload(digest) -> artefacts.Artefact | None:
-    """The artefact of an unloaded graph, from the disk cache or the bytes kept for it."""
-    data = LOADED.kept_bytes(digest)
-    if data is not None:
-        return _loaded(artefacts.loads(data))
-    disk = store()
-    entry = disk.lookup(digest) if disk is not None else None
-    return _loaded(artefacts.loads(entry.payload)) if entry and entry.kind == 'artefact' \
-        else None
 
 
 def _artefact(graph, options, key, flags):
@@ -320,9 +309,3 @@ def _extract(graph, key, flags):
     print(f'ember: extracted graph {key.info.get("name")} ({key.info["nodes"]} nodes, '
           f'{key.digest[:12]}) -> {path}', flush=True)
 
-
-def wait_for(arrays) -> None:
-    """Wait until `arrays` are written (raising the error of a failed write)."""
-    eng = engine.get()
-    for array in arrays:
-        eng.wait_for_var(array._var)

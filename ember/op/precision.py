@@ -39,7 +39,7 @@ import numpy as np
 from ember import config
 from ember.base import dtype_of
 
-__all__ = ['stored_dtype', 'storage_map', 'is_mapped', 'rounded', 'round_into', 'widened',
+__all__ = ['stored_dtype', 'storage_map', 'rounded', 'round_into', 'widened',
            'keyed', 'keyed_stream', 'keyed_per_call', 'next_key', 'stochastic', 'rounding_seed',
            'involved', 'scratch_bytes', 'PRECISIONS', 'BFLOAT16',
            'ROUNDED', 'WIDE']
@@ -80,11 +80,6 @@ def stored_dtype(dtype: np.dtype) -> np.dtype:
     """How an array of `dtype` is stored (`dtype` itself unless bf16 storage maps it)."""
     found = (_map if _map is not None else storage_map()).get(dtype)
     return dtype if found is None else found
-
-
-def is_mapped() -> bool:
-    """Whether some dtype is stored narrower than it reads."""
-    return bool(storage_map())
 
 
 # ----------------------------------------------------------------------------------------------
