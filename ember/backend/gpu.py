@@ -29,6 +29,16 @@ def probe():
     return cupy, count, ''
 
 
+def device_names() -> list:
+    """The model name of every CUDA device (none without CuPy or a GPU)."""
+    cupy, count, _ = probe()
+    return [_name(cupy.cuda.runtime.getDeviceProperties(i)['name']) for i in range(count)]
+
+
+def _name(raw):
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 class CupyBackend:
     """Arrays of one CUDA device: ``xp`` is CuPy. Needs CuPy and a GPU (see ``probe``)."""
 
