@@ -13,6 +13,7 @@ widest-type casts operators of several inputs that must agree on a type: their i
 lp16/fp32 ops     everything else Ember registers: it runs in the type it is given
 
 Only operators Ember registers are listed (names of MXNet that Ember lacks are left out).
+``symbol_fp16`` and ``symbol_bf16`` hold the same lists as constants under MXNet's names.
 
 >>> 'Convolution' in target_ops('bfloat16'), 'softmax' in fp32_ops('float16')
 (True, True)
@@ -24,7 +25,7 @@ from __future__ import annotations
 from ember.op import registry
 
 __all__ = ['TARGETS', 'target_ops', 'fp32_ops', 'conditional_fp32_ops', 'widest_type_casts',
-           'lp16_fp32_ops', 'loss_output_functions', 'fp32_params']
+           'lp16_fp32_ops', 'loss_output_functions', 'fp32_params', 'symbol_fp16', 'symbol_bf16']
 
 TARGETS = ('float16', 'bfloat16')
 
@@ -129,3 +130,6 @@ def lp16_fp32_ops(target) -> list:
     taken = set(target_ops(target)) | set(fp32_ops(target)) | set(widest_type_casts(target))
     taken |= {name for name, _, _ in conditional_fp32_ops(target)}
     return sorted(name for name in registry.all_ops() if name not in taken)
+
+
+from ember.contrib.amp.lists import symbol_bf16, symbol_fp16  # noqa: E402  (they read the above)
