@@ -10,7 +10,7 @@ inputs it keeps in float32.
 >>> symbol_bf16.BF16_USE_FP32_PARAMS['BatchNorm']
 ['gamma', 'beta', 'moving_mean', 'moving_var']
 """
-from ember.contrib.amp import lists as _lists
+from ember.contrib.amp.lists import _tables as _lists
 
 BF16_FUNCS = _lists.target_ops('bfloat16')
 BF16_FP32_FUNCS = _lists.lp16_fp32_ops('bfloat16')

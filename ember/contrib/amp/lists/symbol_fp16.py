@@ -7,7 +7,7 @@ they hold the operators Ember registers).
 >>> 'Convolution' in symbol_fp16.FP16_FUNCS, 'softmax' in symbol_fp16.FP32_FUNCS
 (True, True)
 """
-from ember.contrib.amp import lists as _lists
+from ember.contrib.amp.lists import _tables as _lists
 
 FP16_FUNCS = _lists.target_ops('float16')
 FP16_FP32_FUNCS = _lists.lp16_fp32_ops('float16')
