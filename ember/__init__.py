@@ -65,7 +65,7 @@ _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
          'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
          'monitor', 'visualization', 'contrib', 'numpy_dispatch_protocol',
-         'numpy_op_fallback')
+         'numpy_op_fallback', 'executor_manager')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
 _ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
             'img': 'image'}
