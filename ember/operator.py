@@ -55,7 +55,7 @@ from ember.util import is_np_array
 
 __all__ = ['CustomOp', 'CustomOpProp', 'register', 'Custom', 'get_all_registered_operators',
            'NDArray', 'PythonOp', 'NumpyOp', 'NDArrayOp', 'OperatorArguments',
-           'get_operator_arguments']
+           'get_operator_arguments', 'is_np_array', 'py_str']
 
 
 class CustomOp:
