@@ -173,3 +173,18 @@ def test_channel_last_conv_cell_matches_channel_first():
     out_last, _ = last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
     np.testing.assert_allclose(out_last.asnumpy(), out_first.asnumpy().transpose(0, 1, 3, 4, 2),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_sparse_embedding_trains_only_the_rows_a_batch_names():
+    emb = mx.gluon.contrib.nn.SparseEmbedding(6, 2)
+    emb.initialize(mx.init.One())
+    trainer = mx.gluon.Trainer(emb.collect_params(), 'sgd', {'learning_rate': 0.5})
+    with mx.autograd.record():
+        out = emb(mx.nd.array([[1, 4], [4, 4]]))
+    out.backward()
+    assert emb.weight.grad().stype == 'row_sparse'
+    assert emb.weight.grad().indices.asnumpy().tolist() == [1, 4]
+    trainer.step(1)
+    # row 1 once, row 4 three times; the others untouched
+    np.testing.assert_allclose(emb.weight.data().asnumpy()[:, 0], [1, 0.5, 1, 1, -0.5, 1])
+    assert repr(emb) == 'SparseEmbedding(6 -> 2, float32)'

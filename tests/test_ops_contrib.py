@@ -498,6 +498,67 @@ def test_cond_in_both_namespaces():
 
 
 # The functions the tests above call by name, for `python -m ember api-coverage`.
+# ----------------------------------------------------------------------------------------------
+# Graphs as csr matrices, and SparseEmbedding: values as MXNet 1.9.1 gives them.
+
+def _graph(dtype='float64'):
+    return mx.nd.sparse.csr_matrix((np.array([1, 2, 3], dtype=dtype), np.array([0, 2, 1]),
+                                    np.array([0, 2, 2, 3])), shape=(3, 3))
+
+
+def test_getnnz_counts_stored_entries_in_all_per_row_and_per_column():
+    graph = _graph()
+    total = mx.nd.contrib.getnnz(graph)
+    assert total.dtype == np.int64 and total.asnumpy().tolist() == [3]
+    assert mx.nd.contrib.getnnz(graph, axis=1).asnumpy().tolist() == [2, 0, 1]
+    assert mx.nd.contrib.getnnz(graph, axis=0).asnumpy().tolist() == [1, 1, 1]
+    assert mx.nd.contrib.getnnz(graph.tostype('default'), axis=1).asnumpy().tolist() == [2, 0, 1]
+    sym = mx.sym.contrib.getnnz(mx.sym.var('g'), axis=1)
+    assert sym.infer_shape(g=(3, 3))[1] == [(3,)]
+    assert sym.bind(mx.cpu(), {'g': graph}).forward()[0].asnumpy().tolist() == [2, 0, 1]
+    with pytest.raises(ShapeError, match='axis=2'):
+        mx.nd.contrib.getnnz(graph, axis=2)
+
+
+def test_edge_id_reads_stored_values_and_minus_one_elsewhere():
+    u, v = mx.nd.array([0, 0, 2, 1]), mx.nd.array([2, 1, 1, 1])
+    ids = mx.nd.contrib.edge_id(_graph(), u, v)
+    assert ids.dtype == np.float64 and ids.asnumpy().tolist() == [2, -1, 3, -1]
+    dense = mx.nd.contrib.edge_id(_graph().tostype('default'), u, v)
+    assert dense.asnumpy().tolist() == [2, -1, 3, -1]
+    sym = mx.sym.contrib.edge_id(mx.sym.var('g'), mx.sym.var('u'), mx.sym.var('v'))
+    out = sym.bind(mx.cpu(), {'g': _graph(), 'u': u, 'v': v}).forward()[0]
+    assert out.asnumpy().tolist() == [2, -1, 3, -1]
+    with pytest.raises(ShapeError, match='one shape'):
+        mx.nd.contrib.edge_id(_graph(), u, mx.nd.array([1, 2]))
+
+
+def test_dgl_adjacency_keeps_the_structure_with_values_one():
+    adjacency = mx.nd.contrib.dgl_adjacency(_graph('int64'))
+    assert adjacency.stype == 'csr' and adjacency.dtype == np.float32
+    assert adjacency.data.asnumpy().tolist() == [1, 1, 1]
+    assert adjacency.indices.asnumpy().tolist() == [0, 2, 1]
+    assert adjacency.indptr.asnumpy().tolist() == [0, 2, 2, 3]
+    sym = mx.sym.contrib.dgl_adjacency(mx.sym.var('g'))
+    assert sym.infer_type(g='int64')[1] == [np.float32]
+
+
+def test_sparse_embedding_gives_a_row_sparse_weight_gradient():
+    weight = mx.nd.array(np.arange(12.0).reshape(4, 3))
+    weight.attach_grad(stype='row_sparse')
+    with mx.autograd.record():
+        rows = mx.nd.contrib.SparseEmbedding(mx.nd.array([0, 2, 2]), weight, input_dim=4,
+                                             output_dim=3)
+    rows.backward()
+    assert rows.asnumpy().tolist() == [[0, 1, 2], [6, 7, 8], [6, 7, 8]]
+    assert weight.grad.stype == 'row_sparse'
+    assert weight.grad.indices.asnumpy().tolist() == [0, 2]
+    assert weight.grad.asnumpy()[:, 0].tolist() == [1, 0, 2, 0]
+    sym = mx.sym.contrib.SparseEmbedding(mx.sym.var('i'), mx.sym.var('w'), input_dim=4,
+                                         output_dim=3)
+    assert sym.infer_shape(i=(5,))[0] == [(5,), (4, 3)]
+
+
 EXERCISED_API = [f'ember.{space}.contrib.backward_{name}' for space in ('ndarray', 'symbol')
                  for name in ('quadratic', 'gradientmultiplier', 'index_copy', 'hawkesll')] + [
     'ember.ndarray.contrib.multi_mp_adamw_update', 'ember.ndarray.contrib.multi_mp_lamb_update']
