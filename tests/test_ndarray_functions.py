@@ -96,3 +96,22 @@ def test_kl_sparse_reg_is_the_identity_forward_in_mx_nd():
     values = mx.nd.array([[0.1, 0.4], [0.3, 0.8]])
     out = mx.nd.IdentityAttachKLSparseReg(values, mx.nd.full((2,), 0.5), sparseness_target=0.2)
     np.testing.assert_array_equal(out.asnumpy(), values.asnumpy())
+
+
+def test_indexing_key_helpers_read_keys_as_mxnet():
+    # values as MXNet 1.9.1's mx.nd.ndarray helpers give them
+    from ember.ndarray import ndarray as nd_module
+    expand = mx.nd.indexing_key_expand_implicit_axes
+    assert expand((0, Ellipsis, None), (2, 3, 4)) == ((0, slice(None), slice(None), None), -1)
+    assert expand(1, (2, 3)) == ((1, slice(None)), -1)
+    key, prepend = expand((np.array([True, False, True]),), (3, 2))
+    assert key[0].tolist() == [0, 2] and key[1] == slice(None) and prepend == -1
+    assert expand((np.array(False), 0), (2,))[1] == 0
+    assert mx.nd.get_oshape_of_gather_nd_op((4, 5, 6), (2, 7)) == (7, 6)
+    assert mx.nd.get_oshape_of_gather_nd_op((4,), (1, 3)) == (3,)
+    dispatch = mx.nd.get_indexing_dispatch_code
+    assert [dispatch((0, ())), dispatch((None, 1)), dispatch((range(2),))] == [2, 0, 1]
+    with pytest.raises(ValueError, match="'a'"):
+        dispatch((0, 'a'))
+    with pytest.raises(IndexError, match='axis 1'):
+        nd_module.check_boolean_array_dimension((2, 3), 1, (4,))
