@@ -1,12 +1,12 @@
 """MXNet's ``mx.contrib``: contributed APIs (the first autograd interface, the DataLoader as a
 ``mx.io`` iterator, ``amp``: automatic mixed precision, ``text``: vocabularies and token
-embeddings). ``mx.contrib.nd``/``sym`` are the
+embeddings, ``svrg_optimization``: variance-reduced Module training). ``mx.contrib.nd``/``sym`` are the
 contrib operators of ``mx.nd`` and ``mx.sym`` where this build has them."""
 import importlib as _importlib
 
-from ember.contrib import autograd, io, text
+from ember.contrib import autograd, io, svrg_optimization, text
 
-__all__ = ['autograd', 'io', 'amp', 'nd', 'ndarray', 'sym', 'symbol', 'text']
+__all__ = ['autograd', 'io', 'amp', 'nd', 'ndarray', 'sym', 'symbol', 'svrg_optimization', 'text']
 
 _OPERATORS = {'ndarray': 'ember.ndarray.contrib', 'nd': 'ember.ndarray.contrib',
               'symbol': 'ember.symbol.contrib', 'sym': 'ember.symbol.contrib'}
