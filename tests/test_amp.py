@@ -158,7 +158,9 @@ def test_the_list_modules_hold_the_lists_under_mxnets_names(target):
     short = {'float16': 'FP16', 'bfloat16': 'BF16'}[target]
     module = {'float16': amp.lists.symbol_fp16, 'bfloat16': amp.lists.symbol_bf16}[target]
     assert getattr(module, f'{short}_FUNCS') == amp.list_lp16_ops(target)
-    assert getattr(module, f'{short}_FP32_FUNCS') == amp.list_lp16_fp32_ops(target)
+    # "every other operator", read at import: operators registered since (tests') come later
+    assert set(getattr(module, f'{short}_FP32_FUNCS')) <= set(amp.list_lp16_fp32_ops(target))
+    assert 'Flatten' in getattr(module, f'{short}_FP32_FUNCS')
     assert module.FP32_FUNCS == amp.list_fp32_ops(target)
     assert module.WIDEST_TYPE_CASTS == amp.list_widest_type_cast(target)
     assert module.LOSS_OUTPUT_FUNCTIONS == amp.list_loss_output_functions(target) == [
