@@ -224,11 +224,27 @@ def layer_rows():
     ]
 
 
+def graph_rows():
+    """The contrib operators over csr graphs (tests/test_ops_contrib.py checks their values
+    against MXNet's; here the csr kernels against the dense reading)."""
+    rows = [Row('_contrib_getnnz', (CSR,), (DNS,), {'axis': axis}, tag=str(axis))
+            for axis in (None, 0, 1)]
+    return rows + [Row('_contrib_dgl_adjacency', (CSR,), (CSR,)),
+                   Row('_contrib_edge_id', (CSR, DNS, DNS), (DNS,), shapes=((4, 5), (6,), (6,)),
+                       draw=_graph_and_edges)]
+
+
+def _graph_and_edges(rng, row):
+    return [values_for(CSR, (4, 5), rng), rng.integers(0, 4, 6).astype(float),
+            rng.integers(0, 5, 6).astype(float)]
+
+
 def _indices_and_rows(rng, row):
     return [np.array([1.0, 3.0, 1.0]), values_for(row.stypes[1], (4, 5), rng)]
 
 
-ROWS = unary_rows() + binary_rows() + reduction_rows() + dot_rows() + other_rows()
+ROWS = (unary_rows() + binary_rows() + reduction_rows() + dot_rows() + other_rows()
+        + graph_rows())
 
 
 def _shapes(row):
