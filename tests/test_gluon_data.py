@@ -295,6 +295,10 @@ def test_ndarrays_pickle_through_shared_memory_for_the_v1_loader():
     rebuild, args = dataloader.reduce_np_ndarray(mx.np.array([5.0, 6.0]))
     again = dataloader.rebuild_np_ndarray(*args)
     assert isinstance(again, mx.np.ndarray) and again.asnumpy().tolist() == [5, 6]
+    reader, writer = (dataloader.ConnectionWrapper(end) for end in mp.Pipe(duplex=False))
+    writer.send({'x': mx.nd.ones((2, 2))})
+    assert reader.recv()['x'].asnumpy().tolist() == [[1, 1], [1, 1]]
+    assert reader.poll() is False           # the wrapped connection's own methods
     queue = dataloader.SimpleQueue()
     child = mp.get_context('fork').Process(target=_send_batch, args=(queue,))
     child.start()
