@@ -29,7 +29,7 @@ from ember.base import EmberError
 __all__ = ['library', 'status', 'Library', 'ConvGeometry', 'conv_descriptors', 'FORWARD',
            'BACKWARD_DATA', 'BACKWARD_FILTER', 'NONDETERMINISTIC', 'math_type',
            'convolution_forward', 'convolution_backward_data', 'convolution_backward_filter',
-           'workspace_size']
+           'workspace_size', 'heuristic_order', 'CudnnError']
 
 _c = ctypes
 _ptr, _int, _size = _c.c_void_p, _c.c_int, _c.c_size_t
@@ -74,7 +74,19 @@ def math_type(dtype: str, allow_tensor_core: bool, allow_conversion: bool) -> in
 # ----------------------------------------------------------------------------------------------
 # Loading
 
+class AlgoPerf(ctypes.Structure):
+    """cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t (the three share one layout)."""
+    _fields_ = [('algo', _int), ('status', _int), ('time', _c.c_float), ('memory', _size),
+                ('determinism', _int), ('mathType', _int), ('reserved', _int * 3)]
+
+
+_HEURISTICS = {'forward': 'cudnnGetConvolutionForwardAlgorithm_v7',
+               'data': 'cudnnGetConvolutionBackwardDataAlgorithm_v7',
+               'weight': 'cudnnGetConvolutionBackwardFilterAlgorithm_v7'}
+_PERF_ARGS = [_ptr, _ptr, _ptr, _ptr, _ptr, _int, _c.POINTER(_int), _c.POINTER(AlgoPerf)]
+
 _SIGNATURES = {
+    **{name: (_int, _PERF_ARGS) for name in _HEURISTICS.values()},
     'cudnnGetVersion': (_size, []),
     'cudnnGetCudartVersion': (_size, []),
     'cudnnGetErrorString': (_c.c_char_p, [_int]),
@@ -344,18 +356,34 @@ def _address(array):
 def workspace_size(cupy, kind, descriptors, algo) -> int:
     """Bytes of scratch algorithm `algo` needs for pass `kind` ('forward', 'data',
     'weight'); raises CudnnError (``not_supported``) where it cannot run the problem."""
-    d, size = descriptors, _size()
-    if kind == 'forward':
-        args = (d.x, d.w, d.conv, d.y)
-        name = 'cudnnGetConvolutionForwardWorkspaceSize'
-    elif kind == 'data':
-        args = (d.w, d.y, d.conv, d.x)
-        name = 'cudnnGetConvolutionBackwardDataWorkspaceSize'
-    else:
-        args = (d.x, d.y, d.conv, d.w)
-        name = 'cudnnGetConvolutionBackwardFilterWorkspaceSize'
-    library().call(name, _handle(cupy), *(a.handle for a in args), algo, _c.byref(size))
+    size = _size()
+    name = {'forward': 'cudnnGetConvolutionForwardWorkspaceSize',
+            'data': 'cudnnGetConvolutionBackwardDataWorkspaceSize',
+            'weight': 'cudnnGetConvolutionBackwardFilterWorkspaceSize'}[kind]
+    library().call(name, _handle(cupy), *(a.handle for a in _pass_arguments(kind, descriptors)),
+                   algo, _c.byref(size))
     return int(size.value)
+
+
+def _pass_arguments(kind, descriptors):
+    """The descriptors of pass `kind` in the order cuDNN's calls for it take them."""
+    d = descriptors
+    if kind == 'forward':
+        return d.x, d.w, d.conv, d.y
+    if kind == 'data':
+        return d.w, d.y, d.conv, d.x
+    return d.x, d.y, d.conv, d.w
+
+
+def heuristic_order(cupy, kind, descriptors, count=8) -> list:
+    """cuDNN's own ranking of the algorithms of pass `kind` for the descriptors, best first:
+    (algorithm code, workspace bytes, deterministic) of those it says can run."""
+    found, results = _int(), (AlgoPerf * count)()
+    library().call(_HEURISTICS[kind], _handle(cupy),
+                   *(a.handle for a in _pass_arguments(kind, descriptors)), count,
+                   _c.byref(found), results)
+    return [(r.algo, int(r.memory), r.determinism == 1) for r in results[:found.value]
+            if r.status == 0]
 
 
 def _workspace(workspace):

@@ -472,11 +472,28 @@ _COMPUTE_TYPES = {'default': 'COMPUTE_TYPE_DEFAULT', 'pedantic': 'COMPUTE_TYPE_P
                   'fp16': 'COMPUTE_TYPE_FP16'}
 
 
+_tensor_core: list = []
+
+
+def tensor_core_settings() -> tuple:
+    """(MXNET_CUDA_ALLOW_TENSOR_CORE, MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION) as read when
+    the first GPU started (the first can be set once per process, as in MXNet)."""
+    if not _tensor_core:
+        _tensor_core.append((config.get('MXNET_CUDA_ALLOW_TENSOR_CORE'),
+                             config.get('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION')))
+    return _tensor_core[0]
+
+
+def reset() -> None:
+    """Read the tensor-core settings again at the next device start (a test's override)."""
+    _tensor_core.clear()
+    _checked.clear()
+
+
 def apply_gemm_math(cupy) -> dict:
-    """Set CuPy's GEMM compute types from the configuration (read when the device starts)."""
+    """Set CuPy's GEMM compute types from the tensor-core settings."""
     from cupy._core import _routines_linalg as linalg
-    types = gemm_compute_types(config.get('MXNET_CUDA_ALLOW_TENSOR_CORE'),
-                               config.get('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION'))
+    types = gemm_compute_types(*tensor_core_settings())
     for dtype, kind in types.items():
         linalg.set_compute_type(np.dtype(dtype), getattr(linalg, _COMPUTE_TYPES[kind]))
     return types

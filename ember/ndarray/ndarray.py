@@ -201,7 +201,7 @@ class NDArray:
         raw = self._data()
         if type(raw) is np.ndarray:
             return raw.copy()
-        return raw.get()
+        return backend.to_host(raw, self._device)
 
     def asscalar(self):
         """The value of a one-element array as a NumPy scalar.
@@ -531,8 +531,11 @@ def _kernel_context(device, resources):
         elif kind == 'random':
             ctx.random = resource.random_stream(device)
             extra_writes.append(ctx.random.var)
+        elif kind == 'dropout':
+            ctx.random = resource.dropout_state(device)
+            extra_writes.append(ctx.random.var)
         else:
-            raise EmberError(f'unknown resource {kind!r}; expected temp or random')
+            raise EmberError(f'unknown resource {kind!r}; expected temp, random or dropout')
     return ctx, extra_writes
 
 
@@ -578,11 +581,21 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
             kernel(attrs, [x._data() for x in inputs], [o._data() for o in outputs], ctx)
         finally:
             _finished.append((inputs, outputs))
-    engine.get().push(run, [x._var for x in inputs], writes, device, 0, info.name)
+    engine.get().push(run, [x._var for x in inputs], writes, _push_device(info, device, inputs),
+                      0, info.name)
     state = _ag_state
     if _record_hook is not None and (state is None or state.recording):
         _record_hook(op, attrs, inputs, outputs)
     return outputs
+
+
+def _push_device(info, device, inputs):
+    """Where an operation runs: its output's device, except that a copy from a GPU runs on
+    that GPU's copy workers, whose streams order it after the kernels that wrote its source."""
+    if info.name == '_copyto' and inputs and device.device_type != 'gpu' \
+            and inputs[0]._device.device_type == 'gpu':
+        return inputs[0]._device
+    return device
 
 
 def _infer(op, attrs, inputs):
@@ -685,7 +698,7 @@ def _write_raw(raw, values, device):
     if type(raw) is np.ndarray:
         np.copyto(raw, values)
     else:
-        raw[...] = _xp(device).asarray(values)
+        backend.write_from_host(raw, values, device)
 
 
 def _maybe_record(op, attrs, inputs, outputs):

@@ -1,0 +1,317 @@
+"""The GPU backend's logic on a simulated device (tests/fake_cuda.py), run everywhere: the
+device pool's fences, worker and copy threads with their streams, ordering between streams by
+events instead of host waits, the auxiliary stream, waits that surface device errors, the
+per-device resources, the library checks and the math modes."""
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import ember as mx
+from ember import config, device, engine, resource, storage
+from ember.backend import cudnn, gpu as gpu_backend
+from ember.engine import gpu as engine_gpu
+from ember.engine.var import OperatorError
+from ember.storage import DevicePool, Naive
+
+from fake_cuda import FakeGpu, active_stream, installed
+
+GPU0, GPU1 = device.gpu(0), device.gpu(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The device pool: a released buffer carries a fence; its next user's streams wait for it
+
+def _pool(fake, reserve=0):
+    return DevicePool(GPU0, fake, Naive(2 << 20), reserve)
+
+
+def test_released_buffer_is_fenced_and_its_reuse_waits_on_other_streams():
+    fake = FakeGpu()
+    with installed():
+        fake.fence = lambda: gpu_backend.fence(streams)
+        fake.await_fence = lambda events: gpu_backend.await_fence(events, streams)
+        streams = [fake.new_stream(), fake.new_stream()]
+        pool = _pool(fake)
+        pool.alloc(256).release()
+        fence = [s.recorded[-1] for s in streams]       # one event on each stream
+        assert all(len(s.recorded) == 1 for s in streams)
+        pool.alloc(256)                                 # from the cache: the streams wait
+        assert streams[0].waited == [fence[1]] and streams[1].waited == [fence[0]]
+        assert pool.stats()['cache_hits'] == 1
+
+
+def test_reuse_after_the_fence_passed_queues_no_wait():
+    fake = FakeGpu()
+    with installed():
+        streams = [fake.new_stream(), fake.new_stream()]
+        fake.fence = lambda: gpu_backend.fence(streams)
+        fake.await_fence = lambda events: gpu_backend.await_fence(events, streams)
+        pool = _pool(fake)
+        pool.alloc(256).release()
+        for stream in streams:
+            stream.synchronize()                        # the kernels finished meanwhile
+        pool.alloc(256)
+        assert not any(s.waited for s in streams)
+
+
+def test_dropped_device_handle_is_fenced_too():
+    fake = FakeGpu()
+    with installed():
+        streams = [fake.new_stream()]
+        fake.fence = lambda: gpu_backend.fence(streams)
+        pool = _pool(fake)
+        handle = pool.alloc(64)
+        del handle                                      # garbage, not release()
+        assert len(streams[0].recorded) == 1
+
+
+def test_empty_cache_releases_the_library_cache():
+    fake = FakeGpu()
+    pool = _pool(fake)
+    pool.empty_cache()
+    assert fake.library_cache_releases == 1
+
+
+def test_gpu_pool_follows_the_gpu_variables():
+    with installed(MXNET_GPU_MEM_POOL_TYPE='Round', MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF=10,
+                   MXNET_GPU_MEM_POOL_RESERVE=20):
+        pool = storage.manager(GPU0)
+        assert isinstance(pool, DevicePool) and pool.reserve == 20
+        assert pool.alloc(1500).size == 2048            # a multiple of 2**10 past the cutoff
+    with installed(MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE=1000):
+        assert storage.manager(GPU0).alloc(1500).size == 2000
+
+
+def test_gpu_out_of_memory_names_asked_held_cached_and_free():
+    fake = FakeGpu(capacity=1000)
+    with installed():
+        fake.new_stream()
+        pool = _pool(fake)
+        held = pool.alloc(600)
+        pool.alloc(100).release()
+        with pytest.raises(storage.OutOfMemoryError, match=(
+                r'gpu\(0\): out of memory: asked for 700 bytes .* 600 bytes are held .* 100 '
+                r'were cached .* 300 bytes are free')):
+            pool.alloc(700)
+        assert held.size == 600
+
+
+# ----------------------------------------------------------------------------------------------
+# Worker threads, copy threads and their streams
+
+def _where(log, tag):
+    """An engine function logging (thread name, active fake stream) under `tag`."""
+    def fn():
+        log[tag] = (threading.current_thread().name, active_stream())
+    return fn
+
+
+@pytest.mark.parametrize('workers, streams_each', [(1, 1), (3, 1), (2, 2)])
+def test_each_gpu_worker_has_its_own_streams(workers, streams_each):
+    with installed(MXNET_GPU_WORKER_NTHREADS=workers,
+                   MXNET_GPU_WORKER_NSTREAMS=streams_each) as (fake,):
+        eng, log, gate = engine.get(), {}, threading.Event()
+        # independent ops that hold their worker until all have started: every thread runs one
+        started = threading.Semaphore(0)
+
+        def op(tag):
+            def fn():
+                _where(log, tag)()
+                started.release()
+                gate.wait(10)
+            return fn
+        for index in range(workers):
+            eng.push(op(index), writes=[eng.new_var()], device=GPU0)
+        for _ in range(workers):
+            assert started.acquire(timeout=10)
+        gate.set()
+        eng.wait_all()
+        threads = {name for name, _ in log.values()}
+        assert len(threads) == workers and all(n.startswith('ember-gpu0-') for n in threads)
+        assert len({stream for _, stream in log.values()}) == workers
+        assert len(fake.streams) == workers * streams_each
+
+
+def test_copies_run_on_copy_threads_with_their_own_streams():
+    with installed(MXNET_GPU_COPY_NTHREADS=2) as (fake,):
+        eng, log = engine.get(), {}
+        eng.push(_where(log, 'compute'), writes=[eng.new_var()], device=GPU0)
+        eng.push(_where(log, 'copy'), writes=[eng.new_var()], device=GPU0, copy=True)
+        eng.wait_all()
+        assert log['copy'][0].startswith('ember-gpu-copy0-')
+        assert log['compute'][0].startswith('ember-gpu0-')
+        assert log['copy'][1] is not log['compute'][1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Ordering between streams by events
+
+def test_a_read_on_another_stream_waits_for_the_writes_event_without_a_host_wait():
+    with installed(2) as (gpu0, gpu1):
+        eng, var = engine.get(), engine.get().new_var()
+        eng.push(lambda: None, writes=[var], device=GPU0, name='producer')
+        eng.push(lambda: None, reads=[var], writes=[eng.new_var()], device=GPU1)
+        eng.wait_all()
+        (written,) = gpu0.streams[0].recorded
+        assert gpu1.streams[0].waited == [written]
+        assert written.synchronized == 0                # no host synchronisation in between
+
+
+def test_operations_on_one_stream_need_no_events_between_them():
+    with installed(MXNET_GPU_WORKER_NTHREADS=1) as (fake,):
+        eng, var = engine.get(), engine.get().new_var()
+        for _ in range(3):
+            eng.push(lambda: None, writes=[var], device=GPU0)
+        eng.wait_all()
+        assert fake.streams[0].waited == []
+
+
+def test_a_write_waits_for_the_reads_queued_on_other_streams():
+    with installed(2, MXNET_GPU_WORKER_NTHREADS=1) as (gpu0, gpu1):
+        eng, var = engine.get(), engine.get().new_var()
+        eng.push(lambda: None, writes=[var], device=GPU0)
+        eng.push(lambda: None, reads=[var], writes=[eng.new_var()], device=GPU1)
+        eng.push(lambda: None, writes=[var], device=GPU0)
+        eng.wait_all()
+        read_event = gpu1.streams[0].recorded[0]
+        assert read_event in gpu0.streams[0].waited
+
+
+def test_event_already_done_is_not_waited_for():
+    with installed(2) as (gpu0, gpu1):
+        eng, var = engine.get(), engine.get().new_var()
+        eng.push(lambda: None, writes=[var], device=GPU0)
+        eng.wait_for_var(var)                           # synchronises: the event is done
+        eng.push(lambda: None, reads=[var], writes=[eng.new_var()], device=GPU1)
+        eng.wait_all()
+        assert gpu1.streams[0].waited == []
+
+
+def test_waiting_on_a_var_synchronises_its_event_and_surfaces_a_device_error():
+    with installed() as (fake,):
+        eng, var = engine.get(), engine.get().new_var()
+        eng.push(lambda: None, writes=[var], device=GPU0, name='good')
+        eng.wait_for_var(var)
+        assert fake.streams[0].recorded[-1].synchronized == 1
+
+        def launch_bad_kernel():
+            active_stream().fail_next_event = RuntimeError('an illegal memory access')
+        eng.push(launch_bad_kernel, writes=[var], device=GPU0, name='bad_kernel')
+        with pytest.raises(OperatorError, match='operator bad_kernel failed on the device: '
+                                                'RuntimeError: an illegal memory access'):
+            eng.wait_for_var(var)
+
+
+def test_wait_all_synchronises_every_stream():
+    with installed(MXNET_GPU_COPY_NTHREADS=1) as (fake,):
+        eng = engine.get()
+        eng.push(lambda: None, writes=[eng.new_var()], device=GPU0)
+        eng.push(lambda: None, writes=[eng.new_var()], device=GPU0, copy=True)
+        eng.wait_all()
+        assert [s.synchronized for s in fake.streams] == [1, 1]
+
+
+def test_naive_engine_runs_gpu_ops_on_the_callers_streams():
+    with installed(MXNET_ENGINE_TYPE='NaiveEngine') as (fake,):
+        eng, log = engine.get(), {}
+        eng.push(_where(log, 'op'), writes=[eng.new_var()], device=GPU0)
+        assert log['op'] == (threading.current_thread().name, fake.streams[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# The auxiliary stream (MXNET_GPU_WORKER_NSTREAMS=2)
+
+@pytest.mark.parametrize('count', [1, 2])
+def test_aux_stream_is_joined_to_the_primary_by_events(count):
+    with installed(MXNET_GPU_WORKER_NTHREADS=1, MXNET_GPU_WORKER_NSTREAMS=count) as (fake,):
+        eng, seen = engine.get(), []
+
+        def op():
+            with engine_gpu.aux_stream():
+                seen.append(active_stream())
+            seen.append(active_stream())
+        eng.push(op, writes=[eng.new_var()], device=GPU0)
+        eng.wait_all()
+        primary = fake.streams[0]
+        if count == 1:
+            assert seen == [primary, primary] and primary.waited == []
+            return
+        aux = fake.streams[1]
+        assert seen == [aux, primary]
+        assert aux.waited == [primary.recorded[0]]      # aux starts after the primary's work
+        assert primary.waited == [aux.recorded[0]]      # and the primary goes on after aux's
+
+
+# ----------------------------------------------------------------------------------------------
+# Arrays on the simulated device end to end
+
+def test_arrays_on_a_gpu_run_on_its_workers_and_copy_between_devices():
+    with installed(2) as (gpu0, gpu1):
+        a = mx.nd.array(np.arange(6, dtype=np.float32).reshape(2, 3), ctx=GPU0)
+        b = (a * 2 + 1).copyto(GPU1)
+        c = b.copyto(mx.cpu())
+        np.testing.assert_array_equal(c.asnumpy(), np.arange(6).reshape(2, 3) * 2 + 1)
+        assert isinstance(storage.manager(GPU0), DevicePool)
+        assert gpu0.streams and gpu1.streams
+        assert any(s.waited for s in gpu1.streams)      # the copy waited on gpu0's event
+
+
+# ----------------------------------------------------------------------------------------------
+# Resources per GPU
+
+def test_gpu_resource_copies_follow_their_variables():
+    with installed(MXNET_GPU_TEMP_COPY=3, MXNET_GPU_PARALLEL_RAND_COPY=2,
+                   MXNET_GPU_CUDNN_DROPOUT_STATE_COPY=5):
+        temps, streams = resource.copies(GPU0)
+        assert (len(temps), len(streams)) == (3, 2)
+        states = {id(resource.dropout_state(GPU0)) for _ in range(10)}
+        assert len(states) == 5
+        assert not states & {id(s) for s in streams}    # dropout draws from its own states
+    # the CPU has no dropout states: dropout draws from the random streams
+    assert resource.dropout_state(mx.cpu()) in resource.copies(mx.cpu())[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Library checks and math modes
+
+@pytest.mark.parametrize('versions, overrides, expected', [
+    ((12090, 13000, 92800, 12090), {}, []),
+    ((12090, 12040, None, None), {}, ['CUDA driver supports CUDA 12.4, older than the runtime '
+                                      'CuPy uses (12.9)']),
+    ((12090, 12040, None, None), {'MXNET_CUDA_LIB_CHECKING': False}, []),
+    ((11080, 12000, None, None), {}, ['CUDA runtime 11.8 is older than 12.0']),
+    ((12090, 13000, 80902, 12090), {}, ['cuDNN 8.9.2 is older than 9.0.0']),
+    ((12090, 13000, 80902, 11080), {'MXNET_CUDNN_LIB_CHECKING': False}, []),
+    ((13000, 13000, 92800, 12090), {}, ['cuDNN 9.28.0 was built for CUDA 12.9, but the runtime '
+                                        'is CUDA 13.0']),
+])
+def test_library_versions_are_checked(versions, overrides, expected):
+    with config.override(**overrides):
+        found = gpu_backend.version_warnings(*versions)
+    assert len(found) == len(expected)
+    for text, part in zip(found, expected):
+        assert part in text
+
+
+def test_tensor_core_variables_map_to_cublas_and_cudnn_math():
+    assert gpu_backend.gemm_compute_types(False, False) == {'float16': 'pedantic',
+                                                            'float32': 'pedantic'}
+    assert gpu_backend.gemm_compute_types(True, True) == {'float16': 'default',
+                                                          'float32': 'fp16'}
+    assert cudnn.math_type('float16', True, False) == cudnn.TENSOR_OP_MATH
+    assert cudnn.math_type('float32', True, True) == cudnn.TENSOR_OP_MATH_ALLOW_CONVERSION
+    assert cudnn.math_type('float16', False, True) == cudnn.FMA_MATH
+
+
+def test_the_gpu_variables_are_effective():
+    for name in ('MXNET_GPU_WORKER_NTHREADS', 'MXNET_GPU_COPY_NTHREADS',
+                 'MXNET_GPU_WORKER_NSTREAMS', 'MXNET_GPU_MEM_POOL_TYPE',
+                 'MXNET_GPU_MEM_POOL_RESERVE', 'MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF',
+                 'MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE', 'MXNET_GPU_TEMP_COPY',
+                 'MXNET_GPU_PARALLEL_RAND_COPY', 'MXNET_GPU_CUDNN_DROPOUT_STATE_COPY',
+                 'MXNET_CUDA_LIB_CHECKING', 'MXNET_CUDNN_LIB_CHECKING',
+                 'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION',
+                 'MXNET_ENABLE_GPU_P2P'):
+        assert config.REGISTRY[name].effective, name
