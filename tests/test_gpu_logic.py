@@ -315,3 +315,137 @@ def test_the_gpu_variables_are_effective():
                  'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION',
                  'MXNET_ENABLE_GPU_P2P'):
         assert config.REGISTRY[name].effective, name
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution algorithms on a GPU (cuDNN's answers simulated)
+
+from ember.op.nn.conv import algorithms, cuda as conv_cuda  # noqa: E402
+from ember.op.nn.conv.algorithms import ConvProblem, TuneMode  # noqa: E402
+
+
+def _conv_problem(gradient='', device='gpu'):
+    return ConvProblem(channel_last=False, batch=32, channels=64, filters=64, groups=1,
+                       kernel=(3, 3), stride=(1, 1), dilate=(1, 1), pad=(1, 1),
+                       size_in=(56, 56), dtype='float32', gradient=gradient, device=device)
+
+
+@pytest.fixture
+def simulated_cudnn(monkeypatch):
+    """cuDNN's workspace sizes and heuristic ranking from tables, per pass."""
+    mib = 1 << 20
+    sizes = {'': {'implicit_gemm': 0, 'implicit_precomp_gemm': mib, 'winograd': 200 * mib,
+                  'fft': 3000 * mib},
+             'data': {'algo_0': 0, 'algo_1': mib},
+             'weight': {'algo_0': 0, 'algo_1': mib, 'algo_3': 0}}
+    ranking = {'forward': ['winograd', 'implicit_precomp_gemm'],
+               'data': ['algo_0', 'algo_1'], 'weight': ['algo_3', 'algo_1']}
+    monkeypatch.setattr(conv_cuda, '_cudnn_runs', lambda problem: problem.device == 'gpu')
+
+    def workspace(problem, code):
+        names = {c: n for n, c in conv_cuda._CODES[problem.gradient].items()}
+        return sizes[problem.gradient].get(names[code])
+    monkeypatch.setattr(conv_cuda, '_workspace', workspace)
+
+    def heuristic(cupy, kind, descriptors, count=8):
+        codes = conv_cuda._CODES['' if kind == 'forward' else kind]
+        return [(codes[name], 0, True) for name in ranking[kind]]
+    monkeypatch.setattr(cudnn, 'heuristic_order', heuristic)
+    monkeypatch.setattr(conv_cuda, '_problem_descriptors', lambda problem: None)
+    monkeypatch.setattr(conv_cuda, '_cupy', lambda: None)
+    conv_cuda._heuristic_choice.cache_clear()
+    algorithms.STATE.choices.clear()
+    yield sizes
+    conv_cuda._heuristic_choice.cache_clear()
+    algorithms.STATE.choices.clear()
+
+
+def test_each_cudnn_algorithm_is_one_gpu_registration():
+    for gradient, codes in conv_cuda._CODES.items():
+        table = algorithms.table(_conv_problem(gradient))
+        for name in codes:
+            assert table[f'cudnn_{name}'].device == 'gpu'
+        assert table['gpu_gemm'].device == 'gpu'
+    assert not algorithms.table(_conv_problem())['cudnn_fft'].uses_onednn
+    assert not algorithms.WEIGHT_GRADIENT_ALGORITHMS['cudnn_algo_0'].deterministic
+    assert algorithms.WEIGHT_GRADIENT_ALGORITHMS['cudnn_algo_1'].deterministic
+
+
+def test_cpu_problems_never_see_gpu_algorithms_and_back(simulated_cudnn):
+    on_cpu = {a.name for a in algorithms.candidates(_conv_problem(device='cpu'), False)}
+    on_gpu = {a.name for a in algorithms.candidates(_conv_problem(), False)}
+    assert on_cpu and not any(n.startswith(('cudnn_', 'gpu_')) for n in on_cpu)
+    assert on_gpu == {'cudnn_implicit_gemm', 'cudnn_implicit_precomp_gemm', 'cudnn_winograd',
+                      'cudnn_fft', 'gpu_gemm'}
+
+
+def _measured(problem, mode, workspace_mb, deterministic=False):
+    timed = []
+    speed = {'cudnn_fft': 1, 'cudnn_winograd': 2, 'cudnn_implicit_precomp_gemm': 3}
+
+    def trial(algorithm):
+        timed.append(algorithm.name)
+
+        def again():
+            import time
+            time.sleep(speed.get(algorithm.name, 4) * 2e-3)
+        return again
+    chosen = algorithms.choose(problem, mode, workspace_mb << 20, False, trial, deterministic)
+    return chosen.name, set(timed)
+
+
+@pytest.mark.parametrize('mode, workspace_mb, chosen, excluded', [
+    (TuneMode.OFF, 1024, 'cudnn_winograd', None),                   # cuDNN's heuristic
+    (TuneMode.LIMITED_WORKSPACE, 1024, 'cudnn_winograd', 'cudnn_fft'),  # fft's 3 GB do not fit
+    (TuneMode.LIMITED_WORKSPACE, 100, 'cudnn_implicit_precomp_gemm', 'cudnn_winograd'),
+    (TuneMode.FASTEST, 100, 'cudnn_fft', None),                     # no workspace limit
+])
+def test_autotune_modes_choose_among_cudnn_algorithms(simulated_cudnn, mode, workspace_mb,
+                                                      chosen, excluded):
+    name, timed = _measured(_conv_problem(), mode, workspace_mb)
+    assert name == chosen
+    if mode == TuneMode.OFF:
+        assert not timed
+    if excluded:
+        assert excluded not in timed
+
+
+def test_determinism_keeps_the_rule_to_deterministic_algorithms(simulated_cudnn):
+    problem = _conv_problem('weight')
+    assert conv_cuda.gpu_rule(problem).name == 'cudnn_algo_3'       # nondeterministic
+    assert conv_cuda.gpu_rule(problem, deterministic=True).name == 'cudnn_algo_1'
+
+
+def test_without_cudnn_the_gpu_runs_the_gemm(monkeypatch):
+    monkeypatch.setattr(cudnn, 'library', lambda: None)
+    conv_cuda._heuristic_choice.cache_clear()
+    try:
+        assert conv_cuda.gpu_rule(_conv_problem()).name == 'gpu_gemm'
+        assert [a.name for a in algorithms.candidates(_conv_problem('data'), False)] == \
+            ['gpu_gemm']
+    finally:
+        conv_cuda._heuristic_choice.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# P2P (MXNET_ENABLE_GPU_P2P)
+
+def test_tree_links_of_gpus_follow_the_p2p_matrix(monkeypatch):
+    from ember.kvstore import tree
+    pairs = ((0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0))
+    monkeypatch.setattr(gpu_backend, 'peer_matrix', lambda: pairs)
+    gpus = [device.gpu(i) for i in range(4)]
+    assert tree.link_matrix(gpus).tolist() == [list(map(float, row)) for row in pairs]
+    with config.override(MXNET_ENABLE_GPU_P2P=False):      # through the host: all alike
+        assert tree.link_matrix(gpus).tolist() == [
+            [0.0 if a == b else 1.0 for b in range(4)] for a in range(4)]
+
+
+def test_copies_between_gpus_go_peer_to_peer_only_where_allowed(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gpu_backend, 'transfer', lambda dst, src, p2p: calls.append(p2p))
+    from ember import backend
+    backend.copy_between(None, None)
+    with config.override(MXNET_ENABLE_GPU_P2P=False):
+        backend.copy_between(None, None)
+    assert calls == [True, False]

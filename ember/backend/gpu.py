@@ -497,3 +497,48 @@ def apply_gemm_math(cupy) -> dict:
     for dtype, kind in types.items():
         linalg.set_compute_type(np.dtype(dtype), getattr(linalg, _COMPUTE_TYPES[kind]))
     return types
+
+
+# ----------------------------------------------------------------------------------------------
+# Generated kernels (element-wise fusion)
+
+_THREADS_PER_BLOCK = 256
+_MAX_BLOCKS = 65535 * 8     # a grid-stride loop covers the rest
+
+
+@functools.lru_cache(maxsize=None)
+def compile_kernel(source: str, name: str):
+    """The CuPy RawKernel of `source`'s function `name` (NVRTC compiles it at first launch)."""
+    return probe()[0].RawKernel(source, name, options=('--std=c++14',))
+
+
+_index_arrays: dict = {}
+
+
+def _device_index_array(values, device_id):
+    """A cached int64 device array of `values` (the shape and strides of a broadcast)."""
+    key = (tuple(values), device_id)
+    found = _index_arrays.get(key)
+    if found is None:
+        if len(_index_arrays) > 4096:
+            _index_arrays.clear()
+        found = _index_arrays[key] = probe()[0].asarray(np.array(values, np.int64))
+    return found
+
+
+def launch_elementwise(kernel, ins, outs, shape, strides=None) -> None:
+    """Run a generated element-wise kernel (``ember.op.fused_cuda.FusedKernel``) over the
+    output `shape`, on the current stream; `strides` (per input, over the output's dims) where
+    the kernel broadcasts."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return
+    function = compile_kernel(kernel.source, kernel.name)
+    args = [np.int64(n)] + list(ins) + list(outs)
+    if kernel.broadcast:
+        device_id = outs[0].device.id
+        flat = [s for row in strides for s in row]
+        args += [_device_index_array(shape, device_id), _device_index_array(flat, device_id),
+                 np.int32(len(shape))]
+    blocks = min(-(-n // _THREADS_PER_BLOCK), _MAX_BLOCKS)
+    function((blocks,), (_THREADS_PER_BLOCK,), tuple(args))
