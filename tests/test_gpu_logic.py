@@ -312,9 +312,109 @@ def test_the_gpu_variables_are_effective():
                  'MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE', 'MXNET_GPU_TEMP_COPY',
                  'MXNET_GPU_PARALLEL_RAND_COPY', 'MXNET_GPU_CUDNN_DROPOUT_STATE_COPY',
                  'MXNET_CUDA_LIB_CHECKING', 'MXNET_CUDNN_LIB_CHECKING',
-                 'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION',
-                 'MXNET_ENABLE_GPU_P2P'):
+                 'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION'):
         assert config.REGISTRY[name].effective, name
+    # a machine with two GPUs has not been lent yet: the P2P copy itself awaits its check
+    assert 'two GPUs' in config.REGISTRY['MXNET_ENABLE_GPU_P2P'].status
+
+
+def _cupy_or_skip():
+    return pytest.importorskip('cupy', reason='needs CuPy installed (no GPU needed)')
+
+
+def test_library_check_reads_the_installed_versions_without_a_gpu():
+    module = _cupy_or_skip()
+    gpu_backend.reset()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            found = gpu_backend.check_libraries(module)
+        assert [str(w.message) for w in caught] == [f'Ember GPU backend: {t}' for t in found]
+        assert gpu_backend.check_libraries(module) is found      # once per process
+        with config.override(MXNET_CUDA_LIB_CHECKING=False, MXNET_CUDNN_LIB_CHECKING=False):
+            assert gpu_backend.check_libraries(module) == []
+    finally:
+        gpu_backend.reset()
+
+
+def test_tensor_core_settings_set_cupys_gemm_compute_types():
+    _cupy_or_skip()
+    from cupy._core import _routines_linalg as linalg
+    before = {d: linalg.get_compute_type(np.dtype(d)) for d in ('float16', 'float32')}
+    try:
+        with config.override(MXNET_CUDA_ALLOW_TENSOR_CORE=True,
+                             MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION=True):
+            gpu_backend.apply_gemm_math(None)
+            assert linalg.get_compute_type(np.dtype('float32')) == linalg.COMPUTE_TYPE_FP16
+        with config.override(MXNET_CUDA_ALLOW_TENSOR_CORE=False):
+            gpu_backend.apply_gemm_math(None)
+            assert linalg.get_compute_type(np.dtype('float16')) == linalg.COMPUTE_TYPE_PEDANTIC
+    finally:
+        for dtype, kind in before.items():
+            linalg.set_compute_type(np.dtype(dtype), kind)
+        gpu_backend.reset()
+
+
+def test_cudnn_descriptors_give_embers_output_shapes():
+    if cudnn.library() is None:
+        pytest.skip(cudnn.status())
+    from ember.op.nn.conv.convolution import problem_of
+    from ember.op import registry
+    cases = [((2, 3, 9, 9), dict(kernel=(3, 3), num_filter=4, stride=(2, 2), pad=(1, 1))),
+             ((1, 4, 7, 7, 5), dict(kernel=(3, 3, 3), num_filter=2, dilate=(2, 1, 1))),
+             ((2, 4, 11), dict(kernel=(3,), num_filter=6, num_group=2, pad=(2,))),
+             ((2, 8, 8, 6), dict(kernel=(3, 3), num_filter=4, layout='NHWC', num_group=2))]
+    for shape, params in cases:
+        op = registry.get('Convolution')
+        attrs = op.parse_attrs(params)
+        problem = problem_of(attrs, np.empty(shape, np.float32))
+        x_shape, _, y_shape = conv_cuda._shapes(problem)
+        geometry = conv_cuda._geometry(problem, x_shape, conv_cuda._contiguous_strides(x_shape),
+                                       y_shape, conv_cuda._contiguous_strides(y_shape))
+        dims = cudnn.forward_output_dims(cudnn.conv_descriptors(geometry))
+        out_shape = op.infer_shape(attrs, [shape, None, None])[1][0]
+        assert y_shape == out_shape
+        channel_first = out_shape if params.get('layout') != 'NHWC' else \
+            (out_shape[0], out_shape[-1]) + out_shape[1:-1]
+        if len(shape) == 3:                     # 1-D runs with a unit height
+            channel_first = channel_first[:2] + (1,) + channel_first[2:]
+        assert dims == channel_first, (shape, params)
+
+
+def test_gpu_variables_read_at_start_up_take_effect(tmp_path):
+    import subprocess
+    import sys
+    import os
+    script = '''
+import ember as mx, sys
+sys.path.insert(0, 'tests')
+from fake_cuda import FakeGpu
+from ember import backend, engine, resource, storage
+backend._backends[mx.gpu(0)] = fake = FakeGpu()
+eng, seen = engine.get(), set()
+import threading
+for _ in range(12):
+    eng.push(lambda: seen.add(threading.current_thread().name), writes=[eng.new_var()],
+             device=mx.gpu(0), copy=True)
+eng.wait_all()
+pool = storage.manager(mx.gpu(0))
+temps, streams = resource.copies(mx.gpu(0))
+states = {id(resource.dropout_state(mx.gpu(0))) for _ in range(10)}
+print(type(pool).__name__, pool.strategy, pool.reserve, len(temps), len(streams), len(states),
+      len(fake.streams), sorted(seen)[-1])
+'''
+    env = config.child_environ(
+        MXNET_GPU_COPY_NTHREADS='1', MXNET_GPU_WORKER_NSTREAMS='2',
+        MXNET_GPU_MEM_POOL_TYPE='Round', MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF='12',
+        MXNET_GPU_MEM_POOL_RESERVE='7', MXNET_GPU_TEMP_COPY='2',
+        MXNET_GPU_PARALLEL_RAND_COPY='3', MXNET_GPU_CUDNN_DROPOUT_STATE_COPY='5')
+    env['PYTHONPATH'] = os.getcwd()
+    result = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr
+    # one copy thread with its primary and auxiliary streams
+    assert result.stdout.split() == ['DevicePool', 'Round(cutoff=12)', '7', '2', '3', '5', '2',
+                                     'ember-gpu-copy0-0']
 
 
 # ----------------------------------------------------------------------------------------------
