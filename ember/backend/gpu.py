@@ -109,6 +109,13 @@ class DeviceStream:
     def synchronize(self) -> None:
         self._stream.synchronize()
 
+    def retire(self) -> None:
+        """Leave the list that fences reach (its thread has stopped); work queued on it
+        still finishes."""
+        with _streams_lock:
+            if self in _streams:
+                _streams.remove(self)
+
 
 def all_streams() -> tuple:
     with _streams_lock:

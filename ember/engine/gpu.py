@@ -217,5 +217,10 @@ def reset() -> None:
     """Forget every thread's streams (the engine that ran on them has stopped)."""
     synchronize_all()
     with _all_lock:
-        _all.clear()
+        retired, _all[:] = list(_all), []
+    for streams in retired:
+        for stream in {streams.primary, streams.aux}:
+            retire = getattr(stream, 'retire', None)
+            if retire is not None:
+                retire()
     _local.by_device = {}

@@ -345,7 +345,10 @@ class DevicePool(Pool):
 
     def _take_back(self, size, buffer):
         if buffer is not None and self._caching:
-            buffer = (buffer, self._fence())
+            try:
+                buffer = (buffer, self._fence())
+            except Exception:  # noqa: BLE001 - no fence (the driver is shutting down): not
+                buffer = None  # cached, freed
         super()._take_back(size, buffer)
 
     def _after_fence(self, entry):
