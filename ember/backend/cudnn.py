@@ -180,6 +180,7 @@ def status() -> str:
 
 
 def _load():
+    _preload_dependencies()
     tried = []
     for candidate in _candidates():
         try:
@@ -197,14 +198,53 @@ def _candidates():
     """The soname first (already loaded, or on the loader's path), then the nvidia wheels'
     lib directories of every site directory."""
     yield 'libcudnn.so.9'
+    yield from _wheel_libraries('cudnn', 'libcudnn.so.9')
+
+
+def _wheel_libraries(package, filename):
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path
     seen = set()
     for root in roots:
-        for pattern in ('nvidia/cudnn/lib/libcudnn.so.9', 'nvidia/cu1*/lib/libcudnn.so.9'):
+        for pattern in (f'nvidia/{package}/lib/{filename}', f'nvidia/cu1*/lib/{filename}'):
             for path in sorted(glob.glob(os.path.join(root, pattern))):
                 if path not in seen:
                     seen.add(path)
                     yield path
+
+
+def _preload_dependencies():
+    """cuDNN's engines open cuBLASLt and NVRTC by name when a convolution first runs; where
+    those come from nvidia wheels (not on the loader's path), load them first, globally."""
+    for package, filename in (('cublas', 'libcublasLt.so.*'), ('cuda_nvrtc', 'libnvrtc.so.*')):
+        for path in _wheel_libraries(package, filename):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+
+
+_usable: dict = {}
+
+
+def usable(cupy) -> bool:
+    """Whether cuDNN is loaded and makes a handle on the current device (once per device;
+    a failure is warned about once and the convolutions run on CuPy's GEMMs)."""
+    if library() is None:
+        return False
+    device = cupy.cuda.Device().id
+    found = _usable.get(device)
+    if found is None:
+        try:
+            _handle(cupy)
+            found = True
+        except CudnnError as error:
+            import warnings
+            warnings.warn(f'Ember GPU backend: cuDNN cannot start on gpu({device}) ({error}); '
+                          'convolutions run on CuPy\'s GEMMs', RuntimeWarning, stacklevel=2)
+            found = False
+        _usable[device] = found
+    return found
 
 
 # ----------------------------------------------------------------------------------------------

@@ -208,6 +208,7 @@ class _Program:
         self.kernel = _compiled_kernel(chain)
         self._dtypes = {}
         self._cuda = {}         # (in dtypes, out dtypes, broadcast) -> FusedKernel or None
+        self._launched = set()  # keys whose kernel compiled and ran once
 
     def step_dtypes(self, in_dtypes):
         found = self._dtypes.get(in_dtypes)
@@ -251,7 +252,15 @@ class _Program:
             return False
         strides = fused_cuda.broadcast_strides([x.shape for x in ins], shape) if broadcast \
             else None
-        backend.gpu.launch_elementwise(kernel, ins, outs, shape, strides)
+        try:
+            backend.gpu.launch_elementwise(kernel, ins, outs, shape, strides)
+        except Exception as error:  # noqa: BLE001 - NVRTC refused it: the steps run instead
+            if key in self._launched:
+                raise
+            self._cuda[key] = None
+            print(f'[ember fusion] CUDA kernel {kernel.name} not used: {error}', file=sys.stderr)
+            return False
+        self._launched.add(key)
         return True
 
     def _buffers(self, xp, size, dtypes):

@@ -120,7 +120,7 @@ def _workspace(problem, code):
 
 def _cudnn_runs(problem):
     return (problem.device == 'gpu' and problem.dtype in cudnn.DATA_TYPES
-            and cudnn.library() is not None)
+            and cudnn.library() is not None and cudnn.usable(_cupy()))
 
 
 # ----------------------------------------------------------------------------------------------
