@@ -233,13 +233,124 @@ def _parse_kmp_affinity(raw):
             'raw': raw}
 
 
+@dataclass(frozen=True)
+class CompilerFlags:
+    """NEURON_CC_FLAGS parsed: what the graph compiler does (`opt_level`, `auto_cast`,
+    `auto_cast_type`, `saturate_infinity`: these enter the compile-cache key, as
+    :meth:`key_text`) and how its cache behaves (the wrapper options).
+
+    >>> flags = _parse_cc_flags('--auto-cast matmult -O1 -O2')
+    >>> flags.key_text() == _parse_cc_flags('-O2   --auto-cast=matmult').key_text()
+    True
+    >>> flags.key_text()
+    '-O2 --auto-cast=matmult --auto-cast-type=bf16'
+    """
+    opt_level: int = 2                  # 0: no rewrites, no algorithm search; 1: no search
+    auto_cast: str = 'none'             # none, matmult (operands of products) or all
+    auto_cast_type: str = 'bf16'        # bf16, fp16 or tf32
+    saturate_infinity: bool = False     # casts overflow to the largest finite value
+    cache_dir: str | None = None
+    no_cache: bool = False
+    retry_failed: bool = False          # compile again where a failure was cached
+    log_level: str | None = None       # of the 'ember.compiler' logger (None: left alone)
+    cache_size_limit: int | None = None     # bytes of the disk cache (LRU eviction)
+    words: tuple = ()                   # the flags as given
+
+    def key_text(self) -> str:
+        """The flags that change what is compiled, in one canonical spelling."""
+        text = f'-O{self.opt_level} --auto-cast={self.auto_cast}'
+        if self.auto_cast != 'none':
+            text += f' --auto-cast-type={self.auto_cast_type}'
+        return text + (' --enable-saturate-infinity' if self.saturate_infinity else '')
+
+
+def parse_size(text):
+    """Bytes from a size such as '500M', '2G' or '1024'.
+
+    >>> parse_size('1.5K')
+    1536
+    """
+    match = re.fullmatch(r'([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)B?', text.strip().upper())
+    if not match:
+        raise ValueError(f'a size such as 500M or 10G (got {text!r})')
+    return int(float(match.group(1)) * 1024 ** ' KMGT'.index(match.group(2) or ' '))
+
+
+def _words_of(*choices):
+    def parse(text):
+        lowered = {c.lower(): c for c in choices}
+        if text.lower() not in lowered:
+            raise ValueError(_choices_text(choices) + f' (got {text!r}' + _suggest(text, choices)
+                             + ')')
+        return lowered[text.lower()]
+    parse.accepts = _choices_text(choices)
+    return parse
+
+
+def _directory(text):
+    return os.path.expanduser(text)
+
+
+_directory.accepts = 'a directory'
+
+# flag -> (field of CompilerFlags, value it sets, or a parser of the flag's value)
+_CC_FLAGS = {
+    '-O0': ('opt_level', 0), '-O1': ('opt_level', 1), '-O2': ('opt_level', 2),
+    '--optlevel': ('opt_level', _words_of('0', '1', '2')),
+    '--auto-cast': ('auto_cast', _words_of('none', 'matmult', 'all')),
+    '--auto-cast-type': ('auto_cast_type', _words_of('bf16', 'fp16', 'tf32')),
+    '--enable-saturate-infinity': ('saturate_infinity', True),
+    '--cache_dir': ('cache_dir', _directory),
+    '--no_cache': ('no_cache', True),
+    '--retry_failed_compilation': ('retry_failed', True),
+    '--log_level': ('log_level', _words_of('DEBUG', 'INFO', 'WARNING', 'ERROR')),
+    '--cache_size_limit': ('cache_size_limit', parse_size),
+}
+
+
 def _parse_cc_flags(raw):
+    """Compiler flags, split like a shell command line; a flag's value follows '=' or is
+    the next word; a repeated flag keeps its last value."""
     import shlex
     try:
         words = shlex.split(raw)
     except ValueError as exc:
         raise ValueError(f'compiler flags as a shell would split them ({exc})') from None
-    return tuple(words)
+    values, position = {}, 0
+    while position < len(words):
+        flag, _, given = words[position].partition('=')
+        if flag not in _CC_FLAGS:
+            raise ValueError(f'flags among {", ".join(_CC_FLAGS)}; {words[position]!r} is not '
+                             f'one of them' + _suggest(flag, list(_CC_FLAGS)))
+        field_name, value = _CC_FLAGS[flag]
+        if callable(value):
+            if not given and position + 1 < len(words) and '=' not in words[position]:
+                position += 1
+                given = words[position]
+            if not given:
+                accepts = getattr(value, 'accepts', 'a value')
+                raise ValueError(f'{flag} followed by {accepts}')
+            try:
+                value = value(given)
+            except ValueError as exc:
+                raise ValueError(f'{flag} {exc}') from None
+        elif given:
+            raise ValueError(f'{flag} without a value (got {words[position]!r})')
+        values[field_name] = value
+        position += 1
+    if 'opt_level' in values:
+        values['opt_level'] = int(values['opt_level'])
+    return CompilerFlags(**values, words=tuple(words))
+
+
+def _parse_cache_url(raw):
+    """A local directory, or a file:// URL of one."""
+    if raw.startswith('file://'):
+        return os.path.expanduser(raw[len('file://'):])
+    if re.match(r'[A-Za-z][A-Za-z0-9+.-]*://', raw):
+        raise ValueError(f'a local directory or a file:// URL (got the remote {raw!r}; Ember '
+                         f'keeps its compile cache on a local file system)')
+    return os.path.expanduser(raw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -568,41 +679,60 @@ int_var('MXNET_USE_NUM_CORES_OPERATOR_TUNING', None, 'Cores the operator tuner a
         default_doc='the threads of one operator')
 
 # Graph compiler (PyTorch Neuron's controls)
-str_var('NEURON_CC_FLAGS', (), 'Graph-compiler flags (optimisation level, casting, cache '
-        'directory), split like a shell command line.', _COMPILER, 'compiler', kind='flags',
-        parse=_parse_cc_flags, cache_key=True, status=COMPILER, default_doc='no flags',
-        accepts='compiler flags, e.g. "--auto-cast=matmult --cache_dir=/tmp/cache"')
-bool_var('NEURON_FRAMEWORK_DEBUG', False, 'Dump every compiled graph in text form.', _COMPILER,
-         'compiler', status=COMPILER)
-bool_var('NEURON_EXTRACT_GRAPHS_ONLY', False, 'Trace and save graphs without compiling them; '
-         'graphs return zeros (for ahead-of-time compilation).', _COMPILER, 'compiler',
-         status=COMPILER)
-int_var('NEURON_NUM_RECENT_MODELS_TO_KEEP', None, 'Compiled graphs kept loaded per process '
-        '(unset: all).', _COMPILER, 'compiler', low=1, status=COMPILER,
-        default_doc='keep all')
-int_var('NEURON_PARALLEL_COMPILE_MAX_RETRIES', 0, 'Extra attempts for a graph whose '
-        'ahead-of-time compilation failed.', _COMPILER, 'compiler', low=0, status=COMPILER)
-bool_var('NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE', False, 'Ahead-of-time compilation '
-         'compiles the graphs gathered before the training script failed.', _COMPILER,
-         'compiler', status=COMPILER)
+str_var('NEURON_CC_FLAGS', CompilerFlags(), 'Graph-compiler flags, split like a shell '
+        'command line: -O0 (no graph rewrites, no algorithm search), -O1 (rewrites, '
+        'algorithms by rule), -O2 (everything); --auto-cast none, matmult or all with '
+        '--auto-cast-type bf16, fp16 or tf32 (operands rounded to that precision, products '
+        'accumulated in float32); --enable-saturate-infinity; and for the compile cache '
+        '--cache_dir=DIR, --no_cache, --retry_failed_compilation, --log_level=LEVEL and '
+        '--cache_size_limit=SIZE (Ember extension: least recently used entries go).',
+        _COMPILER, 'compiler', kind='flags', parse=_parse_cc_flags, cache_key=True,
+        default_doc='-O2 --auto-cast=none, cache on',
+        accepts='compiler flags, e.g. "-O1 --auto-cast=matmult --cache_dir=/tmp/cache"')
+str_var('NEURON_COMPILE_CACHE_URL', (lambda get: os.path.join(os.path.expanduser(
+        get('MXNET_HOME')), 'neuron-compile-cache')), 'Directory of the persistent compile '
+        'cache, when NEURON_CC_FLAGS has no --cache_dir (Ember extension, named by the '
+        'compiler issue: torch-neuronx reads it too).', _COMPILER, 'compiler', kind='url',
+        parse=_parse_cache_url, extension=True,
+        default_doc='neuron-compile-cache under MXNET_HOME',
+        accepts='a directory path or a file:// URL')
+bool_var('NEURON_FRAMEWORK_DEBUG', False, 'Write each graph the compiler compiles or loads '
+         'into the working directory: the graph as JSON and as text, its memory plan, the '
+         'chosen algorithms and the flags.', _COMPILER, 'compiler')
+bool_var('NEURON_EXTRACT_GRAPHS_ONLY', False, 'Record each graph in the compile cache without '
+         'compiling it (one line printed per graph); graphs return zeros of their shapes and '
+         'dtypes. The trial run of ahead-of-time compilation (python -m ember '
+         'parallel-compile).', _COMPILER, 'compiler')
+int_var('NEURON_NUM_RECENT_MODELS_TO_KEEP', None, 'Compiled graphs kept loaded per process; '
+        'the least recently used one is unloaded and loaded from the compile cache again '
+        'when used (unset: all stay).', _COMPILER, 'compiler', low=1, default_doc='keep all')
+int_var('NEURON_PARALLEL_COMPILE_MAX_RETRIES', 0, 'Extra attempts of parallel-compile for a '
+        'graph whose compilation failed.', _COMPILER, 'compiler', low=0)
+bool_var('NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE', False, 'parallel-compile compiles '
+         'the graphs gathered before the training script failed, instead of stopping.',
+         _COMPILER, 'compiler')
 enum_var('NEURON_DUMP_HLO_SNAPSHOT', '0', ('0', '1', 'ON_NRT_ERROR', 'ON_NRT_ERROR_CPU',
-         'ON_NRT_ERROR_HYBRID'), 'Save inputs, outputs and graph of executions: 1 every '
-         'execution, ON_NRT_ERROR* only when one fails.', _COMPILER, 'compiler',
-         status=COMPILER)
-bool_var('NEURON_NC0_ONLY_SNAPSHOT', False, 'Save snapshots of device 0 only.', _COMPILER,
-         'compiler', status=COMPILER)
-bool_var('XLA_USE_BF16', False, 'Store float32 and float64 tensors as bfloat16 (stochastic '
-         'rounding on by default).', _BF16, 'compiler', cache_key=True, status=COMPILER)
-bool_var('XLA_DOWNCAST_BF16', False, 'Store float32 as bfloat16 and float64 as float32 '
-         '(stochastic rounding on by default).', _BF16, 'compiler', cache_key=True,
-         status=COMPILER)
-bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN',
-         (lambda get: get('XLA_USE_BF16') or get('XLA_DOWNCAST_BF16')), 'Round to lower '
-         'precision stochastically instead of to nearest-even.', _BF16, 'compiler',
-         cache_key=True, status=COMPILER,
-         default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
-int_var('NEURON_RT_STOCHASTIC_ROUNDING_SEED', 0, 'Seed of stochastic rounding.', _BF16,
-        'compiler', low=0, status=COMPILER)
+         'ON_NRT_ERROR_HYBRID'), 'Snapshots (graph, inputs, outputs) of graph executions, '
+         'replayed by python -m ember replay: 1 every execution (inputs copied to host '
+         'memory); ON_NRT_ERROR only executions that fail or give NaN/Inf, inputs kept on '
+         'the device; ON_NRT_ERROR_CPU the same with inputs kept in host memory; '
+         'ON_NRT_ERROR_HYBRID both.', _COMPILER, 'compiler')
+bool_var('NEURON_NC0_ONLY_SNAPSHOT', False, 'Snapshots only of executions on device 0.',
+         _COMPILER, 'compiler')
+bool_var('XLA_USE_BF16', False, 'Store float32 and float64 arrays as bfloat16 while they keep '
+         'their dtype for the user; kernels compute in float32 (stochastic rounding on by '
+         'default).', _BF16, 'precision', cache_key=True, read='startup')
+bool_var('XLA_DOWNCAST_BF16', False, 'Store float32 arrays as bfloat16 and float64 as float32 '
+         'while they keep their dtype for the user (stochastic rounding on by default; '
+         'XLA_USE_BF16 wins when both are set).', _BF16, 'precision', cache_key=True,
+         read='startup')
+bool_var('NEURON_RT_STOCHASTIC_ROUNDING_EN', None, 'Casts from float32 to bfloat16, float16 '
+         '(and tf32) round stochastically, seeded, instead of to nearest-even (unset: on when '
+         'XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set).', _BF16, 'rounding', cache_key=True,
+         read='startup', default_doc='1 when XLA_USE_BF16 or XLA_DOWNCAST_BF16 is set, else 0')
+int_var('NEURON_RT_STOCHASTIC_ROUNDING_SEED', 0, 'Seed of stochastic rounding: the same seed '
+        'and program round alike, whatever the thread counts.', _BF16, 'rounding', low=0,
+        read='startup')
 str_var('NEURON_RT_VISIBLE_CORES', None, 'The cores this process may use: consecutive '
         "ids ('3', '0-3' or '4,5'), a group of 2, 8 or 32 starting at a multiple of its size. "
         'The process pins itself to them, sizes its thread pools to them and holds a lock '

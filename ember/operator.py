@@ -297,7 +297,8 @@ def _borrow(raw, device) -> NDArray:
     if not raw.flags.c_contiguous:
         raise EmberError(f'Custom: a kernel array of shape {raw.shape} is not C-contiguous; '
                          'NDArrays need contiguous memory')
-    view = View(tuple(raw.shape), np.dtype(raw.dtype), 0, int(raw.size))
+    # the kernel's array as it is (a full-precision copy under bf16 storage)
+    view = View(tuple(raw.shape), np.dtype(raw.dtype), 0, int(raw.size), np.dtype(raw.dtype))
     return NDArray(_Borrowed(raw), view, engine.get().new_var(), device)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from ember import backend, config, engine, storage
 from ember.base import dtype_of, prod
 
-__all__ = ['TempSpace', 'RandomStream', 'temp_space', 'random_stream', 'dropout_state', 'seed',
+__all__ = ['TempSpace', 'RandomStream', 'temp_space', 'random_stream', 'dropout_state', 'drawing_cycles', 'seed',
            'copies', 'reset', 'DEFAULT_SEED']
 
 DEFAULT_SEED = 0  # streams start seeded, as in MXNet: unseeded programs draw the same numbers
@@ -96,6 +96,20 @@ class RandomStream:
         self.var = var
         self.generator = generator
 
+    def state(self):
+        """The generator's state now, which :meth:`restore` puts back."""
+        generator = self.generator
+        if hasattr(generator, 'snapshot'):                  # a device's generator
+            return generator.snapshot()
+        return generator.bit_generator.state
+
+    def restore(self, state) -> None:
+        generator = self.generator
+        if hasattr(generator, 'snapshot'):
+            generator.restore(state)
+        else:
+            generator.bit_generator.state = state
+
     def __repr__(self):
         return f'<RandomStream {self.index} on {self.device}>'
 
@@ -153,6 +167,17 @@ def random_stream(dev) -> RandomStream:
 def dropout_state(dev) -> RandomStream:
     """The next dropout state of device `dev` (round-robin); on the CPU its random stream."""
     return _resources(dev).next_dropout()
+
+
+def drawing_cycles(dev) -> tuple:
+    """The round-robin cycles of random streams of device `dev`, each as (the resource kinds
+    that take from it, its streams, the function taking the next): one on the CPU, whose dropout
+    draws from the random streams, two on a GPU, whose dropout states are streams of their own."""
+    found = _resources(dev)
+    if found.dropout is found.random:
+        return ((('random', 'dropout'), found.random, random_stream),)
+    return ((('random',), found.random, random_stream),
+            (('dropout',), found.dropout, dropout_state))
 
 
 def copies(dev) -> tuple[tuple[TempSpace, ...], tuple[RandomStream, ...]]:

@@ -15,6 +15,23 @@ def _engine_state():
     return engine.state_token()
 
 
+@pytest.fixture(autouse=True, scope='session')
+def compile_cache_aside(tmp_path_factory):
+    """The suite compiles without the persistent compile cache (each executor compiles its
+    own graph, as before the cache existed; tests of the cache give it a folder), and child
+    processes keep theirs in a temporary folder, not under the user's MXNET_HOME."""
+    import os
+    folder = str(tmp_path_factory.mktemp('compile-cache'))
+    saved = os.environ.get('NEURON_COMPILE_CACHE_URL')
+    os.environ['NEURON_COMPILE_CACHE_URL'] = folder
+    with config.override(NEURON_CC_FLAGS='--no_cache'):
+        yield folder
+    if saved is None:
+        os.environ.pop('NEURON_COMPILE_CACHE_URL', None)
+    else:
+        os.environ['NEURON_COMPILE_CACHE_URL'] = saved
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_state():
     before = (config.snapshot(), device.current_device(), _engine_state())

@@ -291,10 +291,11 @@ def test_plot_without_matplotlib_says_to_install_the_extra(tiny, capsys, monkeyp
 # ----------------------------------------------------------------------------------------------
 # A real network, as a user runs it.
 
-def test_alexnet_scores_in_a_fresh_process():
+def test_alexnet_scores_in_a_fresh_process(tmp_path):
     env = config.child_environ(PYTHONPATH=str(REPO))
     for name in [n for n in env if n.startswith(config.PREFIXES) or n in config.REGISTRY]:
         del env[name]       # measure under the defaults, whatever this process was given
+    env['HOME'] = str(tmp_path)     # the default compile cache, under ~/.mxnet, goes there
     done = subprocess.run([sys.executable, '-m', 'ember', 'bench', 'score', '--network',
                            'alexnet', '--batch-size', '1', '--batches', '1', '--warmup', '0',
                            '--json'], env=env, cwd=REPO, capture_output=True, text=True,

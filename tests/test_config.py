@@ -169,8 +169,9 @@ def test_structured_kinds_parse():
     assert parse('NEURON_RT_VISIBLE_CORES', '4,5') == (4, 5)
     assert parse('MXNET_ENABLE_OPERATOR_TUNING', '0') == ()
     assert parse('MXNET_ENABLE_OPERATOR_TUNING', 'float32,float16') == ('float32', 'float16')
-    assert parse('NEURON_CC_FLAGS', '--auto-cast=matmult "--cache_dir=/a b"') == (
-        '--auto-cast=matmult', '--cache_dir=/a b')
+    flags = parse('NEURON_CC_FLAGS', '--auto-cast=matmult "--cache_dir=/a b"')
+    assert flags.words == ('--auto-cast=matmult', '--cache_dir=/a b')
+    assert (flags.auto_cast, flags.cache_dir, flags.opt_level) == ('matmult', '/a b', 2)
     assert parse('KMP_AFFINITY', 'granularity=fine,compact,1,0')['type'] == 'compact'
 
 
@@ -182,7 +183,8 @@ BAD_VALUES = {
     'tuning': ['float33', 'float32,int7'],
     'cores': ['abc', '3-1', '1,1', '0,2', '1-2'],
     'affinity': ['compactt', 'compact,scatter'],
-    'flags': ['"unterminated'],
+    'flags': ['"unterminated', '--auto-cast=fast', '-O3', '--no-cache'],
+    'url': ['s3://bucket/cache'],
 }
 ANY_TEXT = ('str', 'path')
 
@@ -397,12 +399,16 @@ def test_bulk_sizes_default_to_the_training_size():
 
 
 def test_stochastic_rounding_defaults_on_with_bf16():
-    assert config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN') is False
-    for name in ('XLA_USE_BF16', 'XLA_DOWNCAST_BF16'):
-        with config.override(**{name: True}):
-            assert config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN') is True
-            with config.override(NEURON_RT_STOCHASTIC_ROUNDING_EN=0):
-                assert config.get('NEURON_RT_STOCHASTIC_ROUNDING_EN') is False
+    # the bf16 variables are read once at start-up: each case is a new process
+    code = "from ember.op import precision; print(precision.stochastic())"
+    from ember.op import precision
+    assert precision.stochastic() is False
+    for env in ({'XLA_USE_BF16': '1'}, {'XLA_DOWNCAST_BF16': '1'},
+                {'XLA_USE_BF16': '1', 'NEURON_RT_STOCHASTIC_ROUNDING_EN': '0'}):
+        child = run_python(code, **env)
+        assert child.stdout.split() == [str(env.get('NEURON_RT_STOCHASTIC_ROUNDING_EN') != '0')]
+    with pytest.raises(config.ConfigError, match='read once at start-up'):
+        config.override(XLA_USE_BF16=True)
 
 
 def test_operator_tuning_defaults_to_the_enable_variable():

@@ -158,6 +158,47 @@ def test_shuffle_dropout_and_embedding_on_the_gpu():
     np.testing.assert_array_equal(rows.asnumpy()[:, 0], [0, 9, 9, 0])   # clipped, as MXNet
 
 
+@needs_gpu
+def test_a_gpu_streams_state_comes_back_after_draws():
+    from ember import resource
+    for stream in (resource.random_stream(mx.gpu(0)), resource.dropout_state(mx.gpu(0))):
+        saved = stream.state()
+        first = stream.generator.random(1000).get()
+        stream.restore(saved)
+        assert np.array_equal(stream.generator.random(1000).get(), first)
+
+
+@needs_gpu
+def test_a_compiled_dropout_network_draws_alike_compiled_or_loaded(tmp_path):
+    """The compilation's trial run on the GPU puts the random and dropout streams back."""
+    from ember import config
+    from ember.compiler import counters
+    from ember.executor import compile as compiling
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(64, in_units=64), gluon.nn.Dropout(0.5))
+    net.initialize(ctx=mx.gpu(0))
+    x = nd.ones((32, 64), ctx=mx.gpu(0))
+
+    def masks():
+        mx.random.seed(3)
+        net.hybridize(active=False)
+        net.hybridize()
+        with autograd.record():
+            out = net(x)
+        return (out.asnumpy() == 0), nd.random.uniform(shape=4, ctx=mx.gpu(0)).asnumpy()
+    compiling.LOADED.clear()
+    try:
+        with config.override(NEURON_CC_FLAGS=f'--cache_dir={tmp_path}'):
+            compiled = masks()                  # compiles, the trial run included
+            compiling.LOADED.clear()            # as a new process would start
+            loads = counters()['loads']
+            loaded = masks()
+            assert counters()['loads'] > loads
+    finally:
+        compiling.LOADED.clear()
+    assert np.array_equal(compiled[0], loaded[0]) and np.array_equal(compiled[1], loaded[1])
+
+
 # ----------------------------------------------------------------------------------------------
 # The whole operator table on gpu(0) against the CPU, and the six benchmark networks
 

@@ -273,6 +273,39 @@ def test_gpu_resource_copies_follow_their_variables():
     assert resource.dropout_state(mx.cpu()) in resource.copies(mx.cpu())[1]
 
 
+def _cycle_positions(dev):
+    """Each random cycle of `dev`: its streams' states, the place in the cycle of the stream it
+    hands out next and how many it has (taking that one)."""
+    found = []
+    for _, streams, take in resource.drawing_cycles(dev):
+        states = [repr(s.state()) for s in streams]
+        found.append((states, streams.index(take(dev)), len(streams)))
+    return found
+
+
+@pytest.mark.parametrize('on_gpu', [True, False])
+def test_a_trial_run_leaves_random_and_dropout_streams_as_they_were(on_gpu):
+    from ember import symbol as sym
+    from ember.executor import pipeline, trial
+    from ember.passes.options import Options
+    graph = sym.Dropout(sym.var('x'), p=0.5).to_graph()
+    with installed(MXNET_GPU_PARALLEL_RAND_COPY=2, MXNET_GPU_CUDNN_DROPOUT_STATE_COPY=3,
+                   MXNET_CPU_PARALLEL_RAND_COPY=2):
+        resource.reset()                                # the CPU's copies under the override
+        dev = GPU0 if on_gpu else mx.cpu()
+        options = Options({'x': (64, 64)}, {'x': np.dtype('float32')}, is_train=True,
+                          device=dev)
+        compiled = pipeline.compile_graph(graph, options.shapes, options.dtypes,
+                                          is_train=True, device=dev)
+        assert len(resource.drawing_cycles(dev)) == (2 if on_gpu else 1)
+        before = _cycle_positions(dev)
+        trial.run_on_zeros(compiled, options)
+        after = _cycle_positions(dev)
+        # the same states, and each cycle one on from the stream `before` took
+        assert after == [(states, (index + 1) % count, count)
+                         for states, index, count in before]
+
+
 # ----------------------------------------------------------------------------------------------
 # Library checks and math modes
 

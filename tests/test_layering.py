@@ -16,7 +16,9 @@ LAYERS = ['config',
           'device', 'backend', 'profiler', 'storage', 'engine', 'resource', 'op', 'ndarray',
           'autograd',
           'initializer',   # mx.init: builds arrays with ndarray and random; gluon uses it
-          'symbol', 'passes', 'executor',
+          'symbol', 'passes',
+          'compiler',      # cache keys, the disk cache, artefacts, dumps: no executor inside
+          'executor',
           'numpy',         # mx.np: NumPy's interface on ndarray, autograd and symbol
           'numpy_dispatch_protocol',   # decorators for NumPy's dispatch to mx.np
           'util',          # mx.util: the NumPy-semantics switches; GPUs and the environment

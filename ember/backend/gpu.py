@@ -144,6 +144,16 @@ def await_fence(events, streams=None) -> None:
 # ----------------------------------------------------------------------------------------------
 # The device
 
+def device_names() -> list:
+    """The model name of every CUDA device (none without CuPy or a GPU)."""
+    cupy, count, _ = probe()
+    return [_name(cupy.cuda.runtime.getDeviceProperties(i)['name']) for i in range(count)]
+
+
+def _name(raw):
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 class CupyBackend:
     """Arrays of one CUDA device: ``xp`` is CuPy. Needs CuPy and a GPU (see ``probe``)."""
 
@@ -188,9 +198,7 @@ class CupyBackend:
 
     def name(self) -> str:
         """The card's name, e.g. 'NVIDIA H200'."""
-        properties = self.xp.cuda.runtime.getDeviceProperties(self.device_id)
-        name = properties['name']
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return _name(self.xp.cuda.runtime.getDeviceProperties(self.device_id)['name'])
 
     def _mem_info(self):
         with self._cuda_device:
@@ -217,7 +225,8 @@ class CupyBackend:
         ``Generator`` that the operators call (see :class:`DeviceGenerator`)."""
         seed = int(seed_sequence.generate_state(1, np.uint64)[0] >> 1)  # fits a signed int64
         with self._cuda_device:
-            return DeviceGenerator(self.xp, self.xp.random.Generator(self.xp.random.XORWOW(seed)))
+            return DeviceGenerator(self.xp, self.xp.random.Generator(self.xp.random.XORWOW(seed)),
+                                   self.device_id)
 
     # host <-> device
     def write_from_host(self, raw, values: np.ndarray) -> None:
@@ -240,8 +249,8 @@ class DeviceGenerator:
     ``permutation``); they are built here from the ones it has, and every other method is
     CuPy's own."""
 
-    def __init__(self, cupy, generator):
-        self._xp, self._gen = cupy, generator
+    def __init__(self, cupy, generator, device_id: int = 0):
+        self._xp, self._gen, self._device_id = cupy, generator, device_id
 
     def __getattr__(self, name):
         return getattr(self._gen, name)
@@ -257,6 +266,25 @@ class DeviceGenerator:
 
     def permutation(self, n):
         return self._xp.argsort(self._gen.random(n))
+
+    def snapshot(self):
+        """A device copy of the generator's cuRAND states, which :meth:`restore` puts back."""
+        bits = self._gen.bit_generator
+        nbytes = bits._state_size() * bits._type_size()
+        with self._xp.cuda.Device(self._device_id):
+            copy = self._xp.cuda.memory.Memory(nbytes)
+        self._copy(copy.ptr, bits.state(), nbytes)
+        return copy, nbytes
+
+    def restore(self, snapshot) -> None:
+        copy, nbytes = snapshot
+        self._copy(self._gen.bit_generator.state(), copy.ptr, nbytes)
+
+    def _copy(self, dst, src, nbytes):
+        # cudaMemcpy on the legacy stream: ordered after the blocking streams Ember launches on
+        runtime = self._xp.cuda.runtime
+        with self._xp.cuda.Device(self._device_id):
+            runtime.memcpy(dst, src, nbytes, runtime.memcpyDeviceToDevice)
 
 
 # ----------------------------------------------------------------------------------------------

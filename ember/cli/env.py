@@ -76,7 +76,7 @@ def format_value(var: config.Var, value) -> str:
     if var.kind == 'tuning':
         return ','.join(value) if value else '0'
     if var.kind == 'flags':
-        return shlex.join(value) if value else '(none)'
+        return shlex.join(value.words) if value.words else '(none)'
     if var.kind == 'cores':
         return ','.join(str(core) for core in value)
     if var.kind == 'affinity':
@@ -92,6 +92,8 @@ def default_text(var: config.Var) -> str:
 
 
 def _json_safe(value):
+    if isinstance(value, config.CompilerFlags):
+        return list(value.words)
     if isinstance(value, tuple):
         return list(value)
     return value

@@ -1,17 +1,21 @@
 """MXNet's ``mx.contrib``: contributed APIs (the first autograd interface, the DataLoader as a
-``mx.io`` iterator). ``mx.contrib.nd``/``sym`` are the contrib operators of ``mx.nd`` and
-``mx.sym`` where this build has them."""
+``mx.io`` iterator, ``amp``: automatic mixed precision). ``mx.contrib.nd``/``sym`` are the
+contrib operators of ``mx.nd`` and ``mx.sym`` where this build has them."""
 import importlib as _importlib
 
 from ember.contrib import autograd, io
 
-__all__ = ['autograd', 'io', 'nd', 'ndarray', 'sym', 'symbol']
+__all__ = ['autograd', 'io', 'amp', 'nd', 'ndarray', 'sym', 'symbol']
 
 _OPERATORS = {'ndarray': 'ember.ndarray.contrib', 'nd': 'ember.ndarray.contrib',
               'symbol': 'ember.symbol.contrib', 'sym': 'ember.symbol.contrib'}
 
 
 def __getattr__(name):
+    if name == 'amp':           # loaded on first use: it imports Gluon's layers
+        module = _importlib.import_module('ember.contrib.amp')
+        globals()[name] = module
+        return module
     if name in _OPERATORS:
         try:
             return _importlib.import_module(_OPERATORS[name])

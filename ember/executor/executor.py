@@ -25,10 +25,15 @@ import numpy as np
 from ember import engine
 from ember.backend.cpu import return_free_heap
 from ember.base import EmberError
-from ember.executor import pipeline
+from ember import config
+from ember.executor import compile, pipeline, snapshots
+from ember.executor.compile import LOADED
+from ember.executor.trial import ZeroProgram
 from ember.passes.gradient import direct_gradients
+from ember.passes.options import Options
 from ember.executor.program import Program
 from ember.ndarray import creation
+from ember.op import precision
 from ember.ndarray.ndarray import NDArray, empty, view_of
 
 __all__ = ['Executor']
@@ -36,10 +41,11 @@ __all__ = ['Executor']
 
 class _Compiled:
     """The program of one mode, the head-gradient arrays that backward fills, and the arrays
-    of folded parameters."""
+    of folded parameters; `digest` names the compiled graph in the compile cache."""
 
-    def __init__(self, graph, program, head_grads, folded_arrays, sources):
+    def __init__(self, graph, program, head_grads, folded_arrays, sources, digest=None):
         self.graph = graph
+        self.digest = digest
         self.program = program
         self.head_grads = head_grads        # forward output index -> NDArray
         self.heads_are_ones = set(head_grads)
@@ -76,7 +82,7 @@ class _Compiled:
                 raise EmberError(f'folding {missing} again gave nothing: the configuration '
                                  f'changed since bind (MXNET_SUBGRAPH_BACKEND?); bind again')
             for name, value in values.items():
-                folded[name]._data()[...] = xp.asarray(value)
+                precision.round_into(folded[name]._data(), xp.asarray(value))
             last[0] = versions
         engine.get().push(run, [a._var for a in sources.values()],
                           [a._var for a in folded.values()], self.program.device, 0,
@@ -109,6 +115,9 @@ class Executor:
         self._monitor = None
         self._forward_fresh = False         # backward may use the last forward's results
         self._last_train = True             # the mode of the last forward
+        self._awaiting_backward = False     # a training forward ran; its backward has not
+        self._name = _graph_name(symbol)
+        self._last_mode = self._has_grad
         self._last = self._compiled_for(self._has_grad)
 
     # ------------------------------------------------------------------------------------------
@@ -122,11 +131,14 @@ class Executor:
         """
         self._copy_inputs(kwargs)
         compiled = self._compiled_for(bool(is_train))
+        _touch(compiled)
         compiled.refresh_folded()
-        compiled.program.run('forward', bool(is_train), self._monitor_step(compiled))
-        self._last = compiled
+        with snapshots.watch(self, compiled, 'forward', bool(is_train)):
+            compiled.program.run('forward', bool(is_train), self._monitor_step(compiled))
+        self._last, self._last_mode = compiled, self._mode_of(bool(is_train))
         self._forward_fresh = True
         self._last_train = bool(is_train)
+        self._awaiting_backward = self._has_grad and bool(is_train)
         return self.outputs
 
     def backward(self, out_grads=None, is_train=True):
@@ -139,17 +151,39 @@ class Executor:
         """
         if not self._has_grad:
             return
-        compiled = self._compiled[True]
+        compiled = self._compiled_for(True)
+        _touch(compiled)
         self._set_head_grads(compiled, self._out_grad_list(out_grads))
         if not self._forward_fresh and compiled.program.reuses_forward:
             compiled.program.run('forward', self._last_train)
-        compiled.program.run('backward', bool(is_train), self._monitor_step(compiled))
+        with snapshots.watch(self, compiled, 'backward', bool(is_train)):
+            compiled.program.run('backward', bool(is_train), self._monitor_step(compiled))
         self._forward_fresh = not compiled.program.reuses_forward
+        self._awaiting_backward = False
 
     @property
     def outputs(self) -> list:
-        """The output arrays, overwritten by every forward."""
+        """The output arrays, overwritten by every forward (an unloaded graph's are new
+        arrays: NEURON_NUM_RECENT_MODELS_TO_KEEP)."""
+        if self._last is None:
+            self._last = self._compiled_for(self._last_mode)
         return list(self._last.outputs)
+
+    # ------------------------------------------------------------------------------------------
+    # NEURON_NUM_RECENT_MODELS_TO_KEEP (ember.compiler.loaded calls these)
+
+    def pinned(self, digest) -> bool:
+        """Whether the program of `digest` must stay: its backward is still to run."""
+        training = self._compiled.get(True)
+        return self._awaiting_backward and training is not None and training.digest == digest
+
+    def unload(self, digest) -> None:
+        """Drop the programs of compiled graph `digest` (and their arenas)."""
+        for mode, compiled in list(self._compiled.items()):
+            if compiled.digest == digest:
+                del self._compiled[mode]
+        if self._last is not None and self._last.digest == digest:
+            self._last = None
 
     def set_monitor_callback(self, callback, monitor_all=False):
         """Call ``callback(name, array)`` after every operator with each of its outputs
@@ -231,19 +265,26 @@ class Executor:
         # An executor that computes gradients has one program for both modes; one that does
         # not compiles each mode on first use (inference-only rewrites such as BatchNorm
         # folding must not run in training mode).
-        key = True if self._has_grad else bool(is_train)
+        key = self._mode_of(is_train)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = self._compile(key)
         return compiled
 
+    def _mode_of(self, is_train):
+        return True if self._has_grad else bool(is_train)
+
     def _compile(self, is_train):
         by_name = dict(zip(self._arg_names + self._aux_names,
                            self.arg_arrays + self.aux_arrays))
-        graph = pipeline.compile_graph(
-            self._graph, {n: a.shape for n, a in by_name.items()},
-            {n: a._view.dtype for n, a in by_name.items()},
-            self._grad_req if self._has_grad else {}, is_train, self._ctx, by_name)
+        options = Options({n: a.shape for n, a in by_name.items()},
+                          {n: a._view.dtype for n, a in by_name.items()},
+                          self._grad_req if self._has_grad else {}, bool(is_train), self._ctx,
+                          by_name)
+        result = compile.compile_graph(self._graph, options, self._name, holder=self)
+        if result.extracted:
+            return self._zeros(options, result.key.digest)
+        graph = result.graph
         heads = self._head_grad_arrays(graph)
         folded, sources = self._folded_arrays(graph, by_name)
         bound = self._bound_entries(graph, {**by_name, **folded,
@@ -254,7 +295,14 @@ class Executor:
         # their pages now, or the process keeps them for good
         return_free_heap()
         return _Compiled(graph, program, {i: a for i, (_, a) in heads.items()}, folded,
-                         sources)
+                         sources, result.key.digest)
+
+    def _zeros(self, options, digest):
+        """NEURON_EXTRACT_GRAPHS_ONLY: a program of zeros in the graph's output shapes."""
+        graph = pipeline.typed(self._graph, options)
+        grads = [g for g, name in zip(self.grad_arrays, self._arg_names)
+                 if g is not None and self._grad_req.get(name) == 'write']
+        return _Compiled(graph, ZeroProgram(graph, self._ctx, grads), {}, {}, {}, digest)
 
     def _folded_arrays(self, graph, by_name):
         """Arrays for the variables a pass introduced with values, and their sources."""
@@ -375,6 +423,19 @@ class Executor:
 
 
 # ----------------------------------------------------------------------------------------------
+
+def _graph_name(symbol) -> str:
+    """A readable name of a bound graph: its first output's node."""
+    outputs = symbol.list_outputs()
+    return outputs[0].removesuffix('_output') if outputs else 'graph'
+
+
+def _touch(compiled) -> None:
+    """The graph of `compiled` runs now (NEURON_NUM_RECENT_MODELS_TO_KEEP counts uses)."""
+    limit = config.get('NEURON_NUM_RECENT_MODELS_TO_KEEP')
+    if limit is not None and compiled.digest is not None:
+        LOADED.touch(compiled.digest, limit)
+
 
 def _host(raw):
     return raw if isinstance(raw, np.ndarray) else raw.get()

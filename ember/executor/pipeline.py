@@ -6,7 +6,8 @@ its own variable (``MXNET_SUBGRAPH_BACKEND``, ``MXNET_ELIMINATE_COMMON_EXPR``,
 returns the graph unchanged when it is off. What a pass hands to the executor travels on the
 graph (``attrs``: the gradient's split, BatchNorm's folded parameters, the memory plan, the
 segments). Before each pass the shapes and dtypes (``attrs['shape']``, ``attrs['dtype']``) are
-inferred again if the graph changed.
+inferred again if the graph changed. A pass that only optimises says so with a module-level
+``OPT_LEVEL = 1``: under ``-O0`` in NEURON_CC_FLAGS it does not run.
 
 >>> import numpy as np
 >>> from ember import symbol as sym
@@ -20,14 +21,15 @@ inferred again if the graph changed.
 from __future__ import annotations
 
 from ember.base import EmberError
+from ember import config
 from ember.passes import (
-    bulk, channel_last, cse, fold_batch_norm, forward_first, fuse_batch_norm_relu, fuse_layers,
-    fusion, gradient, infer_shape, infer_storage, infer_type, mirror, plan_memory,
-    remove_identities)
+    algorithm_search, auto_cast, bulk, channel_last, cse, fold_batch_norm, forward_first,
+    fuse_batch_norm_relu, fuse_layers, fusion, gradient, infer_shape, infer_storage, infer_type,
+    mirror, plan_memory, remove_identities)
 from ember.passes.options import Options
 from ember.symbol.infer import shape_is_known
 
-__all__ = ['PASSES', 'compile_graph', 'Options']
+__all__ = ['PASSES', 'compile_graph', 'typed', 'Options']
 
 PASSES = (
     remove_identities,      # MXNET_SUBGRAPH_BACKEND (inference): _copy, unread Dropout
@@ -35,6 +37,8 @@ PASSES = (
     fuse_layers,            # ... convolution + add + activation, FullyConnected + activation
     channel_last,           # ... NHWC regions around 2-D convolutions (inference and training)
     fuse_batch_norm_relu,   # ... (training) BatchNorm + relu, BatchNorm + add + relu
+    auto_cast,              # NEURON_CC_FLAGS --auto-cast: operands rounded to bf16/fp16/tf32
+    algorithm_search,       # NEURON_CC_FLAGS below -O2: convolutions by rule, nothing measured
     cse,                    # MXNET_ELIMINATE_COMMON_EXPR: merge identical nodes
     gradient,               # the backward part, when some grad_req is not 'null'
     mirror,                 # MXNET_BACKWARD_DO_MIRROR: recompute cheap forward results in backward
@@ -58,9 +62,16 @@ def compile_graph(graph, shapes, dtypes, grad_req=None, is_train=None, device=No
     options = Options(dict(shapes), dict(dtypes), grad_req,
                       wants_gradients if is_train is None else bool(is_train), device,
                       dict(params or {}))
+    level = config.get('NEURON_CC_FLAGS').opt_level
     for each in PASSES:
-        graph = each.run(_typed(graph, options), options)
+        if getattr(each, 'OPT_LEVEL', 0) <= level:
+            graph = each.run(_typed(graph, options), options)
     return graph
+
+
+def typed(graph, options):
+    """`graph` with the shapes and dtypes of its entries inferred for `options`."""
+    return _typed(graph, options)
 
 
 def _typed(graph, options):

@@ -34,7 +34,7 @@ from ember import backend, engine, resource, storage
 from ember.base import EmberError
 from ember.ndarray.ndarray import NDArray, view_of
 from ember.ndarray.storage import is_sparse, new_array
-from ember.op import registry, sparse
+from ember.op import precision, registry, sparse
 from ember.op.registry import KernelContext
 from ember.passes.plan_memory import ALIGNMENT, EXTERNAL
 
@@ -76,6 +76,9 @@ class Program:
     def __init__(self, graph, device, bound, commits=()):
         self.graph = graph
         self.device = device
+        # NEURON_RT_STOCHASTIC_ROUNDING_EN as the program is built: its casts round in
+        # streams of their own (one per node, a key per call)
+        self._stochastic = precision.stochastic()
         self._plan = graph.attrs['memory_plan']
         self.xp = backend.for_device(device).xp
         self.arena = storage.manager(device).alloc(max(self._plan.planned_bytes, ALIGNMENT))
@@ -184,8 +187,14 @@ class Program:
                                        input_vars=input_vars, unused_outputs=unused,
                                        variable_bytes=self.variable_bytes)
                          for mode in (False, True))
-        return _Step(position, f'{node.name}({node.op.name})',
-                     _kernel_for(node, inputs, outputs), node.attrs,
+        kernel = _kernel_for(node, inputs, outputs)
+        if not any(map(is_sparse, (*inputs, *outputs))):
+            kernel = precision.widened(kernel, [x._view for x in inputs],
+                                       [x._view for x in outputs],
+                                       node.op.mutate_indices(node.attrs))
+        if self._stochastic:
+            kernel = precision.keyed_per_call(kernel, node.name)
+        return _Step(position, f'{node.name}({node.op.name})', kernel, node.attrs,
                      tuple(x._data() for x in inputs), tuple(x._data() for x in outputs),
                      contexts, tuple(x._var for x in inputs), tuple(writes))
 
@@ -217,6 +226,9 @@ class Program:
         kernel = _add_into if kind == 'add' else _copy_into
         if is_sparse(source) or is_sparse(target):
             kernel = _sparse_commit(kind, source, target)
+        else:
+            kernel = precision.widened(kernel, [source._view], [target._view],
+                                       accumulates=kind == 'add')
         name = f'_grad_{kind}'
         contexts = (KernelContext(self.device, False, self.xp),) * 2
         return _Step(-1, name, kernel, {}, (source._data(),), (target._data(),), contexts,

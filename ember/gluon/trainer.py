@@ -199,6 +199,9 @@ class Trainer:
                 kvs.pushpull_all(self._kvstore, keys, grads, out=outs)
 
     def _update(self, ignore_stale_grad):
+        scaler = getattr(self, '_amp_loss_scaler', None)     # mx.contrib.amp.init_trainer
+        if scaler is not None and scaler.has_overflow(self._params):
+            return      # an overflowed step is skipped; the loss scale halves
         if not ignore_stale_grad:
             self._check_fresh()
         updates = [[] for _ in self._updaters]

@@ -128,8 +128,8 @@ def getitem(x: NDArray, key):
     if offset is not None and not _recording():
         view = x._view
         return NDArray(x._handle, view_of(index.final, view.dtype,
-                                          view.offset + offset * view.dtype.itemsize),
-                       x._var, x._device)
+                                          view.offset + offset * view.stored.itemsize,
+                                          view.stored), x._var, x._device)
     attrs = {'begin': index.begin, 'end': index.end, 'step': index.step}
     sliced = invoke(_SLICE, [x], attrs)[0]
     if sliced.shape == index.final:

@@ -26,6 +26,7 @@ and raises the error of any failed operator it depends on.
 from __future__ import annotations
 
 import collections
+import contextlib
 import numbers
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ import numpy as np
 from ember import backend, config, engine, resource, storage
 from ember import device as _device
 from ember.base import EmberError, dtype_of, prod
-from ember.op import registry
+from ember.op import precision, registry
 from ember.op import elemwise, indexing, init, matrix, random, reduce  # noqa: F401  (families)
 from ember.op.registry import KernelContext, ShapeError
 
@@ -58,22 +59,31 @@ _sparse_invoke = None
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """Where an array lies in its storage: shape, dtype and offset in bytes; C order."""
+    """Where an array lies in its storage: shape, dtype and offset in bytes; C order.
+    ``stored`` is the dtype of the elements in storage: `dtype` itself, unless bf16 storage
+    (XLA_USE_BF16, :mod:`ember.op.precision`) keeps it narrower."""
     shape: tuple
     dtype: np.dtype
     offset: int
     size: int
     nbytes: int = field(init=False, compare=False)    # read on every allocation
+    # None: as bf16 storage stores `dtype`; given: memory another layer laid out
+    stored: np.dtype = field(default=None, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, 'nbytes', self.size * self.dtype.itemsize)
+        stored = self.stored if self.stored is not None else precision.stored_dtype(self.dtype)
+        object.__setattr__(self, 'stored', stored)
+        object.__setattr__(self, 'nbytes', self.size * stored.itemsize)
 
 
 _VIEWS: dict = {}
 
 
-def view_of(shape, dtype, offset=0) -> View:
-    """The view of `shape` and `dtype` at `offset` (views at offset 0 are shared)."""
+def view_of(shape, dtype, offset=0, stored=None) -> View:
+    """The view of `shape` and `dtype` at `offset` (views at offset 0 are shared); `stored`
+    where the memory holds another dtype than bf16 storage would give `dtype`."""
+    if stored is not None and stored != precision.stored_dtype(dtype):
+        return View(shape, dtype, offset, prod(shape), stored)
     if offset:
         return View(shape, dtype, offset, prod(shape))
     key = (shape, dtype)
@@ -176,11 +186,11 @@ class NDArray:
             view = self._view
             buffer = self._handle.buffer
             if type(buffer) is np.ndarray:
-                raw = np.ndarray(view.shape, view.dtype, buffer, view.offset)
+                raw = np.ndarray(view.shape, view.stored, buffer, view.offset)
             else:
                 start = view.offset
-                raw = buffer[start:start + view.size * view.dtype.itemsize]
-                raw = raw.view(view.dtype).reshape(view.shape)
+                raw = buffer[start:start + view.nbytes]
+                raw = raw.view(view.stored).reshape(view.shape)
             self._raw = raw
         return raw
 
@@ -199,9 +209,12 @@ class NDArray:
         engine.get().wait_for_var(self._var)
         _finished.clear()
         raw = self._data()
-        if type(raw) is np.ndarray:
-            return raw.copy()
-        return backend.to_host(raw, self._device)
+        view = self._view
+        if type(raw) is not np.ndarray:
+            host = backend.to_host(raw, self._device)       # already a fresh copy
+            return host if view.stored is view.dtype else host.astype(view.dtype)
+        # narrow storage reads as the array's dtype
+        return raw.copy() if view.stored is view.dtype else raw.astype(view.dtype)
 
     def asscalar(self):
         """The value of a one-element array as a NumPy scalar.
@@ -294,8 +307,8 @@ class NDArray:
 
     def _reshaped(self, new_shape, op, attrs):
         view = self._view
-        out = NDArray(self._handle, view_of(tuple(new_shape), view.dtype, view.offset),
-                      self._var, self._device)
+        out = NDArray(self._handle, view_of(tuple(new_shape), view.dtype, view.offset,
+                                            view.stored), self._var, self._device)
         _maybe_record(op, attrs, [self], [out])
         return out
 
@@ -574,7 +587,7 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
         writes.extend(inputs[i]._var for i in mutate)
     if extra_writes:
         writes.extend(extra_writes)
-    kernel = info.kernel
+    kernel = _rounding(info.kernel, inputs, outputs, mutate)
 
     def run():
         try:
@@ -596,6 +609,20 @@ def _push_device(info, device, inputs):
             and inputs[0]._device.device_type == 'gpu':
         return inputs[0]._device
     return device
+
+
+def _rounding(kernel, inputs, outputs, mutate=()):
+    """`kernel` as this call runs it: on full-precision copies of narrowly stored arrays
+    (:func:`precision.widened`), and in the next stream of stochastic rounding when that is
+    on (what the configuration says at the push, not when a worker runs it)."""
+    if not precision.involved():
+        return kernel
+    if precision.storage_map():
+        kernel = precision.widened(kernel, [x._view for x in inputs],
+                                   [o._view for o in outputs], mutate or ())
+    if precision.stochastic():
+        kernel = precision.keyed(kernel, precision.next_key())
+    return kernel
 
 
 def _infer(op, attrs, inputs):
@@ -669,15 +696,26 @@ def copy_from_host(dst: NDArray, source) -> None:
     The values are copied first, so the caller may change `source` right after.
     """
     values = _host_values(dst, source)
+    stream = _host_stream(dst)
 
     def run():
-        _write_raw(dst._data(), values, dst._device)
+        with stream:
+            _write_raw(dst._data(), values, dst._device)
     engine.get().push(run, (), (dst._var,), dst._device, 0, '_copy_from_host')
 
 
 def fill_fresh(dst: NDArray, source) -> None:
     """Write `source` into a just-allocated array that nothing else can reference yet."""
-    _write_raw(dst._data(), _host_values(dst, source, copy=False), dst._device)
+    with _host_stream(dst):
+        _write_raw(dst._data(), _host_values(dst, source, copy=False), dst._device)
+
+
+def _host_stream(dst):
+    """The stream of stochastic rounding for a write into narrow storage, when on."""
+    view = dst._view
+    if view.stored is not view.dtype and precision.stochastic():
+        return precision.keyed_stream(precision.next_key())
+    return contextlib.nullcontext()
 
 
 def _host_values(dst, source, copy=True):
@@ -696,8 +734,15 @@ def _host_values(dst, source, copy=True):
 
 def _write_raw(raw, values, device):
     if type(raw) is np.ndarray:
-        np.copyto(raw, values)
+        if raw.dtype is not values.dtype and raw.dtype != values.dtype:
+            precision.round_into(raw, values)      # narrow storage
+        else:
+            np.copyto(raw, values)
     else:
+        if raw.dtype != values.dtype:                # narrow storage, rounded on the host
+            narrow = np.empty(raw.shape, raw.dtype)
+            precision.round_into(narrow, values)
+            values = narrow
         backend.write_from_host(raw, values, device)
 
 
@@ -774,6 +819,8 @@ def _fast_output(first):
 def _fast_unary(info, x, attrs) -> NDArray:
     out = _fast_output(x)
     kernel, ctx = info.kernel, _plain_context(x._device)
+    if precision.involved():
+        kernel = _rounding(kernel, [x], [out])
 
     def run():
         try:
@@ -791,6 +838,8 @@ def _fast_unary(info, x, attrs) -> NDArray:
 def _fast_binary(info, x, y) -> NDArray:
     out = _fast_output(x)
     kernel, ctx = info.kernel, _plain_context(x._device)
+    if precision.involved():
+        kernel = _rounding(kernel, [x, y], [out])
 
     def run():
         try:

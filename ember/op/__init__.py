@@ -10,5 +10,6 @@ from ember.op import numeric, optimizer_multi, same_shape_binary, sampling, spat
 from ember.op import (np_elemwise, np_init, np_linalg, np_manip, np_random,  # noqa: F401
                       np_reduce, np_shape, np_stats)
 from ember.op import sparse_ops, sparse_optimizer  # noqa: F401  (sparse kernels: last)
+from ember.op import rounding  # noqa: F401  (_round_to_precision: --auto-cast)
 
 __all__ = ['registry']

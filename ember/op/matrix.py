@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember import accel, backend
+from ember.op import precision
 from ember.base import prod
 from ember.op.registry import (REQUIRED, Param, ShapeError, like_input, p_bool, p_dtype, p_float,
                                p_int, p_optional, p_shape, register, same_shape)
@@ -411,6 +412,10 @@ def _where_type(dtypes):
 
 
 def _cast_kernel(attrs, ins, outs, ctx):
+    if outs[0].dtype in precision.ROUNDED and ins[0].dtype in precision.WIDE:
+        # to bfloat16 or float16: stochastically inside a stream (NEURON_RT_STOCHASTIC_*)
+        precision.round_into(outs[0], ins[0])
+        return
     copy_into(outs[0], ins[0].astype(outs[0].dtype, copy=False))
 
 

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ember.op.elemwise import apply_ufunc, broadcast_shapes
+from ember.op import precision
 from ember.op.init import CTX
 from ember.op.optimizer_ops import _p_floats
 from ember.op.host import register
@@ -463,9 +464,9 @@ register('reset_arrays', _reset_kernel, inputs=_variadic('data'), outputs=(),
 
 
 # ----------------------------------------------------------------------------------------------
-# AMP casts: between float16 and float32 only; other dtypes pass unchanged.
+# AMP casts: between the float dtypes (bfloat16 included); other dtypes pass unchanged.
 
-_FLOATS = ('float16', 'float32', 'float64')
+_FLOATS = ('float16', 'float32', 'float64', 'bfloat16')
 
 
 def _amp_target(source, dtype):
@@ -473,7 +474,8 @@ def _amp_target(source, dtype):
 
 
 def _amp_cast_kernel(attrs, ins, outs, ctx):
-    outs[0][...] = ins[0]
+    # narrowing rounds stochastically inside a stream (NEURON_RT_STOCHASTIC_ROUNDING_EN)
+    precision.round_into(outs[0], ins[0])
 
 
 register('amp_cast', _amp_cast_kernel, params=(Param('dtype', p_dtype, REQUIRED,
@@ -498,7 +500,7 @@ def _multicast_types(attrs, in_dtypes):
 
 def _multicast_kernel(attrs, ins, outs, ctx):
     for x, out in zip(ins, outs):
-        out[...] = x
+        precision.round_into(out, x)
 
 
 register('amp_multicast', _multicast_kernel, inputs=_variadic('data', 'num_outputs'),

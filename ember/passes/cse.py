@@ -27,6 +27,8 @@ from ember.symbol.graph import Entry
 
 __all__ = ['run']
 
+OPT_LEVEL = 1       # an optimisation: off under -O0 (NEURON_CC_FLAGS)
+
 _log = logging.getLogger(__name__)
 
 # Operators whose every call must run: user code behind them may keep state (MXNet's

@@ -39,7 +39,9 @@ from ember.passes._rewrite import Rewriter, unique_name
 from ember.symbol.graph import Entry, Node, make_node
 from ember.symbol.infer import FLAG_OF_TYPE
 
-__all__ = ['run', 'Folded']
+__all__ = ['run', 'Folded', 'Refold']
+
+OPT_LEVEL = 1       # an optimisation: off under -O0 (NEURON_CC_FLAGS)
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +51,8 @@ _FOLD_INTO = ('Convolution', 'FullyConnected')
 @dataclass(frozen=True)
 class Folded:
     """Variables a pass introduced with values: `values` (name -> NumPy array) computed from
-    the variables `sources`; ``refold(params)`` computes them again from new values.
+    the variables `sources`; ``refold(params)`` computes them again from new values (a
+    :class:`Refold`, which holds no values: the compile cache stores it with the graph).
 
     The values the pass computed are handed out by the first read of `values` and then
     dropped: the executor copies them into its own arrays, and keeping them here would hold
@@ -78,41 +81,65 @@ class Folded:
         return self.refold(self.params)
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """How one BatchNorm folded: the names of what its values come from and go to."""
+    is_conv: bool
+    weight: str | None          # a FullyConnected's weight (a convolution scales its own)
+    bias: str | None            # the layer's bias, if it has one
+    bn_params: tuple            # gamma, beta, moving mean, moving variance
+    eps: float
+    fix_gamma: bool
+    dtype: str
+    outputs: tuple              # the folded variables: (bias, scale) or (weight, bias)
+
+
+@dataclass(frozen=True)
+class Refold:
+    """The folded variables' values from parameter values (a mapping name -> array)."""
+    recipes: tuple
+
+    def __call__(self, params) -> dict:
+        values = {}
+        for recipe in self.recipes:
+            values.update(zip(recipe.outputs, _recipe_values(recipe, params)))
+        return values
+
+
 def run(graph, options=Options()):
     """`graph` with its BatchNorms folded and ``attrs['folded']`` for the new variables; the
     same graph when none folds."""
     if not subgraph.enabled() or options.is_train or not options.params:
         return graph
-    folded_graph, folded = _fold(graph, options.params)
-    if not folded:
+    folded_graph, recipes = _fold(graph, options.params)
+    if not recipes:
         return graph
     given = options.params
     names = {folded_graph.nodes[i].name for i in folded_graph.input_nodes}
     sources = tuple(name for name in given if name not in names)
-    folded_names = frozenset(folded)      # not `folded` itself: the closure would hold its values
-
-    def refold(values):
-        return {k: v for k, v in _fold(graph, values)[1].items() if k in folded_names}
+    refold = Refold(tuple(recipes))
+    folded = refold(given)
     _log.debug('fold_batch_norm: %d variables folded from %d', len(folded), len(sources))
     return folded_graph.replace(attrs={**folded_graph.attrs,
                                        'folded': Folded(folded, sources, refold, given)})
 
 
 def _fold(graph, params):
-    """(the graph with the foldable BatchNorms folded, name -> value of its new variables)."""
+    """(the graph with the foldable BatchNorms folded, the recipe of each fold)."""
     reads = subgraph.Reads(graph)
     folds = {position: node.inputs[0].node for position, node in enumerate(graph.nodes)
              if _foldable(graph, position, reads, params)}
     if not folds:
-        return graph, {}
-    rewriter, taken, folded = Rewriter(graph), {n.name for n in graph.nodes}, {}
+        return graph, []
+    rewriter, taken, recipes = Rewriter(graph), {n.name for n in graph.nodes}, []
     layers = set(folds.values())
     for position in range(len(graph.nodes)):
         if position in folds:
-            _place_folded(graph, rewriter, position, folds[position], params, folded, taken)
+            recipes.append(_place_folded(graph, rewriter, position, folds[position], params,
+                                         taken))
         elif position not in layers:
             rewriter.copy(position)
-    return rewriter.finish(), folded
+    return rewriter.finish(), recipes
 
 
 def _foldable(graph, position, reads, params):
@@ -140,28 +167,49 @@ def _channel_axis_fits(layer, axis):
     return -ndim <= axis < ndim and axis % ndim == channel
 
 
-def _place_folded(graph, rewriter, bn_position, layer_position, params, folded, taken):
+def _place_folded(graph, rewriter, bn_position, layer_position, params, taken):
     bn, layer = graph.nodes[bn_position], graph.nodes[layer_position]
-    scale, bias = _folded_scale_and_bias(graph, bn, layer, params)
-    if subgraph.is_op(layer, 'Convolution'):
+    is_conv = subgraph.is_op(layer, 'Convolution')
+    if is_conv:
         # the convolution scales its weight itself (oneDNN into the copy it keeps): a folded
         # copy of every weight would cost as much memory as the weights
-        dtype = _dtype(graph, params, layer.inputs[1])
-        values = (('bias', bias.astype(dtype)), ('scale', scale.astype(dtype)))
+        roles = ('bias', 'scale')
         op, attrs = registry.get('_sg_conv'), {**layer.attrs, 'no_bias': False,
                                                'weight_scale': True}
         inputs = [rewriter.new(layer.inputs[0]), rewriter.new(layer.inputs[1])]
     else:
-        weight = _param(graph, params, layer.inputs[1])
-        scaled = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-        values = (('weight', scaled.astype(weight.dtype)), ('bias', bias.astype(weight.dtype)))
+        roles = ('weight', 'bias')
         op, attrs = layer.op, {**layer.attrs, 'no_bias': False}
         inputs = [rewriter.new(layer.inputs[0])]
-    for role, value in values:
-        name = unique_name(f'{layer.name}_folded_{role}', taken)
-        folded[name] = value
+    name_of = lambda entry: graph.nodes[entry.node].name  # noqa: E731
+    outputs = tuple(unique_name(f'{layer.name}_folded_{role}', taken) for role in roles)
+    recipe = _Recipe(is_conv, None if is_conv else name_of(layer.inputs[1]),
+                     None if layer.attrs['no_bias'] else name_of(layer.inputs[2]),
+                     tuple(name_of(e) for e in bn.inputs[1:]), bn.attrs['eps'],
+                     bn.attrs['fix_gamma'], _dtype(graph, params, layer.inputs[1]).name,
+                     outputs)
+    for name, value in zip(outputs, _recipe_values(recipe, params)):
         inputs.append(Entry(rewriter.add(_variable(name, value)), 0))
     rewriter.place(bn_position, make_node(op, bn.name, attrs, inputs, layer.user_attrs))
+    return recipe
+
+
+def _recipe_values(recipe, params):
+    """The folded variables' values, in the order of ``recipe.outputs``: per output channel,
+    in float64, ``s = gamma / sqrt(var + eps)`` and the bias ``(b - mean) * s + beta``; a
+    convolution gets (bias, s), a FullyConnected (its weight scaled by s, bias)."""
+    gamma, beta, mean, var = (subgraph.host(params[n]).astype(np.float64)
+                              for n in recipe.bn_params)
+    bias = 0 if recipe.bias is None else subgraph.host(params[recipe.bias])
+    if recipe.fix_gamma:
+        gamma = np.ones_like(gamma)
+    scale = gamma / np.sqrt(var + recipe.eps)
+    bias = (bias - mean) * scale + beta
+    if recipe.is_conv:
+        return bias.astype(recipe.dtype), scale.astype(recipe.dtype)
+    weight = subgraph.host(params[recipe.weight])
+    scaled = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+    return scaled.astype(recipe.dtype), bias.astype(recipe.dtype)
 
 
 def _variable(name, value):
@@ -172,27 +220,11 @@ def _variable(name, value):
     return Node(None, name, attr_text=text)
 
 
-def _param(graph, params, entry):
-    return subgraph.host(params[graph.nodes[entry.node].name])
-
-
 def _dtype(graph, params, entry):
     """The dtype of variable `entry`: of its value, else as inferred, else float32."""
     name = graph.nodes[entry.node].name
     if name in params:
-        return subgraph.host(params[name]).dtype
+        return np.dtype(params[name].dtype)     # no host copy of the weight for its dtype
     dtypes = graph.attrs.get('dtype')
     known = dtypes[graph.entry_id(entry)] if dtypes is not None else None
     return np.dtype(known) if known is not None else np.dtype(np.float32)
-
-
-def _folded_scale_and_bias(graph, bn, layer, params):
-    """Per output channel, in float64: ``s = gamma / sqrt(var + eps)`` and the bias
-    ``(b - mean) * s + beta``."""
-    gamma, beta, mean, var = (_param(graph, params, e).astype(np.float64)
-                              for e in bn.inputs[1:])
-    bias = 0 if layer.attrs['no_bias'] else _param(graph, params, layer.inputs[2])
-    if bn.attrs['fix_gamma']:
-        gamma = np.ones_like(gamma)
-    scale = gamma / np.sqrt(var + bn.attrs['eps'])
-    return scale, (bias - mean) * scale + beta

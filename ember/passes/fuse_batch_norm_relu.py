@@ -26,6 +26,8 @@ from ember.symbol.graph import Entry, make_node
 
 __all__ = ['run']
 
+OPT_LEVEL = 1       # an optimisation: off under -O0 (NEURON_CC_FLAGS)
+
 _log = logging.getLogger(__name__)
 
 

@@ -36,6 +36,8 @@ from ember.symbol.graph import Entry, attr_text_of, consumers, make_node
 
 __all__ = ['run', 'MAX_STEPS']
 
+OPT_LEVEL = 1       # an optimisation: off under -O0 (NEURON_CC_FLAGS)
+
 _log = logging.getLogger(__name__)
 
 # Bounds the generated code and the scratch memory of one fused node.

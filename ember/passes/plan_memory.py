@@ -43,6 +43,7 @@ import numpy as np
 
 from ember import config
 from ember.base import EmberError, prod
+from ember.op import precision
 from ember.passes.gradient import direct_gradients
 from ember.passes.options import Options
 from ember.symbol.infer import shape_is_known
@@ -122,7 +123,8 @@ def _entry_sizes(graph, shapes, dtypes):
                                  f'known')
             sizes.append(0)
         else:
-            sizes.append(prod(shape) * np.dtype(dtype).itemsize)
+            # as stored: bf16 storage (XLA_USE_BF16) halves float32 buffers
+            sizes.append(prod(shape) * precision.stored_dtype(np.dtype(dtype)).itemsize)
     return sizes
 
 

@@ -17,6 +17,8 @@ from ember.symbol.graph import Entry
 
 __all__ = ['run']
 
+OPT_LEVEL = 1       # an optimisation: off under -O0 (NEURON_CC_FLAGS)
+
 
 def run(graph, options=Options()):
     """`graph` without its identity nodes; the same graph when there are none."""

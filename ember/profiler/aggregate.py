@@ -73,9 +73,13 @@ class Aggregates:
         other.values = {k: Stat(s.count, s.total, s.min, s.max) for k, s in self.values.items()}
         return other
 
-    def table(self, sort_by: str = 'total', ascending: bool = False) -> str:
-        """MXNet's console table: one block per section, rows sorted by `sort_by`."""
+    def table(self, sort_by: str = 'total', ascending: bool = False, totals=None) -> str:
+        """MXNet's console table: one block per section, rows sorted by `sort_by`; first the
+        process-wide `totals` (section -> {name: value}), e.g. the graph compiler's."""
         lines = ['Profile Statistics:', '\tNote the difference in units for different entries.']
+        for section, values in sorted((totals or {}).items()):
+            lines += _block(section, ('Value',), [[name, _number(value)]
+                                                  for name, value in values.items()])
         for section, rows in _sections(self.values, sort_by, ascending):
             lines += _block(section, VALUE_HEADERS, [_value_cells(n, s) for n, s in rows])
         for section, rows in _sections(self.times, sort_by, ascending):
@@ -84,11 +88,13 @@ class Aggregates:
             lines += ['', 'No statistics: call set_config(aggregate_stats=True) and profile.']
         return '\n'.join(lines)
 
-    def as_json(self, sort_by: str = 'total', ascending: bool = False) -> str:
-        """The same numbers as the table: {"Time": {section: {name: {...}}}, "Counter": ...}."""
+    def as_json(self, sort_by: str = 'total', ascending: bool = False, totals=None) -> str:
+        """The same numbers as the table: {"Time": {section: {name: {...}}}, "Counter": ...,
+        "Totals": {section: {name: value}}}."""
         return json.dumps({
             'Time': _json_sections(self.times, sort_by, ascending, _time_entry),
             'Counter': _json_sections(self.values, sort_by, ascending, _value_entry),
+            'Totals': dict(totals or {}),
             'Unit': {'Time': 'ms', 'Counter': 'value'},
         }, indent=4)
 
@@ -129,6 +135,10 @@ def _row(cells, widths):
     first = cells[0].ljust(widths[0])
     rest = [cell.rjust(w) for cell, w in zip(cells[1:], widths[1:])]
     return '    '.join([first, *rest])
+
+
+def _number(value):
+    return f'{value:.4f}' if isinstance(value, float) else str(value)
 
 
 def _time_cells(name, stat):

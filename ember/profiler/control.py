@@ -149,6 +149,8 @@ def dumps(reset=False, format='table', sort_by='total', ascending=False) -> str:
 
     Per section (operators, API calls, each domain) and name: count, total, minimum, maximum
     and average time in milliseconds, sorted by `sort_by`; counters give their values.
+    Process-wide totals that other layers register (:func:`register_totals`: the graph
+    compiler's compiles, cache hits and loads) come first.
     ``reset=True`` clears the statistics after reading them.
     """
     if format not in FORMATS:
@@ -160,9 +162,10 @@ def dumps(reset=False, format='table', sort_by='total', ascending=False) -> str:
     if not isinstance(ascending, bool):
         raise ValueError(f'dumps ascending={ascending!r}: expected True or False')
     stats = recorder.aggregates(reset=bool(reset))
+    totals = recorder.totals()
     if format == 'json':
-        return stats.as_json(sort_by, ascending)
-    return stats.table(sort_by, ascending)
+        return stats.as_json(sort_by, ascending, totals)
+    return stats.table(sort_by, ascending, totals)
 
 
 # ----------------------------------------------------------------------------------------------

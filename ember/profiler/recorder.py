@@ -214,6 +214,21 @@ def aggregates(reset: bool = False) -> Aggregates:
     return snapshot
 
 
+_totals: dict = {}      # section -> function returning {name: number}
+
+
+def register_totals(section: str, values) -> None:
+    """Show `values()` (name -> number, counted since the process started) as the block
+    `section` of the aggregate table whenever some value is not zero."""
+    _totals[section] = values
+
+
+def totals() -> dict:
+    """The registered totals that are not all zero: section -> {name: number}."""
+    found = {section: values() for section, values in _totals.items()}
+    return {section: values for section, values in found.items() if any(values.values())}
+
+
 def reset() -> None:
     """Stop, and forget the configuration, the records, the statistics and the ids."""
     global _settings
