@@ -84,6 +84,16 @@ def test_gpu_pool_follows_the_gpu_variables():
         assert storage.manager(GPU0).alloc(1500).size == 2000
 
 
+@pytest.mark.parametrize('reserve, cached', [(50, 0), (10, 256)])
+def test_gpu_pool_keeps_the_reserve_free_by_releasing_its_cache(reserve, cached):
+    with installed(MXNET_GPU_MEM_POOL_RESERVE=reserve) as (fake,):
+        fake.capacity = 1000
+        pool = storage.manager(GPU0)
+        pool.alloc(256).release()
+        kept = pool.alloc(400)      # 1000 - 256 - 400 bytes would stay free
+        assert pool.stats()['cached'] == cached and kept.size == 400
+
+
 def test_gpu_out_of_memory_names_asked_held_cached_and_free():
     fake = FakeGpu(capacity=1000)
     with installed():
