@@ -199,6 +199,18 @@ def test_a_compiled_dropout_network_draws_alike_compiled_or_loaded(tmp_path):
     assert np.array_equal(compiled[0], loaded[0]) and np.array_equal(compiled[1], loaded[1])
 
 
+@needs_gpu
+@pytest.mark.parametrize('kind', ['device', 'nccl'])
+def test_kvstore_sums_arrays_on_the_gpu(kind):
+    kv = mx.kv.create(kind)
+    places = [mx.gpu(0), mx.gpu(0), mx.cpu()] if kind == 'device' else [mx.gpu(0)] * 2
+    kv.init('w', nd.zeros((3,), ctx=mx.gpu(0)))
+    outs = [nd.zeros((3,), ctx=p) for p in places]
+    kv.pushpull('w', [nd.ones((3,), ctx=p) * (i + 1) for i, p in enumerate(places)], out=outs)
+    total = float(sum(range(1, len(places) + 1)))
+    assert [o.asnumpy().tolist() for o in outs] == [[total] * 3] * len(places)
+
+
 # ----------------------------------------------------------------------------------------------
 # The whole operator table on gpu(0) against the CPU, and the six benchmark networks
 

@@ -268,6 +268,20 @@ def test_arrays_on_a_gpu_run_on_its_workers_and_copy_between_devices():
         assert any(s.waited for s in gpu1.streams)      # the copy waited on gpu0's event
 
 
+def test_device_kvstore_sums_and_broadcasts_across_two_gpus():
+    with installed(2) as (gpu0, gpu1):
+        kv = mx.kv.create('device')
+        kv.init('w', mx.nd.zeros((2,), ctx=GPU0))
+        outs = [mx.nd.zeros((2,), ctx=d) for d in (GPU0, GPU1)]
+        kv.pushpull('w', [mx.nd.ones((2,), ctx=d) * (i + 1)
+                          for i, d in enumerate((GPU0, GPU1))], out=outs)
+        assert [o.asnumpy().tolist() for o in outs] == [[3.0, 3.0]] * 2
+        assert [o.context for o in outs] == [GPU0, GPU1]
+        kv.broadcast('b', mx.nd.ones((2,)) * 7, out=outs)
+        assert [o.asnumpy().tolist() for o in outs] == [[7.0, 7.0]] * 2
+        assert any(s.waited for s in gpu0.streams + gpu1.streams)   # events, not host waits
+
+
 # ----------------------------------------------------------------------------------------------
 # Resources per GPU
 
