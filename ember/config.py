@@ -409,6 +409,15 @@ def _default_from(other):
 
 
 NOT_YET = 'not yet effective: '
+# Effective in code, each shown by a test against a simulated CUDA device (tests/fake_cuda.py),
+# but no GPU has run them yet: benchmarks/gpu_check.sh is the check to run where one is lent.
+SIMULATED_GPU_ONLY = frozenset((
+    'MXNET_GPU_WORKER_NTHREADS', 'MXNET_GPU_COPY_NTHREADS', 'MXNET_GPU_WORKER_NSTREAMS',
+    'MXNET_GPU_MEM_POOL_RESERVE', 'MXNET_GPU_MEM_POOL_TYPE',
+    'MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF', 'MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE',
+    'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION',
+    'MXNET_CUDA_LIB_CHECKING', 'MXNET_CUDNN_LIB_CHECKING', 'MXNET_GPU_TEMP_COPY',
+    'MXNET_GPU_PARALLEL_RAND_COPY', 'MXNET_GPU_CUDNN_DROPOUT_STATE_COPY'))
 OPS = NOT_YET + 'honoured by the neural-network operators (operators issue)'
 KERNELS = NOT_YET + 'honoured by the fast CPU kernel providers (performance issue)'
 P2P = NOT_YET + ('the peer-to-peer copy path is written and its choice unit-tested, but it '
