@@ -32,6 +32,13 @@ again for that cell. The goal column checks issue #5's goal: Ember >= 1.25x MXNe
 img/s with a peak RSS no higher than MXNet's. ``--train`` adds the training row (resnet50_v1,
 batch 16, SGD with momentum on synthetic data). ``--quick`` is ``--warmup 1 --batches 3
 --min-seconds 1``.
+
+``--device gpu`` runs Ember on mx.gpu(0) beside PyTorch eager on the same card (cuda:0, each
+step synchronised as Ember's waits do, float32 without TF32 on either side unless
+``--ember-env MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION=1`` and ``--torch-tf32``); the goal
+is then issue #34's, Ember >= 0.9x PyTorch eager's img/s. ``--torch-python PATH`` runs
+PyTorch with an interpreter that has it (on a GPU machine, a CUDA build), instead of the
+environment made from a CPU wheel.
 """
 from __future__ import annotations
 
@@ -59,6 +66,7 @@ TITLES = {'ember': 'Ember', 'mxnet': 'MXNet 1.9.1', 'torch': 'PyTorch eager',
 NETWORKS = ('alexnet', 'vgg16', 'inceptionv3', 'resnet50_v1', 'resnet152_v1')
 TRAIN_NETWORK, TRAIN_BATCH = 'resnet50_v1', 16
 GOAL_SPEEDUP = 1.25
+GPU_GOAL_SPEEDUP = 0.9      # issue #34: Ember on a GPU against PyTorch eager on the same card
 
 
 @dataclass(frozen=True)
@@ -89,13 +97,14 @@ def runner_argv(framework, cell, args):
     """The command line of one measurement."""
     common = ['--network', cell.network, '--batch', str(cell.batch), '--mode', cell.mode,
               '--warmup', str(args.warmup), '--batches', str(args.batches),
-              '--min-seconds', str(args.min_seconds)]
+              '--min-seconds', str(args.min_seconds), '--device', args.device]
     if framework in ('ember', 'mxnet'):
         python = sys.executable if framework == 'ember' else envs.MXNET_ENV.python(args.env_dir)
         return [str(python), str(PEERS / 'gluon_runner.py'), '--framework', framework] + common
-    torch_python = args.torch_env.python(args.env_dir)
-    compile_flag = ['--compile'] if framework == 'torch-compile' else []
-    return [str(torch_python), str(PEERS / 'torch_runner.py')] + compile_flag + common
+    torch_python = args.torch_python or args.torch_env.python(args.env_dir)
+    flags = ['--compile'] if framework == 'torch-compile' else []
+    flags += ['--tf32'] if args.torch_tf32 else []
+    return [str(torch_python), str(PEERS / 'torch_runner.py')] + flags + common
 
 
 def runner_env(framework, args):
@@ -224,7 +233,7 @@ def cells_of(args):
     elif not args.train_only:
         cells = [Cell(net, batch) for net in args.networks for batch in args.batch_sizes]
     if args.train or args.train_only:
-        cells.append(Cell(TRAIN_NETWORK, TRAIN_BATCH, 'train'))
+        cells.append(Cell(TRAIN_NETWORK, args.train_batch, 'train'))
     return cells
 
 
@@ -378,9 +387,28 @@ def cell_table(cell, summary, frameworks, threshold):
         lines.append(f'| {TITLES[framework]:<14} | {rate_text(outcome):>7} | '
                      f'{speedup:>10} | {fmt(outcome.peak_rss_mb, ".0f"):>11} '
                      f'| {runs} |')
-    verdict = goal_verdict(ember, summary.get((cell, 'mxnet')))
-    lines += ['', f'goal (Ember >= {GOAL_SPEEDUP}x MXNet img/s, RSS <= MXNet): {verdict}', '']
+    if 'mxnet' in frameworks:
+        verdict = goal_verdict(ember, summary.get((cell, 'mxnet')))
+        lines += ['', f'goal (Ember >= {GOAL_SPEEDUP}x MXNet img/s, RSS <= MXNet): {verdict}',
+                  '']
+    else:
+        verdict = gpu_goal_verdict(ember, summary.get((cell, 'torch')))
+        lines += ['', f'goal (Ember >= {GPU_GOAL_SPEEDUP}x PyTorch eager img/s): {verdict}', '']
     return lines
+
+
+def gpu_goal_verdict(ember, torch):
+    """Issue #34's goal for one cell: Ember >= 0.9x PyTorch eager's img/s.
+
+    >>> gpu_goal_verdict(Outcome(95.0, 900.0), Outcome(100.0, 2000.0))
+    'yes'
+    >>> gpu_goal_verdict(Outcome(80.0, 900.0), Outcome(100.0, 2000.0))
+    'no (0.80x)'
+    """
+    value = ratio(ember, torch)
+    if value is None:
+        return '-'
+    return 'yes' if value >= GPU_GOAL_SPEEDUP else f'no ({value:.2f}x)'
 
 
 def summary_table(cells, summary, frameworks):
@@ -395,7 +423,9 @@ def summary_table(cells, summary, frameworks):
         rates = [rate_text(get((cell, f))) for f in shown]
         ratios = [ratio_text(get((cell, 'ember')), get((cell, f))) for f in others]
         rss = [fmt(getattr(get((cell, f)), 'peak_rss_mb', None), '.0f') for f in shown]
-        verdict = goal_verdict(get((cell, 'ember')), get((cell, 'mxnet')))
+        verdict = goal_verdict(get((cell, 'ember')), get((cell, 'mxnet'))) \
+            if 'mxnet' in frameworks else gpu_goal_verdict(get((cell, 'ember')),
+                                                            get((cell, 'torch')))
         row = [cell.network, str(cell.batch), cell.mode] + rates + ratios + rss + [verdict]
         lines.append('| ' + ' | '.join(row) + ' |')
     return lines
@@ -408,7 +438,7 @@ def prepare_envs(args):
     spent = {}
     if 'mxnet' in args.frameworks:
         spent['mxnet'] = envs.create(envs.MXNET_ENV, args.env_dir)
-    if {'torch', 'torch-compile'} & set(args.frameworks):
+    if {'torch', 'torch-compile'} & set(args.frameworks) and not args.torch_python:
         spent['torch'] = envs.create(args.torch_env, args.env_dir)
     return spent
 
@@ -492,6 +522,12 @@ def build_parser():
     add('--torch-wheel', default=None,
         help='local torch 2.13.0 CPU wheel; None: looked for in ' + ', '.join(envs.WHEEL_PLACES))
     add('--setup-only', action='store_true', help='create the environments and stop')
+    add('--device', choices=('cpu', 'gpu'), default='cpu',
+        help='gpu: Ember on mx.gpu(0), PyTorch on cuda:0 (no MXNet)')
+    add('--torch-python', default=None,
+        help='an interpreter with PyTorch to run it with (no environment is made)')
+    add('--torch-tf32', action='store_true', help='let PyTorch use TF32 on a GPU')
+    add('--train-batch', type=int, default=TRAIN_BATCH, help='batch of the training row')
     add('--threads', type=int, default=len(os.sched_getaffinity(0)),
         help='OMP_NUM_THREADS of every runner')
     add('--ember-env', type=_assignment, action='append', default=[],
@@ -516,9 +552,12 @@ def parse_args(argv=None):
         raise SystemExit(f'--repeats {args.repeats}: expected at least 1 (3 for a median)')
     args.ember_env = dict(args.ember_env)
     args.env_dir = args.env_dir.expanduser()
+    if args.device == 'gpu':
+        if 'mxnet' in args.frameworks:
+            args.frameworks = [f for f in args.frameworks if f != 'mxnet']
     needs_torch = {'torch', 'torch-compile'} & set(args.frameworks)
     args.torch_env = envs.torch_env(args.torch_wheel or envs.find_torch_wheel()) \
-        if needs_torch else None
+        if needs_torch and not args.torch_python else None
     return args
 
 

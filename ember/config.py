@@ -409,9 +409,19 @@ def _default_from(other):
 
 
 NOT_YET = 'not yet effective: '
+# Effective in code, each shown by a test against a simulated CUDA device (tests/fake_cuda.py),
+# but no GPU has run them yet: benchmarks/gpu_check.sh is the check to run where one is lent.
+SIMULATED_GPU_ONLY = frozenset((
+    'MXNET_GPU_WORKER_NTHREADS', 'MXNET_GPU_COPY_NTHREADS', 'MXNET_GPU_WORKER_NSTREAMS',
+    'MXNET_GPU_MEM_POOL_RESERVE', 'MXNET_GPU_MEM_POOL_TYPE',
+    'MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF', 'MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE',
+    'MXNET_CUDA_ALLOW_TENSOR_CORE', 'MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION',
+    'MXNET_CUDA_LIB_CHECKING', 'MXNET_CUDNN_LIB_CHECKING', 'MXNET_GPU_TEMP_COPY',
+    'MXNET_GPU_PARALLEL_RAND_COPY', 'MXNET_GPU_CUDNN_DROPOUT_STATE_COPY'))
 OPS = NOT_YET + 'honoured by the neural-network operators (operators issue)'
 KERNELS = NOT_YET + 'honoured by the fast CPU kernel providers (performance issue)'
-GPU = NOT_YET + 'needs the GPU backend (CuPy), which is not built yet'
+P2P = NOT_YET + ('the peer-to-peer copy path is written and its choice unit-tested, but it '
+                 'awaits a check on a machine with two GPUs')
 COMPILER = NOT_YET + 'honoured by the graph compiler (compiler issue)'
 GLUON = NOT_YET + 'honoured by Gluon (operators issue)'
 
@@ -449,9 +459,11 @@ enum_var('ONEDNN_MAX_CPU_ISA', 'ALL', ONEDNN_ISAS, 'Widest instruction set the C
 
 # Threads
 int_var('MXNET_GPU_WORKER_NTHREADS', 2, 'Worker threads per GPU: how many operators run on one '
-        'GPU at once.', _THREADS, 'engine', low=1, read='startup', status=GPU)
-int_var('MXNET_GPU_COPY_NTHREADS', 2, 'Threads per GPU that copy memory between devices.',
-        _THREADS, 'engine', low=1, read='startup', status=GPU)
+        'GPU at once, each thread queueing kernels on streams of its own.', _THREADS, 'engine',
+        low=1, read='startup')
+int_var('MXNET_GPU_COPY_NTHREADS', 2, 'Threads per GPU that copy memory between devices (to '
+        'and from the host, between GPUs), each on a stream of its own.', _THREADS, 'engine',
+        low=1, read='startup')
 int_var('MXNET_CPU_WORKER_NTHREADS', 1, 'Worker threads on the CPU: how many operators run '
         'at once (each may use OMP_NUM_THREADS threads itself).', _THREADS, 'engine', low=1,
         read='startup')
@@ -474,18 +486,18 @@ int_var('NNVM_EXEC_MATCH_RANGE', 16, 'Memory planner: reuse a freed buffer up to
         aliases=('MXNET_EXEC_MATCH_RANGE',))
 int_var('MXNET_EXEC_NUM_TEMP', 1, 'Colours of the memory plan: more allow more branches to run '
         'in parallel at the cost of memory.', _MEMORY, 'executor', low=1, cache_key=True)
-int_var('MXNET_GPU_MEM_POOL_RESERVE', 5, 'Percent of GPU memory the pool never takes; the cache '
-        'is released before an allocation would cut into it.', _MEMORY, 'storage', low=0,
-        high=100, read='startup', status=GPU)
+int_var('MXNET_GPU_MEM_POOL_RESERVE', 5, 'Percent of GPU memory kept for cuDNN, cuBLAS and '
+        'kernel temporaries: the pool releases its cache before an allocation would cut into '
+        'it.', _MEMORY, 'storage', low=0, high=100, read='startup')
 enum_var('MXNET_GPU_MEM_POOL_TYPE', 'Naive', ('Naive', 'Round', 'Unpooled'), 'How the GPU '
-         'pool rounds and caches freed buffers.', _MEMORY, 'storage', read='startup',
-         status=GPU)
+         'pool rounds and caches freed buffers (cudaMalloc underneath).', _MEMORY, 'storage',
+         read='startup')
 int_var('MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF', 24, 'Round pool: sizes below 2**N round up to '
         'a power of two, larger ones to a multiple of 2**N.', _MEMORY, 'storage', low=0,
-        high=40, read='startup', status=GPU)
+        high=40, read='startup')
 int_var('MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE', 2097152, 'Naive pool: requests above this many '
         'bytes round up to a multiple of it (1 disables).', _MEMORY, 'storage', low=1,
-        read='startup', status=GPU)
+        read='startup')
 enum_var('MXNET_CPU_MEM_POOL_TYPE', 'Naive', ('Naive', 'Round', 'Unpooled'), 'How the CPU pool '
          'rounds and caches freed buffers (Ember extension, the GPU variable for the CPU).',
          _MEMORY, 'storage', read='startup', extension=True)
@@ -547,9 +559,10 @@ bool_var('MXNET_KVSTORE_TREE_BACKTRACK', False, 'Build reduction trees by backtr
 float_var('MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY', 0.7, 'Factor on the weight of a link each '
           'time a tree uses it, so that the next trees prefer other links.', _KVSTORE,
           'kvstore', low=0.0)
-bool_var('MXNET_ENABLE_GPU_P2P', True, "The 'device' store copies between GPUs directly "
-         '(peer to peer) where the GPUs allow it, and its trees weigh links by the P2P '
-         'matrix; off, copies go through host memory.', _KVSTORE, 'kvstore', status=GPU)
+bool_var('MXNET_ENABLE_GPU_P2P', True, 'Copies between GPUs (the device store\'s among '
+         'them) go directly, peer to peer, where the GPUs allow it, and the store\'s trees '
+         'weigh links by the P2P matrix; off, copies go through host memory.', _KVSTORE,
+         'kvstore', status=P2P)
 bool_var('MXNET_UPDATE_ON_KVSTORE', True, 'Trainer and Module run the optimizer inside the '
          "KVStore (on the server ranks of a 'dist' store) where the store can; an explicit "
          'update_on_kvstore argument wins.', _KVSTORE, 'kvstore')
@@ -594,21 +607,29 @@ bool_var('MXNET_STORAGE_FALLBACK_LOG_VERBOSE', True, 'Log, once per operator and
          'copies of them (the storage fallback).', _LOG, 'op')
 
 # Operators and kernels
-int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker.', _GPU, 'engine', low=1,
-        high=2, read='startup', status=GPU)
+int_var('MXNET_GPU_WORKER_NSTREAMS', 1, 'CUDA streams per GPU worker thread: with 2, an '
+        "operator may run independent work on the second (a convolution's weight gradient "
+        'beside its data gradient, with a workspace of its own).', _GPU, 'engine', low=1,
+        high=2, read='startup')
 enum_var('MXNET_CUDNN_AUTOTUNE_DEFAULT', '1', ('0', '1', '2'), 'Convolution algorithm (on the '
-         'CPU: oneDNN, im2col+GEMM, Winograd), for the forward pass and for the data and '
-         'weight gradients each: 0 by rule, 1 by measuring those whose scratch fits the '
-         'workspace attribute (cached per layer shape), 2 by measuring all.',
-         _OPS, 'op', cache_key=True)
-bool_var('MXNET_CUDA_ALLOW_TENSOR_CORE', True, 'Allow Tensor Cores in CUDA kernels.', _GPU, 'op',
-         read='startup', status=GPU)
-bool_var('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION', False, 'Let float32 kernels convert to '
-         'float16 to use Tensor Cores.', _GPU, 'op', status=GPU)
-bool_var('MXNET_CUDA_LIB_CHECKING', True, 'Check the CUDA library version at start-up.', _GPU,
-         'backend', read='startup', status=GPU)
-bool_var('MXNET_CUDNN_LIB_CHECKING', True, 'Check the cuDNN library version at start-up.', _GPU,
-         'backend', read='startup', status=GPU)
+         "CPU: oneDNN, im2col+GEMM, Winograd; on a GPU: cuDNN's algorithms, CuPy's GEMM), for "
+         'the forward pass and for the data and weight gradients each: 0 by rule (on a GPU '
+         "cuDNN's heuristic), 1 by measuring those whose scratch fits the workspace attribute "
+         '(cached per layer shape), 2 by measuring all.', _OPS, 'op', cache_key=True)
+bool_var('MXNET_CUDA_ALLOW_TENSOR_CORE', True, 'Allow Tensor Cores: half-precision GEMMs and '
+         'convolutions use them; off, every cuBLAS product is pedantic and cuDNN uses FMA '
+         'math. Read when the first GPU starts.', _GPU, 'backend', read='startup')
+bool_var('MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION', False, 'Let float32 GEMMs and '
+         'convolutions convert to float16 on Tensor Cores (cuBLAS 32F_FAST_16F, cuDNN '
+         'TENSOR_OP_MATH_ALLOW_CONVERSION); off, float32 keeps float32 arithmetic (no TF32). '
+         'Only with MXNET_CUDA_ALLOW_TENSOR_CORE; read when the first GPU starts.', _GPU,
+         'backend', read='startup')
+bool_var('MXNET_CUDA_LIB_CHECKING', True, 'Warn when the CUDA driver is older than the runtime '
+         'CuPy uses, or the runtime older than 12.0 (checked when the first GPU starts).',
+         _GPU, 'backend', read='startup')
+bool_var('MXNET_CUDNN_LIB_CHECKING', True, 'Warn when the cuDNN found is older than 9.0, or was '
+         'built for another CUDA major version than the runtime (checked when the first GPU '
+         'starts).', _GPU, 'backend', read='startup')
 str_var('MXNET_GLUON_REPO', 'https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/',
         'Where pretrained weights and datasets are fetched from (a URL or a local directory).',
         'environment', 'gluon', accepts='a URL or a directory path')
@@ -625,14 +646,16 @@ int_var('MXNET_OPTIMIZER_AGGREGATION_SIZE', 4, 'Weights updated by one optimizer
         '(read when an optimizer is created).', _OPS, 'optimizer', low=1, high=60)
 int_var('MXNET_CPU_TEMP_COPY', 4, 'Temporary workspaces on the CPU, handed out round-robin.',
         _OPS, 'resource', low=1, read='startup')
-int_var('MXNET_GPU_TEMP_COPY', 1, 'Temporary workspaces per GPU.', _OPS, 'resource', low=1,
-        read='startup', status=GPU)
+int_var('MXNET_GPU_TEMP_COPY', 1, 'Temporary workspaces per GPU (cuDNN workspaces among '
+        'them), handed out round-robin.', _OPS, 'resource', low=1, read='startup')
 int_var('MXNET_CPU_PARALLEL_RAND_COPY', 1, 'Independent random streams on the CPU.', _OPS,
         'resource', low=1, read='startup')
-int_var('MXNET_GPU_PARALLEL_RAND_COPY', 4, 'Independent random streams per GPU.', _OPS,
-        'resource', low=1, read='startup', status=GPU)
-int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU.', _OPS, 'resource',
-        low=1, read='startup', status=GPU)
+int_var('MXNET_GPU_PARALLEL_RAND_COPY', 4, 'Independent random streams per GPU (CuPy '
+        'generators), handed out round-robin.', _OPS, 'resource', low=1, read='startup')
+int_var('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY', 4, 'Dropout states per GPU: the random streams '
+        'Dropout draws its masks from there, apart from the other random operators (Ember '
+        "draws them with CuPy's generators, not cuDNN's dropout descriptor).", _OPS,
+        'resource', low=1, read='startup')
 enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Graph rewrites for the CPU '
          'kernels: MKLDNN folds BatchNorm and fuses convolution with add and activation for '
          'inference, puts convolution regions channel-last (NHWC) in inference and training '
@@ -640,7 +663,8 @@ enum_var('MXNET_SUBGRAPH_BACKEND', 'MKLDNN', ('MKLDNN', 'NONE'), 'Graph rewrites
          '(BatchNormWithReLU); NONE turns them off.', _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_SAFE_ACCUMULATION', False, 'Reductions over float16 (float32) accumulate in '
          'float32 (float64).', _OPS, 'op', cache_key=True)
-bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel.',
+bool_var('MXNET_USE_FUSION', True, 'Fuse chains of element-wise operators into one kernel '
+         '(on a GPU one generated CUDA kernel per group).',
          _EXEC, 'executor', cache_key=True)
 bool_var('MXNET_FUSION_VERBOSE', False, 'Print the code generated for fused operators.', _EXEC,
          'executor')

@@ -1,9 +1,11 @@
 """Per-device temporary workspaces and random-number streams, handed out round-robin.
 
 A device has ``MXNET_CPU_TEMP_COPY`` workspaces and ``MXNET_CPU_PARALLEL_RAND_COPY`` random
-streams (``MXNET_GPU_*`` on a GPU). Each copy carries an engine variable; an operator that uses a
-copy adds ``copy.var`` to the variables it writes, so operators given the same copy run one
-after the other and more copies let more of them run at once.
+streams (``MXNET_GPU_*`` on a GPU). A GPU also has ``MXNET_GPU_CUDNN_DROPOUT_STATE_COPY``
+dropout states, the random streams that Dropout draws its masks from there (on the CPU it draws
+from the random streams). Each copy carries an engine variable; an operator that uses a copy
+adds ``copy.var`` to the variables it writes, so operators given the same copy run one after
+the other and more copies let more of them run at once.
 
 >>> from ember import resource, device
 >>> space = resource.temp_space(device.cpu())
@@ -30,8 +32,8 @@ import numpy as np
 from ember import backend, config, engine, storage
 from ember.base import dtype_of, prod
 
-__all__ = ['TempSpace', 'RandomStream', 'temp_space', 'random_stream', 'seed', 'copies',
-           'reset', 'DEFAULT_SEED']
+__all__ = ['TempSpace', 'RandomStream', 'temp_space', 'random_stream', 'dropout_state', 'drawing_cycles', 'seed',
+           'copies', 'reset', 'DEFAULT_SEED']
 
 DEFAULT_SEED = 0  # streams start seeded, as in MXNet: unseeded programs draw the same numbers
 
@@ -94,6 +96,20 @@ class RandomStream:
         self.var = var
         self.generator = generator
 
+    def state(self):
+        """The generator's state now, which :meth:`restore` puts back."""
+        generator = self.generator
+        if hasattr(generator, 'snapshot'):                  # a device's generator
+            return generator.snapshot()
+        return generator.bit_generator.state
+
+    def restore(self, state) -> None:
+        generator = self.generator
+        if hasattr(generator, 'snapshot'):
+            generator.restore(state)
+        else:
+            generator.bit_generator.state = state
+
     def __repr__(self):
         return f'<RandomStream {self.index} on {self.device}>'
 
@@ -111,8 +127,16 @@ class _DeviceResources:
         self.random = tuple(RandomStream(dev, i, new_var(carries_errors=False),
                                          make_generator(_seed_sequence(seed_value, dev, i)))
                             for i in range(config.get(f'MXNET_{kind}_PARALLEL_RAND_COPY')))
+        # a GPU's dropout states are streams of their own, numbered after the random ones
+        count = len(self.random)
+        self.dropout = self.random if kind == 'CPU' else tuple(
+            RandomStream(dev, count + i, new_var(carries_errors=False),
+                         make_generator(_seed_sequence(seed_value, dev, count + i)))
+            for i in range(config.get('MXNET_GPU_CUDNN_DROPOUT_STATE_COPY')))
         self.next_temp = itertools.cycle(self.temp).__next__  # C-level: atomic across threads
         self.next_random = itertools.cycle(self.random).__next__
+        self.next_dropout = (self.next_random if kind == 'CPU'
+                             else itertools.cycle(self.dropout).__next__)
 
 
 _devices: dict = {}
@@ -138,6 +162,22 @@ def temp_space(dev) -> TempSpace:
 def random_stream(dev) -> RandomStream:
     """The next random stream of device `dev` (round-robin)."""
     return _resources(dev).next_random()
+
+
+def dropout_state(dev) -> RandomStream:
+    """The next dropout state of device `dev` (round-robin); on the CPU its random stream."""
+    return _resources(dev).next_dropout()
+
+
+def drawing_cycles(dev) -> tuple:
+    """The round-robin cycles of random streams of device `dev`, each as (the resource kinds
+    that take from it, its streams, the function taking the next): one on the CPU, whose dropout
+    draws from the random streams, two on a GPU, whose dropout states are streams of their own."""
+    found = _resources(dev)
+    if found.dropout is found.random:
+        return ((('random', 'dropout'), found.random, random_stream),)
+    return ((('random',), found.random, random_stream),
+            (('dropout',), found.dropout, dropout_state))
 
 
 def copies(dev) -> tuple[tuple[TempSpace, ...], tuple[RandomStream, ...]]:
@@ -166,7 +206,7 @@ def seed(seed_value: int, device=None) -> None:
     else:
         targets = [_resources(device)]
     for resources in targets:
-        for stream in resources.random:
+        for stream in dict.fromkeys(resources.random + resources.dropout):
             _push_reseed(stream, seed_value)
 
 

@@ -229,3 +229,40 @@ def test_int8_and_v1_iterators_follow_the_uint8_output():
     data, label, pad = epoch(mx.io.ImageRecordIter_v1(**dict(common, **CASES['resize_center'])))
     assert np.allclose(data, want['resize_center_data'], rtol=1e-6, atol=1e-6)
     assert np.array_equal(label, want['resize_center_label'])
+
+
+# ----------------------------------------------------------------------------------------------
+# mean_img: a file of the mean image, computed and saved when missing
+
+
+def test_mean_img_is_computed_saved_and_subtracted_as_mxnet_does(tmp_path):
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (10, 12, 3), dtype=np.uint8) for _ in range(5)]
+    writer = recordio.MXRecordIO(str(tmp_path / 'e.rec'), 'w')
+    for i, image in enumerate(images):
+        writer.write(recordio.pack_img((0, float(i), i, 0), image, img_fmt='.png'))
+    writer.close()
+    mean_file = tmp_path / 'mean.nd'
+    common = dict(path_imgrec=str(tmp_path / 'e.rec'), data_shape=(3, 8, 8), batch_size=2,
+                  mean_img=str(mean_file), preprocess_threads=2)
+    mx.io.ImageRecordIter(**common).close()
+    saved = mx.nd.load(str(mean_file))
+    assert list(saved) == ['mean_img']
+    mean = saved['mean_img'].asnumpy()
+    # center crops, BGR -> RGB, averaged; the first pixels as MXNet 1.9.1 computed them
+    crops = np.stack(images)[:, 1:9, 2:10, ::-1].astype(np.float64)
+    assert np.allclose(mean, crops.mean(0).transpose(2, 0, 1), rtol=1e-6)
+    assert np.allclose(mean[:, 0, :3], [[126.4, 172.4, 82.4], [142.0, 124.4, 143.0],
+                                        [93.2, 167.4, 130.0]], rtol=1e-6)
+    # an existing file is used as it is: (pixel - mean_img) * scale / std (mean_r unused);
+    # MXNet 1.9.1's output for the second image with the same file
+    it = mx.io.ImageRecordIter(**common, std_r=2, std_g=4, std_b=8, scale=0.5, mean_r=50)
+    batch = it.next().data[0].asnumpy()
+    assert np.allclose(batch[1, :, 0, :3], [[-11.35, 7.15, -19.85], [-5.0, 0.325, 11.75],
+                                            [3.9875, -6.0875, -2.125]], rtol=1e-5, atol=1e-5)
+    it.close()
+    mx.nd.save(str(mean_file), {'mean_img': mx.nd.zeros((3, 4, 4))})
+    with pytest.raises(mx.EmberError, match=r"mean_img=.*mean\.nd' holds arrays of shapes "
+                                            r"\[\(3, 4, 4\)\]; expected one array of "
+                                            r"data_shape \(3, 8, 8\)"):
+        mx.io.ImageRecordIter(**common)

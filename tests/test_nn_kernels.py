@@ -49,7 +49,8 @@ def run(name, inputs, is_train=False, seed=0, temp=True, **kwargs):
             for s, d in zip(out_shapes, out_dtypes)]
     ctx = KernelContext(device=None, is_train=is_train, xp=np,
                         temp=GarbageTemp() if temp and 'temp' in op.resources else None,
-                        random=SeededRandom(seed) if 'random' in op.resources else None)
+                        random=SeededRandom(seed) if {'random', 'dropout'} & set(op.resources)
+                        else None)
     op.kernel(attrs, list(inputs), outs, ctx)
     return outs
 

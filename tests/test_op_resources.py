@@ -125,7 +125,7 @@ def _rrelu():
 
 OPERATORS = [
     ('Convolution', 'temp', _conv),
-    ('Dropout', 'random', _dropout),
+    ('Dropout', 'dropout', _dropout),      # a GPU's dropout states; the CPU's random streams
     ('LeakyReLU', 'random', _rrelu),
     ('_random_uniform', 'random', lambda: mx.nd.random.uniform(shape=(3,))),
     ('_random_normal', 'random', lambda: mx.nd.random.normal(shape=(3,))),
@@ -136,13 +136,14 @@ OPERATORS = [
 def test_operators_take_their_copies_from_the_resource_manager(name, kind, call, monkeypatch):
     assert kind in registry.get(name).resources
     handed = []
-    source = resource.temp_space if kind == 'temp' else resource.random_stream
+    getter = {'temp': 'temp_space', 'random': 'random_stream', 'dropout': 'dropout_state'}[kind]
+    source = getattr(resource, getter)
 
     def recording(dev):
         copy = source(dev)
         handed.append(copy)
         return copy
-    monkeypatch.setattr(resource, 'temp_space' if kind == 'temp' else 'random_stream', recording)
+    monkeypatch.setattr(resource, getter, recording)
     result = call()
     result.wait_to_read()
     assert np.isfinite(result.asnumpy()).all()

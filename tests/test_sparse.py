@@ -389,3 +389,116 @@ def test_storage_pass_leaves_dense_graphs_alone():
     graph = mx.sym.relu(mx.sym.var('x')).to_graph()
     graph = infer_type.run(infer_shape.run(graph, options), options)
     assert infer_storage.run(graph, options) is graph
+
+
+# ----------------------------------------------------------------------------------------------
+# row_sparse parameters: the weight lives in the Trainer's store
+
+
+def _row_sparse_param(name='w', rows=6):
+    param = gluon.Parameter(name, shape=(rows, 2), stype='row_sparse', grad_stype='row_sparse')
+    param.initialize(init=mx.init.Constant(1.0))
+    return param
+
+
+def test_row_sparse_parameter_pulls_rows_and_trains_as_in_mxnet():
+    param = _row_sparse_param()
+    trainer = gluon.Trainer([param], 'sgd', {'learning_rate': 0.5}, kvstore='local')
+    rows = param.row_sparse_data(nd.array([0, 2, 2]))
+    assert rows.stype == 'row_sparse' and rows.indices.asnumpy().tolist() == [0, 2]
+    with autograd.record():
+        weight = param.row_sparse_data(nd.array([1, 3]))
+        loss = (nd.sparse.dot(nd.array([[1, 0, 0, 0, 0, 0]]).tostype('csr'), weight) * 2).sum()
+    loss.backward()
+    grad = param.grad()
+    assert grad.stype == 'row_sparse' and grad.indices.asnumpy().tolist() == [0]
+    trainer.step(1)
+    assert trainer._update_on_kvstore
+    # MXNet 1.9.1 gives the same: row 0 (the only gradient row) moved by 0.5 * 2
+    assert param.row_sparse_data(nd.arange(6)).asnumpy().tolist() == \
+        [[0.0, 0.0]] + [[1.0, 1.0]] * 5
+
+
+def test_row_sparse_weight_trains_like_a_dense_one():
+    rng = np.random.default_rng(3)
+    features, batches = 20, [rng.random((4, 20)) * (rng.random((4, 20)) < 0.2)
+                             for _ in range(6)]
+    targets = [rng.standard_normal((4, 2)) for _ in batches]
+    start = rng.standard_normal((features, 2)).astype(np.float32)
+
+    def train(stype):
+        param = gluon.Parameter('weight', shape=(features, 2), stype=stype,
+                                grad_stype='row_sparse' if stype != 'default' else 'default')
+        param.initialize()
+        param.set_data(nd.array(start))
+        trainer = gluon.Trainer([param], 'sgd', {'learning_rate': 0.1}, kvstore='local')
+        for x, y in zip(batches, targets):
+            csr = nd.array(x).tostype('csr')
+            with autograd.record():
+                weight = param.row_sparse_data(nd.array(np.unique(csr.indices.asnumpy()))) \
+                    if stype != 'default' else param.data()
+                loss = ((nd.sparse.dot(csr, weight) - nd.array(y)) ** 2).sum()
+            loss.backward()
+            trainer.step(4)
+        if stype == 'default':
+            return param.data().asnumpy()
+        return param._reduce().asnumpy()
+    assert np.allclose(train('row_sparse'), train('default'), rtol=1e-5, atol=1e-6)
+
+
+def test_row_sparse_parameter_saves_every_row(tmp_path):
+    net = gluon.nn.Block()
+    with net.name_scope():
+        net.weight = net.params.get('weight', shape=(4, 3), stype='row_sparse')
+    net.initialize(mx.init.One())
+    gluon.Trainer(net.collect_params(), 'sgd', kvstore='local')
+    net.save_parameters(str(tmp_path / 'p.params'))
+    saved = nd.load(str(tmp_path / 'p.params'))
+    assert saved['weight'].stype == 'row_sparse'
+    assert saved['weight'].asnumpy().tolist() == [[1.0] * 3] * 4
+
+
+def test_row_sparse_parameter_errors_name_the_parameter():
+    param = _row_sparse_param('emb')
+    with pytest.raises(EmberError, match=r"Parameter 'emb' on ctx None via data\(\) because "
+                                         r"its storage type is row_sparse"):
+        param.data()
+    with pytest.raises(EmberError, match=r"'emb' on all contexts via list_data\(\)"):
+        param.list_data()
+    with pytest.raises(EmberError, match="row_sparse data for Parameter 'emb' when no Trainer"):
+        param.row_sparse_data(nd.array([0]))
+    with pytest.raises(EmberError, match="Cannot reduce row_sparse data for Parameter 'emb'"):
+        param._reduce()
+    gluon.Trainer([param], 'sgd', kvstore='local')
+    with pytest.raises(EmberError, match="Parameter 'emb' because it was already set"):
+        gluon.Trainer([param], 'sgd', kvstore='local')
+    dense = gluon.Parameter('d', shape=(2,))
+    dense.initialize(mx.init.Zero())
+    with pytest.raises(EmberError, match=r"'d' via row_sparse_data\(\) because its storage "
+                                         r"type is default"):
+        dense.row_sparse_data(nd.array([0]))
+    with pytest.raises(ValueError, match=r"w: stype='dense': expected 'default', 'row_sparse' "
+                                         r"or 'csr'"):
+        gluon.Parameter('w', shape=(2,), stype='dense')
+    lonely = _row_sparse_param('lonely')
+    gluon.Trainer([lonely], 'sgd', kvstore=None)
+    with pytest.raises(TypeError, match="Cannot create None KVStore with row_sparse"):
+        lonely.row_sparse_data(nd.array([0]))
+    refused = _row_sparse_param('refused')
+    gluon.Trainer([refused], 'sgd', kvstore='local', update_on_kvstore=False)
+    with pytest.raises(ValueError, match='update_on_kvstore=False: row_sparse weights'):
+        refused.row_sparse_data(nd.array([0]))
+
+
+def test_hybrid_block_refuses_a_row_sparse_weight():
+    class Dot(gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.w = self.params.get('weight', shape=(4, 2), stype='row_sparse')
+
+        def hybrid_forward(self, F, x, weight):
+            return F.dot(x, weight)
+    block = Dot()
+    block.initialize()
+    with pytest.raises(EmberError, match=r"via data\(\) because its storage type is row_sparse"):
+        block(nd.ones((1, 4)))

@@ -222,9 +222,14 @@ def test_out_of_memory_after_the_retry_is_a_clear_error():
     device_memory = SimulatedDevice(1000)
     pool = Pool(CPU, device_memory, Naive(2 * MIB), reserve=0)
     held = pool.alloc(600)
-    with pytest.raises(OutOfMemoryError, match=r'cpu\(0\): out of memory allocating 700 bytes'):
+    pool.alloc(100).release()
+    with pytest.raises(OutOfMemoryError) as caught:
         pool.alloc(700)
-    assert device_memory.failed == 2
+    # what was asked, held, cached (and released) and free, so the user sees which to change
+    assert str(caught.value).startswith(
+        'cpu(0): out of memory: asked for 700 bytes (700 pooled); 600 bytes are held by live '
+        'arrays, 100 were cached and have been released, 400 bytes are free on the device')
+    assert device_memory.failed == 2 and pool.stats()['cached'] == 0
     assert issubclass(OutOfMemoryError, MemoryError) and issubclass(OutOfMemoryError, EmberError)
     assert pool.stats()['in_use'] == held.size
 

@@ -2,6 +2,7 @@
 
     python benchmarks/peers/gluon_runner.py --framework ember|mxnet --network resnet50_v1
         --batch 8 [--mode inference|train] [--warmup 2] [--batches 10] [--min-seconds 0]
+        [--device cpu|gpu]
 
 The same file runs both frameworks, `import ember as mx` or `import mxnet as mx`, so the code
 they run is the same: get_model(name, classes=1000), Xavier initialization,
@@ -33,19 +34,19 @@ def input_size(network):
     return SIZES.get(network, 224)
 
 
-def build(mx, network):
+def build(mx, network, ctx=None):
     net = mx.gluon.model_zoo.vision.get_model(network, classes=CLASSES)
-    net.initialize(mx.init.Xavier())
+    net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     return net
 
 
-def random_batch(mx, network, batch):
+def random_batch(mx, network, batch, ctx=None):
     import numpy as np
     rng = np.random.default_rng(0)
     size = input_size(network)
-    data = mx.nd.array(rng.standard_normal((batch, 3, size, size), dtype=np.float32))
-    label = mx.nd.array(rng.integers(0, CLASSES, batch).astype(np.float32))
+    data = mx.nd.array(rng.standard_normal((batch, 3, size, size), dtype=np.float32), ctx=ctx)
+    label = mx.nd.array(rng.integers(0, CLASSES, batch).astype(np.float32), ctx=ctx)
     return data, label
 
 
@@ -95,8 +96,9 @@ def versions(mx):
 
 def measure(args):
     mx = importlib.import_module(args.framework)
-    net = build(mx, args.network)
-    data, label = random_batch(mx, args.network, args.batch)
+    ctx = mx.gpu(0) if args.device == 'gpu' else mx.cpu()
+    net = build(mx, args.network, ctx)
+    data, label = random_batch(mx, args.network, args.batch, ctx)
     if args.mode == 'inference':
         step = inference_step(mx, net, data)
     else:
@@ -118,6 +120,7 @@ def parse_args(argv=None):
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--batches', type=int, default=10)
     parser.add_argument('--min-seconds', type=float, default=0.0)
+    parser.add_argument('--device', choices=('cpu', 'gpu'), default='cpu')
     return parser.parse_args(argv)
 
 

@@ -2,8 +2,10 @@
 
 ``for_device(dev)`` returns the device's backend: ``xp`` (numpy or cupy), ``alloc(nbytes)`` (a
 flat uint8 array), ``total_memory()``, ``free_memory()``, ``synchronize()``, ``oom_errors`` (the
-exceptions that mean "out of memory") and ``make_generator(seed_sequence)``. Only this package
-imports CuPy or loads native libraries (``backend.native``).
+exceptions that mean "out of memory") and ``make_generator(seed_sequence)``; a GPU's also
+``new_stream()``, ``fence()`` and ``await_fence(events)`` (``backend.gpu``). ``cpu_pinned``
+memory is page-locked where a GPU exists. Only this package imports CuPy or loads native
+libraries (``backend.native``, ``backend.onednn``, ``backend.cudnn``).
 
 >>> from ember import backend, device
 >>> be = backend.for_device(device.cpu())
@@ -16,13 +18,17 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ember import config
 from ember.backend import native
 from ember.backend.cpu import NumpyBackend
-from ember.backend.gpu import CupyBackend, probe
+from ember.backend import gpu as _gpu
+from ember.backend.gpu import CupyBackend, PinnedBackend, probe
 from ember.base import EmberError
 
-__all__ = ['for_device', 'num_gpus', 'NumpyBackend', 'CupyBackend', 'native']
+__all__ = ['for_device', 'num_gpus', 'NumpyBackend', 'CupyBackend', 'PinnedBackend', 'native',
+           'copy_between', 'peer_matrix', 'to_host', 'write_from_host']
 
 _backends: dict = {}
 _lock = threading.Lock()
@@ -40,6 +46,8 @@ def for_device(dev):
 
 
 def _create(dev):
+    if dev.device_type == 'cpu_pinned' and probe()[0] is not None:
+        return PinnedBackend(probe()[0], NumpyBackend())
     if dev.device_type != 'gpu':
         return NumpyBackend()
     cupy, count, why_none = probe()
@@ -56,4 +64,44 @@ def num_gpus() -> int:
     return probe()[1]
 
 
-config.register_reset('backend', native.reset)
+def peer_matrix(device_ids) -> list:
+    """Rows of 0/1 for the GPUs `device_ids`: whether each can reach the other's memory
+    directly (P2P); all 0 where ``MXNET_ENABLE_GPU_P2P`` is off or without GPUs."""
+    matrix = _gpu.peer_matrix() if config.get('MXNET_ENABLE_GPU_P2P') else ()
+    return [[matrix[a][b] if a < len(matrix) and b < len(matrix) else 0 for b in device_ids]
+            for a in device_ids]
+
+
+def copy_between(dst, src) -> None:
+    """dst = src across devices (host <-> GPU, GPU <-> GPU) on the calling thread's stream;
+    between GPUs peer to peer where ``MXNET_ENABLE_GPU_P2P`` and the hardware allow it,
+    else through host memory."""
+    _gpu.transfer(dst, src, config.get('MXNET_ENABLE_GPU_P2P'))
+
+
+def to_host(raw, device):
+    """A NumPy copy of the raw array of an array on `device`."""
+    if type(raw) is np.ndarray:
+        return raw.copy()
+    return for_device(device).to_host(raw)
+
+
+def write_from_host(raw, values, device) -> None:
+    """raw[...] = values (a C-contiguous host array of raw's shape and dtype)."""
+    if type(raw) is np.ndarray:
+        np.copyto(raw, values)
+    else:
+        for_device(device).write_from_host(raw, values)
+
+
+def _reset():
+    native.reset()
+    _gpu.reset()
+    with _lock:
+        # device backends read the tensor-core settings when made: made again from the new
+        # configuration (the host's hold no settings)
+        for dev in [d for d in _backends if d.device_type == 'gpu']:
+            del _backends[dev]
+
+
+config.register_reset('backend', _reset)

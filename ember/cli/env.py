@@ -104,7 +104,7 @@ def describe(var: config.Var) -> dict:
     row = {'name': var.name, 'section': var.section, 'kind': var.kind,
            'source': _source_text(var), 'default': default_text(var),
            'accepts': var.accepts, 'read': var.read, 'cache_key': var.cache_key,
-           'owner': var.owner, 'status': var.status, 'effective': var.effective,
+           'owner': var.owner, 'status': _status_text(var), 'effective': var.effective,
            'aliases': list(var.aliases), 'extension': var.extension, 'doc': var.doc}
     try:
         value = config.get(var.name)
@@ -243,9 +243,15 @@ def _name_cell(var: config.Var) -> str:
     return cell
 
 
+def _status_text(var: config.Var) -> str:
+    if var.effective and var.name in config.SIMULATED_GPU_ONLY:
+        return 'effective (on a simulated GPU; no GPU has run it yet)'
+    return var.status
+
+
 def _status_cell(var: config.Var) -> str:
     if var.effective:
-        return 'effective'
+        return _status_text(var)
     return 'not yet: ' + var.status.removeprefix(config.NOT_YET)
 
 

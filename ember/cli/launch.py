@@ -316,7 +316,7 @@ def _report(code, dead, status_dir, count):
               f'{failures[first][0]}{more}', file=sys.stderr)
         return failures[first][0]
     if died:
-        rank = min(died)
+        rank = next(iter(died))     # mpiexec reports the first death first
         print(f'ember launch: rank {rank} died with exit code {died[rank]}'
               f'{_signal_text(died[rank])}; mpiexec stopped the others', file=sys.stderr)
         return died[rank]

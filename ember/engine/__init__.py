@@ -46,6 +46,7 @@ import threading
 
 from ember import config, cores
 from ember.backend import native
+from ember.engine import gpu as _gpu
 from ember.engine import threads as _threads
 from ember.engine.segment import bulk, flush as _flush_bulk, set_bulk_size
 from ember.engine.core import Engine, NaiveEngine, Settings, role as _role
@@ -110,6 +111,7 @@ def reset() -> None:
             engine.shutdown()
             _carried = _carried + engine.unhandled()
     _threads.stop_kernel_pool()
+    _gpu.reset()
 
 
 def state_token() -> tuple:

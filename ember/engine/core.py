@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ember import config, profiler as _profiler
 from ember.base import EmberError
 from ember.device import cpu
+from ember.engine import gpu as _gpu
 from ember.engine import segment as _segment
 from ember.engine.threads import BlasLimit, affinity_from_config, kernel_threads
 from ember.engine.var import (WRITE, Failure, Op, Var, first_failure, push_site,
@@ -158,6 +159,8 @@ class Engine:
         raise its pending error once."""
         _segment.flush()
         self._wait_var_idle(var, write)
+        if var.gpu is not None:
+            _gpu.host_wait(var, write)
         failure = var.failure
         if failure is None or failure.error is None:
             return
@@ -170,6 +173,7 @@ class Engine:
         """Wait for every pushed operation; raise the first pending error, clearing all."""
         _segment.flush()
         self.wait_idle()
+        _gpu.synchronize_all()
         with self._lock:
             pending = [f for f in self._failures if f.error is not None]
             self._failures = []
@@ -288,7 +292,10 @@ class NaiveEngine(Engine):
             self._pushes += 1
             self._operations += count
             op.seq = self._pushes
-        failure = self.run(op)
+        if device is not None and device.device_type == 'gpu':
+            failure = _gpu.run_on_stream(op, self.run)
+        else:
+            failure = self.run(op)
         with self._lock:
             if failure is not None:
                 self._register(failure, op)

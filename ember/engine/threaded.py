@@ -26,6 +26,7 @@ import threading
 import time
 from queue import SimpleQueue
 
+from ember.engine import gpu as _gpu
 from ember.engine.core import Engine, normalise, role, take_lock
 from ember.engine.threads import pin_current_thread
 from ember.engine.var import READ, WAIT_READ, WAIT_WRITE, WRITE, Op
@@ -46,11 +47,13 @@ class Pool:
     first put they are the queue's own methods, with no Python frame around them.
     """
 
-    def __init__(self, engine, name, nthreads, pinned):
+    def __init__(self, engine, name, nthreads, pinned, serves='cpu'):
         self.engine = engine
         self.name = name
         self.nthreads = nthreads
         self.pinned = pinned        # whether KMP_AFFINITY applies (CPU workers)
+        # 'cpu', 'gpu' (every op on the thread's GPU streams) or 'any' (checked per op)
+        self.serves = serves
         self.threads = []
         self._queue = SimpleQueue()
         self.take = self._queue.get
@@ -84,8 +87,8 @@ class Pool:
 class PriorityPool(Pool):
     """Worker threads that take the highest-priority ready op first (push order among ties)."""
 
-    def __init__(self, engine, name, nthreads, pinned):
-        super().__init__(engine, name, nthreads, pinned)
+    def __init__(self, engine, name, nthreads, pinned, serves='cpu'):
+        super().__init__(engine, name, nthreads, pinned, serves)
         self._heap = []
         self._heap_lock = threading.Lock()
         self.take = self._take_highest
@@ -124,10 +127,10 @@ class ThreadedEngine(Engine):
         self._build_pools()
 
     def _build_pools(self):
-        self._shared = self._new_pool('worker', self.settings.cpu_workers, True)
+        self._shared = self._new_pool('worker', self.settings.cpu_workers, True, serves='any')
 
-    def _new_pool(self, name, nthreads, pinned, kind=Pool):
-        pool = kind(self, name, nthreads, pinned)
+    def _new_pool(self, name, nthreads, pinned, kind=Pool, serves='cpu'):
+        pool = kind(self, name, nthreads, pinned, serves)
         self._pools.append(pool)
         return pool
 
@@ -187,13 +190,32 @@ class ThreadedEngine(Engine):
         role.worker = True
         if core is not None:
             pin_current_thread(core)
-        take, run, complete = pool.take, self.run, self._complete
+        take, run, complete = pool.take, self._runner(pool.serves), self._complete
         while True:
             op = take()
             if op is None:
                 return
             complete(op, run(op))
             op = None       # while idle, hold no closure (and the arrays it captured)
+
+    def _runner(self, serves):
+        """How a worker of a pool serving `serves` runs an op: GPU ops on the thread's
+        streams (ember.engine.gpu), checked per op where a pool serves every device."""
+        run = self.run
+        if serves == 'cpu':
+            return run
+
+        def on_gpu(op):
+            return _gpu.run_on_stream(op, run)
+        if serves == 'gpu':
+            return on_gpu
+
+        def any_device(op):
+            device = op.device
+            if device is not None and device.device_type == 'gpu':
+                return on_gpu(op)
+            return run(op)
+        return any_device
 
     def _complete(self, op, failure):
         op.fn = None        # free what the function captured before waiters see it finish
@@ -334,6 +356,7 @@ class ThreadedEnginePerDevice(ThreadedEngine):
         with self._lock:
             pool = self._by_device.get(key)
             if pool is None:
-                pool = self._new_pool(f'{kind}{device_id}', sizes[kind], kind == 'cpu')
+                pool = self._new_pool(f'{kind}{device_id}', sizes[kind], kind == 'cpu',
+                                      serves='cpu' if kind == 'cpu' else 'gpu')
                 self._by_device[key] = pool
         return pool

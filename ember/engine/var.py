@@ -33,7 +33,7 @@ class Var:
     (0, None)
     """
 
-    __slots__ = ('queue', 'readers', 'writing', 'version', 'failure', 'carries_errors',
+    __slots__ = ('queue', 'readers', 'writing', 'version', 'failure', 'carries_errors', 'gpu',
                  '__weakref__')
 
     def __init__(self, carries_errors=True):
@@ -47,6 +47,9 @@ class Var:
         # A resource (workspace, random stream) only orders its users: one user's failure
         # must not skip every later operator that happens to draw the same copy.
         self.carries_errors = carries_errors
+        # the device events of the var's last write and reads (ember.engine.gpu.VarEvents),
+        # None until an operation on a GPU stream touches it
+        self.gpu = None
 
     @property
     def exception(self):

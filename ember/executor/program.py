@@ -175,6 +175,9 @@ class Program:
         if 'random' in node.op.resources:
             random = resource.random_stream(self.device)
             writes.append(random.var)
+        elif 'dropout' in node.op.resources:
+            random = resource.dropout_state(self.device)
+            writes.append(random.var)
         external = self._plan.storage
         input_vars = tuple(x._var if external[graph.entry_id(e)] == EXTERNAL else None
                            for x, e in zip(inputs, node.inputs))

@@ -47,28 +47,33 @@ def run_on_zeros(graph, options) -> list:
 
 @contextlib.contextmanager
 def _random_streams_kept(graph, device):
-    """The random streams' states, and which stream the next operator takes, restored."""
-    drawing = sum(1 for node in graph.nodes if node.op is not None
-                  and 'random' in node.op.resources)
-    if not drawing:
+    """The random streams' states (dropout states too), and which stream the next operator of
+    each cycle takes, restored."""
+    users = [node.op.resources for node in graph.nodes if node.op is not None]
+    cycles = []
+    for kinds, streams, take in resource.drawing_cycles(device):
+        drawing = sum(1 for used in users if any(kind in used for kind in kinds))
+        if drawing:
+            cycles.append((streams, take, drawing))
+    if not cycles:
         yield
         return
-    streams = resource.copies(device)[1]
     eng = engine.get()
+    streams = [stream for cycle in cycles for stream in cycle[0]]
     for stream in streams:
         eng.wait_for_var(stream.var)
-    states = [(s, s.generator.bit_generator.state) for s in streams
-              if hasattr(s.generator, 'bit_generator')]
+    states = [(stream, stream.state()) for stream in streams]
     try:
         yield
     finally:
         for stream in streams:
             eng.wait_for_var(stream.var)
         for stream, state in states:
-            stream.generator.bit_generator.state = state
+            stream.restore(state)
         # building the program took `drawing` streams round-robin: go round to where it was
-        for _ in range((len(streams) - drawing % len(streams)) % len(streams)):
-            resource.random_stream(device)
+        for cycle, take, drawing in cycles:
+            for _ in range((len(cycle) - drawing % len(cycle)) % len(cycle)):
+                take(device)
 
 
 def _device(options):

@@ -19,7 +19,6 @@ from ember import autograd, initializer
 from ember import ndarray as nd
 from ember import symbol
 from ember.base import EmberError
-from ember.device import cpu
 from ember.gluon.parameter import DeferredInitializationError, Parameter, ParameterDict
 from ember.numpy.multiarray import wrap as as_np_inplace
 from ember.numpy.symbol import as_np_symbol
@@ -219,7 +218,7 @@ class Block:
             if deduplicate and id(param) in seen:
                 continue
             seen[id(param)] = key
-            arrays[key] = param.data(param.list_ctx()[0])
+            arrays[key] = param._reduce()
         nd.save(filename, arrays)
 
     def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
@@ -554,9 +553,9 @@ class HybridBlock(Block):
         arrays = OrderedDict()
         for name, param in self.collect_params().items():
             if name in arg_names:
-                arrays[f'arg:{name}'] = _reduced_value(param)
+                arrays[f'arg:{name}'] = param._reduce()
             elif name in aux_names:
-                arrays[f'aux:{name}'] = _reduced_value(param)
+                arrays[f'aux:{name}'] = param._reduce()
         params_file = f'{path}-{epoch:04d}.params'
         nd.save(params_file, arrays)
         return symbol_file, params_file
@@ -667,16 +666,6 @@ def _cached_op_class():
     # Imported on first use: the executor and its passes are not needed for imperative Gluon.
     from ember.executor.cached_op import CachedOp
     return CachedOp
-
-
-def _reduced_value(param):
-    """A parameter's value on the CPU (the mean over its devices)."""
-    arrays = param.list_data()
-    with autograd.pause():
-        total = arrays[0].copyto(cpu())
-        for other in arrays[1:]:
-            total += other.copyto(cpu())
-        return total / len(arrays) if len(arrays) > 1 else total
 
 
 class _ImperativeOnly(threading.local):

@@ -37,6 +37,18 @@ class Parameter:
     >>> p.initialize(mx.init.One())
     >>> float(p.data().asnumpy().sum())
     6.0
+
+    ``stype='row_sparse'`` keeps the weight in a KVStore, as MXNet does for large embeddings:
+    a Trainer must be created with it, and a forward pass reads the rows it needs with
+    :meth:`row_sparse_data` (the store pulls them); ``data()`` is refused. The Trainer then
+    pushes each step's gradient to the store, which updates the weight.
+
+    >>> w = mx.gluon.Parameter('w', shape=(5, 2), stype='row_sparse', grad_stype='row_sparse')
+    >>> w.initialize(mx.init.One())
+    >>> trainer = mx.gluon.Trainer([w], 'sgd', {'learning_rate': 1.0}, kvstore='local')
+    >>> rows = w.row_sparse_data(mx.nd.array([1, 3]))
+    >>> rows.stype, rows.indices.asnumpy().tolist()
+    ('row_sparse', [1, 3])
     """
 
     def __init__(self, name, grad_req='write', shape=None, dtype='float32', lr_mult=1.0,
@@ -54,7 +66,9 @@ class Parameter:
         self._deferred = None      # (init, devices, default_init) waiting for a shape
         self._grad_req = None
         self.grad_req = grad_req if differentiable else 'null'
-        self._stype, self._grad_stype = stype, grad_stype
+        self._stype, self._grad_stype = _checked_stype(name, 'stype', stype), \
+            _checked_stype(name, 'grad_stype', grad_stype)
+        self._trainer = None       # the Trainer of a row_sparse parameter (it owns the store)
 
     def __repr__(self):
         return f'Parameter {self.name} (shape={self.shape}, dtype={self.dtype.name})'
@@ -139,9 +153,13 @@ class Parameter:
             else:
                 _as_initializer(default_init)(desc, data)
             self._data = _np_mode(OrderedDict(
-                (dev, data.copyto(dev) if dev != devices[0] else data) for dev in devices))
+                (dev, self._stored(data.copyto(dev) if dev != devices[0] else data))
+                for dev in devices))
         self._deferred = None
         self._init_grad()
+
+    def _stored(self, array):
+        return array if self._stype == 'default' else array.tostype(self._stype)
 
     def _finish_deferred_init(self):
         if self._deferred is None:
@@ -184,6 +202,10 @@ class Parameter:
                 from None
 
     def data(self, ctx=None):
+        if self._stype != 'default':
+            raise EmberError(f"Cannot return a copy of Parameter '{self.name}' on ctx {ctx} via "
+                             f"data() because its storage type is {self._stype}. Please use "
+                             f"row_sparse_data() instead.")
         table = self._table
         if ctx is not None and table is not None:
             # a hybridized block reads every parameter this way on each call
@@ -193,8 +215,69 @@ class Parameter:
         return self._check(table, ctx, 'data')
 
     def list_data(self):
+        if self._stype != 'default':
+            raise EmberError(f"Cannot return copies of Parameter '{self.name}' on all contexts "
+                             f"via list_data() because its storage type is {self._stype}. "
+                             f"Please use row_sparse_data() instead.")
+        return self._list_arrays()
+
+    def _list_arrays(self):
+        """The arrays of every device, whatever the storage type."""
         self._check(self._data, None if self._data is None else next(iter(self._data)), 'data')
         return list(self._data.values())
+
+    def row_sparse_data(self, row_id):
+        """The rows `row_id` of a row_sparse parameter, pulled from its Trainer's store into
+        its array on ``row_id``'s device (which it returns)."""
+        if self._stype != 'row_sparse':
+            raise EmberError(f"Cannot return a copy of Parameter '{self.name}' via "
+                             f"row_sparse_data() because its storage type is {self._stype}. "
+                             f"Please use data() instead.")
+        array = self._check(self._data, row_id.context, 'data')
+        self._pull_rows([array], row_id)
+        return array
+
+    def list_row_sparse_data(self, row_id):
+        """The rows `row_id` of a row_sparse parameter, pulled into its array on every
+        device (a list)."""
+        if self._stype != 'row_sparse':
+            raise EmberError(f"Cannot return copies of Parameter '{self.name}' on all contexts "
+                             f"via list_row_sparse_data() because its storage type is "
+                             f"{self._stype}. Please use data() instead.")
+        arrays = self._list_arrays()
+        self._pull_rows(arrays, row_id)
+        return arrays
+
+    def _pull_rows(self, arrays, row_id, full=False):
+        if self._trainer is None:
+            raise EmberError(f"Cannot get row_sparse data for Parameter '{self.name}' when no "
+                             f"Trainer is created with it.")
+        self._trainer._row_sparse_pull(self, arrays, row_id, full)
+
+    def _set_trainer(self, trainer):
+        if self._stype != 'default' and self._trainer is not None and \
+                self._trainer is not trainer:
+            raise EmberError(f"Failed to set the trainer for Parameter '{self.name}' because it "
+                             f"was already set. More than one trainers for a "
+                             f"{self._stype} Parameter is not supported.")
+        self._trainer = trainer
+
+    def _reduce(self):
+        """The value on the CPU: the mean over the devices; a row_sparse parameter's every
+        row, pulled from its Trainer's store."""
+        if self._stype == 'default':
+            arrays = self.list_data()
+            with autograd.pause():
+                total = arrays[0].copyto(Device('cpu', 0))
+                for other in arrays[1:]:
+                    total += other.copyto(Device('cpu', 0))
+                return total / len(arrays) if len(arrays) > 1 else total
+        if self._trainer is None:
+            raise EmberError(f"Cannot reduce row_sparse data for Parameter '{self.name}' when "
+                             f"no Trainer is created with it.")
+        rows = nd.sparse.zeros('row_sparse', self.shape, dtype=self.dtype)
+        self._pull_rows([rows], nd.arange(0, self.shape[0], dtype='int64'), full=True)
+        return rows
 
     def grad(self, ctx=None):
         if self._data is not None and self._grad is None:
@@ -220,6 +303,15 @@ class Parameter:
             if self._deferred is None:
                 raise EmberError(f'{self.name} has not been initialized')
             self._finish_deferred_init()
+        if self._stype != 'default':
+            # sparse arrays are replaced, not written into; the store starts again from them
+            with autograd.pause():
+                self._data = OrderedDict((dev, self._stored(nd.array(data).copyto(dev)))
+                                         for dev in self._data)
+            self._init_grad()
+            if self._trainer is not None:
+                self._trainer._reset_kvstore()
+            return
         for arr in self._data.values():
             arr[:] = data
 
@@ -232,7 +324,7 @@ class Parameter:
     def reset_ctx(self, ctx):
         devices = _devices(ctx)
         if self._data is not None:
-            value = self.data(next(iter(self._data)))
+            value = self._check(self._data, next(iter(self._data)), 'data')
             with autograd.pause():
                 self._data = _np_mode(OrderedDict((dev, value.copyto(dev)) for dev in devices))
             self._init_grad()
@@ -422,13 +514,23 @@ class ParameterDict:
             name = param.name
             if strip_prefix and name.startswith(strip_prefix):
                 name = name[len(strip_prefix):]
-            arrays[name] = param.data(param.list_ctx()[0])
+            arrays[name] = param._reduce()
         nd.save(filename, arrays)
 
     def load(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
              restore_prefix=''):
         loaded = {restore_prefix + k.split(':', 1)[-1]: v for k, v in nd.load(filename).items()}
         _assign_loaded(self._params, loaded, filename, ctx, allow_missing, ignore_extra)
+
+
+_STYPES = ('default', 'row_sparse', 'csr')
+
+
+def _checked_stype(name, what, stype):
+    if stype not in _STYPES:
+        raise ValueError(f"{name}: {what}={stype!r}: expected 'default', 'row_sparse' or "
+                         f"'csr'")
+    return stype
 
 
 def _merge_setting(param, key, value):

@@ -6,6 +6,10 @@ With parameters on several devices, or a distributed store, the gradients meet i
 or on each device after the gradients are summed; ``None`` lets ``MXNET_UPDATE_ON_KVSTORE``
 and the store decide, as MXNet does. An asynchronous store always updates on the store.
 
+A row_sparse parameter (``stype='row_sparse'``) lives in the store, which always runs the
+optimizer: ``kvstore`` must name a store (or be one), a step pushes the gradient and the next
+forward pass pulls the rows it needs (``Parameter.row_sparse_data``).
+
 The gradients go to the store in one call, last parameter first: that is the order backward
 writes them, so a distributed store's first bucket (``BUCKET_CAP_MB``) is reduced while
 backward still computes the others.
@@ -53,6 +57,9 @@ class Trainer:
         self._update_on_kvstore = None
         self._distributed = None
         self._params_to_init = list(self._params)
+        self._sparse_weights = any(p._stype != 'default' for p in self._params)
+        for param in self._params:
+            param._set_trainer(self)
 
     def _init_optimizer(self, optimizer, optimizer_params):
         param_dict = {i: p for i, p in enumerate(self._params)}
@@ -83,6 +90,9 @@ class Trainer:
         """Create the store and decide where the optimizer runs (MXNet's rules)."""
         self._ensure_contexts()
         asked = self._kvstore_params['update_on_kvstore']
+        if self._sparse_weights:
+            self._install(self._sparse_store(asked), True)
+            return
         shapes = {p.name: p.shape for p in self._params}
         store, update_on_kvstore = kvs.create_kvstore(self._kvstore_params['kvstore'],
                                                       len(self._contexts), shapes)
@@ -102,6 +112,42 @@ class Trainer:
             update_on_kvstore = False
         self._install(store, update_on_kvstore)
 
+    def _sparse_store(self, asked):
+        """The store of row_sparse weights (MXNet's rules: one is always made)."""
+        if asked is False:
+            raise ValueError('update_on_kvstore=False: row_sparse weights are updated by the '
+                             'store; leave update_on_kvstore None or True')
+        kind = self._kvstore_params['kvstore']
+        if isinstance(kind, kvs.KVStore):
+            store = kind
+        elif isinstance(kind, str):
+            store = kvs.create(kind)
+        else:
+            raise TypeError(f"Cannot create {kind!r} KVStore with row_sparse parameters: "
+                            f"kvstore must be a KVStore or its type name (e.g. 'local')")
+        self._distributed = 'dist' in store.type
+        return store
+
+    def _reset_kvstore(self):
+        """Forget the store (a row_sparse parameter's value was replaced): the next step
+        makes it again from the parameters' values."""
+        if self._kvstore is not None and self._distributed:
+            raise EmberError('Cannot reset a distributed KVStore: set the values of row_sparse '
+                             'parameters before the first step')
+        self._kv_initialized = False
+        self._kvstore = self._update_on_kvstore = self._distributed = None
+        self._params_to_init = list(self._params)
+
+    def _row_sparse_pull(self, param, arrays, row_id, full=False):
+        """Pull rows `row_id` of row_sparse `param` from the store into `arrays`."""
+        self._prepare()
+        key = self._param2idx[param.name]
+        with autograd.pause():
+            if full and not self._distributed:
+                self._kvstore.pull(key, out=arrays, ignore_sparse=False)
+            else:
+                self._kvstore.row_sparse_pull(key, out=arrays, row_ids=[row_id] * len(arrays))
+
     def _install(self, store, update_on_kvstore):
         if store is not None:
             if self._compression_params:
@@ -119,6 +165,8 @@ class Trainer:
         for param in self._params_to_init:
             if param._data is None:
                 waiting.append(param)
+            elif param._stype != 'default':
+                self._kvstore.init(self._param2idx[param.name], param._list_arrays()[0])
             elif self._kvstore is not None:
                 arrays = param.list_data()
                 self._kvstore.broadcast(self._param2idx[param.name], arrays[0], arrays)
@@ -191,6 +239,11 @@ class Trainer:
             return
         keys, grads, outs = [], [], []
         for param in reversed(self._trainable()):
+            if param._stype != 'default':
+                # the store updates the weight; the next forward pass pulls its rows
+                with autograd.pause():
+                    self._kvstore.push(self._param2idx[param.name], param.list_grad())
+                continue
             keys.append(self._param2idx[param.name])
             grads.append(param.list_grad())
             outs.append(param.list_data() if self._update_on_kvstore else param.list_grad())
@@ -207,7 +260,7 @@ class Trainer:
         updates = [[] for _ in self._updaters]
         for param in self._trainable():
             index = self._param2idx[param.name]
-            for update, data, grad in zip(updates, param.list_data(), param.list_grad()):
+            for update, data, grad in zip(updates, param._list_arrays(), param.list_grad()):
                 # With ignore_stale_grad, copies whose gradient backward did not write keep
                 # their value (MXNet's rule).
                 if not ignore_stale_grad or grad._fresh_grad:

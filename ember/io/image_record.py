@@ -12,6 +12,13 @@ zeros; ``pad`` counts the filled places either way. ``num_parts`` / ``part_index
 worker of a distributed job its share: by records when there is an index, else by bytes of the
 file (dmlc's split, which MXNet uses).
 
+``mean_img`` names a file of the mean image (``{'mean_img': array (C, H, W)}``, as ``nd.save``
+writes it): each output pixel is ``(pixel - mean_img) * scale / std`` (per-channel means are
+then unused). When the file does not exist, the mean of this part's images (decoded and
+augmented, before any normalisation) is computed once and saved there. MXNet 1.9.1 saves that
+mean already multiplied by ``scale / std``, yet subtracts the file as is; Ember saves the
+mean of the pixels, so both agree wherever scale and std are 1.
+
 >>> import os, tempfile, numpy as np
 >>> from ember.io import recordio
 >>> folder = tempfile.mkdtemp()
@@ -109,7 +116,7 @@ class ImageRecordIter(DataIter):
                  path_imglist='', label_width=1, shuffle=False, seed=0, seed_aug=None,
                  preprocess_threads=4, prefetch_buffer=4, num_parts=1, part_index=0,
                  round_batch=True, dtype=None, data_name='data', label_name='softmax_label',
-                 **params):
+                 mean_img='', **params):
         super().__init__(int(batch_size or 0))
         self._check_required(path_imgrec, data_shape, batch_size)
         self.data_shape = tuple(int(d) for d in data_shape)
@@ -132,6 +139,8 @@ class ImageRecordIter(DataIter):
         self._prefetch = max(1, int(prefetch_buffer))
         self._producer = None
         self._batch = None
+        self._mean_img = self._mean_image(mean_img) if mean_img and \
+            self._dtype != np.uint8 else None
         self.reset()
 
     # ------------------------------------------------------------------------------------------
@@ -172,8 +181,43 @@ class ImageRecordIter(DataIter):
         return partition(offsets, int(part_index), int(num_parts), self._records.size,
                          indexed=bool(path_imgidx))
 
+    def _mean_image(self, path):
+        """The mean image of file `path`, computed from this part's images and saved there
+        when the file does not exist."""
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            mean = self._computed_mean()
+            nd.save(path, {'mean_img': nd.array(mean)})
+            return mean
+        try:
+            loaded = nd.load(path)
+        except Exception as exc:  # noqa: BLE001  (any unreadable file: say which)
+            raise EmberError(f'ImageRecordIter: mean_img={path!r}: not an NDArray file '
+                             f'({exc})') from None
+        arrays = list(loaded.values()) if isinstance(loaded, dict) else list(loaded)
+        if isinstance(loaded, dict) and 'mean_img' in loaded:
+            arrays = [loaded['mean_img']]
+        if len(arrays) != 1 or tuple(arrays[0].shape) != self.data_shape:
+            found = [tuple(a.shape) for a in arrays]
+            raise EmberError(f'ImageRecordIter: mean_img={path!r} holds arrays of shapes '
+                             f'{found}; expected one array of data_shape {self.data_shape}')
+        return arrays[0].asnumpy().astype(np.float32)
+
+    def _computed_mean(self):
+        ones = np.ones((self.data_shape[0], 1, 1), np.float32)
+
+        def image(place):
+            out = np.empty(self.data_shape, np.float32)
+            self._load_one(place, 0, place, out, 0 * ones, ones, jitter=False)
+            return out
+        total = np.zeros(self.data_shape, np.float64)
+        for out in self._pool.map(image, range(len(self._offsets))):
+            total += out
+        return (total / max(1, len(self._offsets))).astype(np.float32)
+
     def _channel_values(self):
-        """(mean, factor) per output channel for write_chw, or (None, None) for raw uint8."""
+        """(mean, factor) for write_chw, or (None, None) for raw uint8: the mean per output
+        channel (C, 1, 1), or the mean image (C, H, W)."""
         if self._dtype == np.uint8:
             return None, None
         p = self._normalise
@@ -183,6 +227,8 @@ class ImageRecordIter(DataIter):
             means, stds = (p['mean_r'],), (p['std_r'],)
         column = (-1, 1, 1)
         mean = np.array(means, np.float32).reshape(column)
+        if self._mean_img is not None:
+            mean = self._mean_img
         factor = (p['scale'] / np.array(stds, np.float32)).reshape(column)
         return mean, factor.astype(np.float32)
 
@@ -274,7 +320,7 @@ class ImageRecordIter(DataIter):
             out[len(items):] = 0
         return DataBatch([data], [nd.array(label)], pad=self.batch_size - real_count)
 
-    def _load_one(self, position, epoch, place, out, mean, factor):
+    def _load_one(self, position, epoch, place, out, mean, factor, jitter=True):
         offset = self._offsets[position]
         record = self._records.read_at(offset)
         header, payload = recordio.unpack(record)
@@ -286,9 +332,9 @@ class ImageRecordIter(DataIter):
         except (imaging.ImageDecodeError, AugmentError) as exc:
             raise EmberError(f'ImageRecordIter: {self._records.uri!r}: the record at byte '
                              f'{offset} (image id {header.id}): {exc}') from None
-        mirror = self._normalise['mirror'] or (self._normalise['rand_mirror']
-                                               and rng.random() < 0.5)
-        if mean is not None and (self._normalise['max_random_contrast']
+        mirror = jitter and (self._normalise['mirror'] or (self._normalise['rand_mirror']
+                                                          and rng.random() < 0.5))
+        if mean is not None and jitter and (self._normalise['max_random_contrast']
                                  or self._normalise['max_random_illumination']):
             mean, factor = self._jittered(rng, mean, factor)
         write_chw(image, out, mean, factor, mirror)

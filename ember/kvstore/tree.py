@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember import config
+from ember import backend, config
 
 __all__ = ['Tree', 'build_tree', 'build_trees', 'trees_for', 'link_matrix', 'cpu_link_matrix',
            'use_link_matrix', 'hybrid_cube_mesh', 'slices_for_trees', 'BACKTRACK_LIMIT']
@@ -275,12 +275,18 @@ def use_link_matrix(devices, weights):
 
 def link_matrix(devices):
     """The link matrix of `devices`: given by :func:`use_link_matrix`, else derived from the
-    cores of CPU contexts; GPUs, whose P2P matrix needs the GPU backend, count as all linked."""
+    cores of CPU contexts, or for GPUs from their P2P matrix (``backend.peer_matrix``, which
+    ``MXNET_ENABLE_GPU_P2P`` turns off); GPUs without any direct link (or mixed with CPU
+    contexts) all reach each other through the host alike, so they count as all linked."""
     key = tuple(devices)
     if key in _given:
         return _given[key]
     if all(dev.device_type != 'gpu' for dev in key):
         return cpu_link_matrix([dev.device_id for dev in key])
+    if all(dev.device_type == 'gpu' for dev in key):
+        weights = np.array(backend.peer_matrix([dev.device_id for dev in key]), np.float64)
+        if weights.any():
+            return weights
     weights = np.ones((len(key), len(key)))
     np.fill_diagonal(weights, 0)
     return weights

@@ -209,9 +209,10 @@ class NDArray:
         engine.get().wait_for_var(self._var)
         _finished.clear()
         raw = self._data()
-        if type(raw) is not np.ndarray:
-            raw = raw.get()
         view = self._view
+        if type(raw) is not np.ndarray:
+            host = backend.to_host(raw, self._device)       # already a fresh copy
+            return host if view.stored is view.dtype else host.astype(view.dtype)
         # narrow storage reads as the array's dtype
         return raw.copy() if view.stored is view.dtype else raw.astype(view.dtype)
 
@@ -543,8 +544,11 @@ def _kernel_context(device, resources):
         elif kind == 'random':
             ctx.random = resource.random_stream(device)
             extra_writes.append(ctx.random.var)
+        elif kind == 'dropout':
+            ctx.random = resource.dropout_state(device)
+            extra_writes.append(ctx.random.var)
         else:
-            raise EmberError(f'unknown resource {kind!r}; expected temp or random')
+            raise EmberError(f'unknown resource {kind!r}; expected temp, random or dropout')
     return ctx, extra_writes
 
 
@@ -590,11 +594,21 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
             kernel(attrs, [x._data() for x in inputs], [o._data() for o in outputs], ctx)
         finally:
             _finished.append((inputs, outputs))
-    engine.get().push(run, [x._var for x in inputs], writes, device, 0, info.name)
+    engine.get().push(run, [x._var for x in inputs], writes, _push_device(info, device, inputs),
+                      0, info.name)
     state = _ag_state
     if _record_hook is not None and (state is None or state.recording):
         _record_hook(op, attrs, inputs, outputs)
     return outputs
+
+
+def _push_device(info, device, inputs):
+    """Where an operation runs: its output's device, except that a copy from a GPU runs on
+    that GPU's copy workers, whose streams order it after the kernels that wrote its source."""
+    if info.name == '_copyto' and inputs and device.device_type != 'gpu' \
+            and inputs[0]._device.device_type == 'gpu':
+        return inputs[0]._device
+    return device
 
 
 def _rounding(kernel, inputs, outputs, mutate=()):
@@ -725,7 +739,11 @@ def _write_raw(raw, values, device):
         else:
             np.copyto(raw, values)
     else:
-        raw[...] = _xp(device).asarray(values)
+        if raw.dtype != values.dtype:                # narrow storage, rounded on the host
+            narrow = np.empty(raw.shape, raw.dtype)
+            precision.round_into(narrow, values)
+            values = narrow
+        backend.write_from_host(raw, values, device)
 
 
 def _maybe_record(op, attrs, inputs, outputs):

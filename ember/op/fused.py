@@ -7,7 +7,9 @@ operators in one pass over memory. Its ``chain`` attribute describes the steps (
 block before the next block starts, so intermediate values stay in the cache instead of going
 through memory. Each step calls its own operator's kernel, so results equal the unfused graph's.
 The block function is Python source generated once per chain and compiled with ``compile()``,
-cached by the chain's text; ``MXNET_FUSION_VERBOSE=1`` prints it on stderr.
+cached by the chain's text; ``MXNET_FUSION_VERBOSE=1`` prints it on stderr. On a GPU the chain is
+one CUDA kernel (:mod:`ember.op.fused_cuda`, printed the same way) where every step has a CUDA
+expression, else the steps run on CuPy.
 
 Two chains of ResNet training graphs have compiled kernels in ``ember._kernels``, with the same
 results bit for bit: relu of a sum (``add_relu``: a residual block's output) and relu's gradient
@@ -41,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember import config, engine
+from ember import backend, config, engine
 from ember.backend import native
+from ember.op import fused_cuda
 from ember.engine.threads import team_arguments
 from ember.op import registry, tuning
 from ember.base import EmberError
@@ -204,6 +207,8 @@ class _Program:
         self.block = namespace['fused_block']
         self.kernel = _compiled_kernel(chain)
         self._dtypes = {}
+        self._cuda = {}         # (in dtypes, out dtypes, broadcast) -> FusedKernel or None
+        self._launched = set()  # keys whose kernel compiled and ran once
 
     def step_dtypes(self, in_dtypes):
         found = self._dtypes.get(in_dtypes)
@@ -213,6 +218,8 @@ class _Program:
 
     def __call__(self, ins, outs, ctx):
         out, xp = outs[0], ctx.xp
+        if xp is not np and self._run_cuda(ins, outs):
+            return
         if self.kernel is not None and self.kernel.takes(ins, out, xp):
             self._run_kernel(ins, out)
             return
@@ -224,6 +231,37 @@ class _Program:
             self._run_flat(ins, outs, ctx, dtypes)
         else:
             self._run_rows(ins, outs, ctx, dtypes)
+
+    def _run_cuda(self, ins, outs) -> bool:
+        """The chain as one CUDA kernel (:mod:`ember.op.fused_cuda`); False where it has no
+        CUDA form or the arrays do not suit it (views with gaps): the steps run instead."""
+        shape = outs[0].shape
+        if not all(a.flags.c_contiguous for a in list(ins) + list(outs)) \
+                or any(o.shape != shape for o in outs):
+            return False
+        broadcast = any(x.shape != shape for x in ins)
+        key = (tuple(str(x.dtype) for x in ins), tuple(str(o.dtype) for o in outs), broadcast)
+        kernel = self._cuda.get(key, False)
+        if kernel is False:
+            kernel = self._cuda[key] = fused_cuda.generate(self.chain, key[0], key[1],
+                                                          broadcast)
+            if kernel is not None and _verbose[0]:
+                print(f'[ember fusion] CUDA kernel {kernel.name}\n{kernel.source}',
+                      file=sys.stderr)
+        if kernel is None:
+            return False
+        strides = fused_cuda.broadcast_strides([x.shape for x in ins], shape) if broadcast \
+            else None
+        try:
+            backend.gpu.launch_elementwise(kernel, ins, outs, shape, strides)
+        except Exception as error:  # noqa: BLE001 - NVRTC refused it: the steps run instead
+            if key in self._launched:
+                raise
+            self._cuda[key] = None
+            print(f'[ember fusion] CUDA kernel {kernel.name} not used: {error}', file=sys.stderr)
+            return False
+        self._launched.add(key)
+        return True
 
     def _buffers(self, xp, size, dtypes):
         # raw bytes per slot; steps sharing a slot view it with their own dtype
@@ -405,6 +443,9 @@ def _attr_note(step):
 
 
 _PROGRAMS: dict = {}
+# MXNET_FUSION_VERBOSE as read when the last program was made (its CUDA kernels are generated
+# later, on a worker, for each dtype signature)
+_verbose = [False]
 
 
 def compiled(text: str) -> _Program:
@@ -413,7 +454,8 @@ def compiled(text: str) -> _Program:
     program = _PROGRAMS.get(text)
     if program is None:
         program = _PROGRAMS.setdefault(text, _Program(parse_chain(text)))
-        if config.get('MXNET_FUSION_VERBOSE'):
+        _verbose[0] = config.get('MXNET_FUSION_VERBOSE')
+        if _verbose[0]:
             print(f'[ember fusion] chain {text}\n{program.source}', file=sys.stderr)
     return program
 

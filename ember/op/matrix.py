@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember import accel
+from ember import accel, backend
 from ember.op import precision
 from ember.base import prod
 from ember.op.registry import (REQUIRED, Param, ShapeError, like_input, p_bool, p_dtype, p_float,
@@ -433,12 +433,11 @@ register('_cast_like', _cast_kernel, inputs=('data', 'like'),
 
 
 def _copyto_kernel(attrs, ins, outs, ctx):
-    source = ins[0]
-    if ctx.xp is np and type(source) is not np.ndarray:
-        source = source.get()       # a device array coming to the host
-    elif ctx.xp is not np:
-        source = ctx.xp.asarray(source)
-    copy_into(outs[0], source)
+    source, out = ins[0], outs[0]
+    if type(source) is np.ndarray and type(out) is np.ndarray:
+        copy_into(out, source)
+    else:   # a GPU takes part: host <-> device, or between GPUs (peer to peer or via the host)
+        backend.copy_between(out, source)
 
 
 def _copyto_grad(F, attrs, ins, outs, og):

@@ -298,7 +298,7 @@ class OpDef:
     gradient: Callable | None = None
     inplace: Any = ()                 # (input, output) index pairs that may share memory,
                                       # or fn(attrs) -> pairs for variadic operators
-    resources: tuple = ()             # 'temp', 'random'
+    resources: tuple = ()             # 'temp', 'random', 'dropout' (a GPU's dropout states)
     mutate: Any = ()                  # indices of inputs the kernel updates (auxiliary states),
                                       # or fn(attrs) -> indices
     aux: tuple = ()                   # names of inputs that are auxiliary states

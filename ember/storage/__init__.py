@@ -19,10 +19,11 @@ from __future__ import annotations
 import threading
 
 from ember import backend, config, device
-from ember.storage.pool import Handle, Naive, OutOfMemoryError, Pool, Round, Unpooled
+from ember.storage.pool import (DevicePool, Handle, Naive, OutOfMemoryError, Pool, Round,
+                                Unpooled)
 
-__all__ = ['manager', 'reset', 'strategy_for', 'Pool', 'Handle', 'Naive', 'Round', 'Unpooled',
-           'OutOfMemoryError']
+__all__ = ['manager', 'reset', 'strategy_for', 'Pool', 'DevicePool', 'Handle', 'Naive', 'Round',
+           'Unpooled', 'OutOfMemoryError']
 
 _managers: dict = {}
 _lock = threading.Lock()
@@ -52,7 +53,8 @@ def _create(dev) -> Pool:
     with _lock:
         pool = _managers.get(dev)
         if pool is None:
-            pool = Pool(dev, be, strategy_for(dev), config.get(prefix + 'MEM_POOL_RESERVE'),
+            kind = DevicePool if hasattr(be, 'fence') else Pool
+            pool = kind(dev, be, strategy_for(dev), config.get(prefix + 'MEM_POOL_RESERVE'),
                         profiler=_profiler_module())
             _managers[dev] = pool
         return pool

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from ember.base import EmberError
 
-__all__ = ['Naive', 'Round', 'Unpooled', 'Pool', 'Handle', 'OutOfMemoryError']
+__all__ = ['Naive', 'Round', 'Unpooled', 'Pool', 'DevicePool', 'Handle', 'OutOfMemoryError']
 
 
 class OutOfMemoryError(EmberError, MemoryError):
@@ -145,6 +145,8 @@ class Pool:
     error it is released and the allocation tried once more.
     """
 
+    _handle_type = Handle
+
     def __init__(self, device, backend, strategy, reserve: int, profiler=None):
         self.device = device
         self.strategy = strategy
@@ -154,6 +156,7 @@ class Pool:
         self._caching = strategy.pooled  # False for Unpooled, and once closed
         self._oom_errors = tuple(backend.oom_errors)
         self._profiler = profiler
+        self._reuse = None              # DevicePool: waits a cached buffer's fence
         self._counter = f'Memory: {device}'
         self._total = None              # read on first need: it does not change
         # Re-entrant: user code run by the garbage collector inside a locked region may
@@ -177,6 +180,8 @@ class Pool:
             cached = self._free.get(size)
             if cached:
                 buffer = cached.pop()
+                if self._reuse is not None:
+                    buffer = self._reuse(buffer)
                 self._cached -= size
                 self._cache_hits += 1
                 in_use = self._in_use = self._in_use + size
@@ -190,7 +195,7 @@ class Pool:
         profiler = self._profiler
         if profiler is not None and profiler.memory_enabled():
             self._record()
-        return Handle(buffer, nbytes, size, self, zeroed)
+        return self._handle_type(buffer, nbytes, size, self, zeroed)
 
     def _size_of(self, nbytes):
         """The pooled size of a request, remembered for alloc's dict lookup (cheaper than
@@ -206,12 +211,13 @@ class Pool:
             self._peak = self._in_use
 
     def _system_alloc(self, nbytes, size):
-        if self._cached and self._would_cut_reserve(size):
+        cached = self._cached       # for the error message: what the pool held at the request
+        if cached and self._would_cut_reserve(size):
             self.empty_cache()
         try:
             buffer = self._backend.alloc(size)
         except self._oom_errors:
-            buffer = self._retry_after_release(nbytes, size)
+            buffer = self._retry_after_release(nbytes, size, cached)
         with self._lock:
             self._system_allocs += 1
             self._add_in_use(size)
@@ -223,16 +229,26 @@ class Pool:
         reserved = self._total * self.reserve // 100
         return self._backend.free_memory() - size < reserved
 
-    def _retry_after_release(self, nbytes, size):
+    def _retry_after_release(self, nbytes, size, cached):
         gc.collect()  # handles caught in reference cycles return their buffers to the cache
+        with self._lock:
+            self._account_returns()
+            cached = max(cached, self._cached)
         self.empty_cache()
         try:
             return self._backend.alloc(size)
         except self._oom_errors as exc:
-            raise OutOfMemoryError(
-                f'{self.device}: out of memory allocating {size} bytes ({nbytes} requested), '
-                f'even after releasing the pool cache; {self._in_use} bytes are held by live '
-                f'arrays. Free arrays, use smaller batches, or raise the device memory') from exc
+            raise OutOfMemoryError(self._oom_message(nbytes, size, cached)) from exc
+
+    def _oom_message(self, nbytes, size, cached):
+        try:
+            free = f'{self._backend.free_memory()} bytes'
+        except Exception:  # noqa: BLE001 - the message must not fail in turn
+            free = 'an unknown number of bytes'
+        return (f'{self.device}: out of memory: asked for {nbytes} bytes ({size} pooled); '
+                f'{self._in_use} bytes are held by live arrays, {cached} were cached and have '
+                f'been released, {free} are free on the device. Free arrays or use smaller '
+                f'batches')
 
     def _take_back(self, size, buffer):
         """Queue a released buffer; one the pool will not cache is freed by the caller
@@ -272,6 +288,9 @@ class Pool:
             self._free = {}
             self._cached = 0
         dropped.clear()  # freed here, outside the lock
+        release = getattr(self._backend, 'release_library_cache', None)
+        if release is not None:
+            release()
 
     def close(self) -> None:
         """Free the cache and stop caching: buffers released from now on are freed."""
@@ -289,3 +308,50 @@ class Pool:
 
     def __repr__(self):
         return f'<Pool {self.device} {self.strategy} reserve={self.reserve}%>'
+
+
+# ----------------------------------------------------------------------------------------------
+# Device memory that kernels use asynchronously.
+
+class DeviceHandle(Handle):
+    """A handle of a :class:`DevicePool`: returning the buffer records its fence."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        pool = self._pool
+        if pool is not None:
+            self._pool = None
+            pool._take_back(self.size, self.buffer)
+            self.buffer = None
+
+
+class DevicePool(Pool):
+    """The pool of a device whose kernels run asynchronously on streams (a GPU).
+
+    A buffer released while kernels queued on some stream may still read or write it is cached
+    with a fence (``backend.fence()``: an event after the work queued so far on every stream);
+    when it is handed out again, ``backend.await_fence(fence)`` makes every stream wait for the
+    fence's events that are not done yet, so the next user's kernels, on whatever stream, start
+    after the last user's, and the host never waits.
+    """
+
+    _handle_type = DeviceHandle
+
+    def __init__(self, device, backend, strategy, reserve: int, profiler=None):
+        super().__init__(device, backend, strategy, reserve, profiler)
+        self._fence = backend.fence
+        self._reuse = self._after_fence
+
+    def _take_back(self, size, buffer):
+        if buffer is not None and self._caching:
+            try:
+                buffer = (buffer, self._fence())
+            except Exception:  # noqa: BLE001 - no fence (the driver is shutting down): not
+                buffer = None  # cached, freed
+        super()._take_back(size, buffer)
+
+    def _after_fence(self, entry):
+        buffer, fence = entry
+        self._backend.await_fence(fence)
+        return buffer

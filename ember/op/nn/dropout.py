@@ -53,7 +53,7 @@ def _gradient(F, attrs, inputs, outputs, out_grads):
 
 register('Dropout', _kernel, infer_shape=_infer, outputs=('output', 'mask'), visible_outputs=1,
          infer_type=lambda attrs, dtypes: (list(dtypes), [dtypes[0]] * 2),
-         params=PARAMS, gradient=_gradient, resources=('random',), random=True,
+         params=PARAMS, gradient=_gradient, resources=('dropout',), random=True,
          inplace=((0, 0),),
          doc='Randomly zero elements while training, scaling the kept ones by 1 / (1 - p).')
 

@@ -1,5 +1,7 @@
-"""Convolution algorithms on the CPU, each one registration with its facts, and the choice
-between them per layer.
+"""Convolution algorithms, each one registration with its facts, and the choice between them
+per layer. These are the CPU's; a GPU's (cuDNN's algorithms, CuPy's GEMMs) register from
+:mod:`ember.op.nn.conv.cuda` with ``device='gpu'``, and a problem chooses among the algorithms
+of its own device.
 
 Algorithms of the forward pass (:data:`ALGORITHMS`):
 
@@ -82,6 +84,7 @@ from ember.op.nn.conv.state import LINE, ONEDNN, PACKED, STATE, TRANSFORMED
 _kernels = native.compiled_module('_kernels')
 
 __all__ = ['ConvProblem', 'ConvCall', 'Algorithm', 'TuneMode', 'register', 'ALGORITHMS',
+           'DEVICE_RULES',
            'DATA_GRADIENT_ALGORITHMS', 'WEIGHT_GRADIENT_ALGORITHMS', 'table', 'candidates',
            'rule', 'numpy_rule', 'choose', 'choose_past_budget', 'measure', 'fastest']
 
@@ -115,6 +118,8 @@ class ConvProblem:
     # '' for the convolution itself, else the gradient of it with respect to its 'data' or
     # its 'weight'
     gradient: str = ''
+    # where the arrays are: 'cpu' (NumPy) or 'gpu' (CuPy)
+    device: str = 'cpu'
 
     def __hash__(self):
         # worked out once: the choices are looked up by problem on every call
@@ -217,6 +222,10 @@ class Algorithm:
     incumbent: bool = False
     # its run may return a prepared call to replay
     prepared: bool = False
+    # the device kind whose arrays it runs on ('cpu' or 'gpu')
+    device: str = 'cpu'
+    # the same inputs give the same bits on every run (MXNET_ENFORCE_DETERMINISM)
+    deterministic: bool = True
 
 
 ALGORITHMS: dict = {}
@@ -429,18 +438,26 @@ register(Algorithm('pointwise', pointwise.supports_weight_gradient,
 # The rule
 
 def candidates(problem, onednn):
-    """The algorithms that can run `problem` (oneDNN's only when `onednn` is on; those
-    `dominated_by_onednn` only where oneDNN does not run it)."""
+    """The algorithms of the problem's device that can run `problem` (oneDNN's only when
+    `onednn` is on; those `dominated_by_onednn` only where oneDNN does not run it)."""
     dominated = onednn and _onednn_supports(problem)
     return [a for a in table(problem).values()
-            if (onednn or not a.uses_onednn) and not (dominated and a.dominated_by_onednn)
+            if a.device == problem.device
+            and (onednn or not a.uses_onednn) and not (dominated and a.dominated_by_onednn)
             and a.supports(problem)]
 
 
+# device kind -> the rule of tuning mode OFF for its problems (the CPU's is below)
+DEVICE_RULES: dict = {}
+
+
 def rule(problem, onednn):
-    """The algorithm of tuning mode OFF: oneDNN where it runs (the fastest, or within a few
+    """The algorithm of tuning mode OFF: on another device that device's rule
+    (:data:`DEVICE_RULES`); on the CPU oneDNN where it runs (the fastest, or within a few
     per cent, on every ResNet-50 layer with NHWC data: conv_algos.py), else
     :func:`numpy_rule`."""
+    if problem.device != 'cpu':
+        return DEVICE_RULES[problem.device](problem)
     if onednn and _onednn_supports(problem):
         return table(problem)['onednn']
     return numpy_rule(problem)
@@ -541,7 +558,7 @@ def _measured_choice(problem, mode, workspace_limit, onednn, trial):
         return min(able, key=lambda a: a.scratch(problem, 1)).name
     seconds = measure(problem, fitting, trial)
     if not seconds:
-        return numpy_rule(problem).name
+        return (numpy_rule(problem) if problem.device == 'cpu' else rule(problem, onednn)).name
     t = tuning.TUNING
     incumbent = next((a.name for a in fitting if a.incumbent), None)
     return fastest(seconds, t.gradient_switch_margin if problem.gradient else t.switch_margin,

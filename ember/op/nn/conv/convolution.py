@@ -4,9 +4,10 @@ Convolution's forward pass (and ``_sg_conv``'s, with its residual and activation
 :func:`forward`: on the CPU one of the algorithms of :mod:`ember.op.nn.conv.algorithms`,
 chosen per layer by ``MXNET_CUDNN_AUTOTUNE_DEFAULT`` or the operator's ``cudnn_tune``, and a
 node's prepared call replayed while nothing that chose it has changed (:class:`_Replay`); its
-backward pass (:func:`backward`) chooses the same way among the gradients' algorithms. On
-another device, and for Deconvolution (the adjoint: its forward pass is the convolution's
-data gradient and vice versa), the generic kernels of :mod:`ember.op.nn.conv.generic` run.
+backward pass (:func:`backward`) chooses the same way among the gradients' algorithms. On a
+GPU :mod:`ember.op.nn.conv.cuda` chooses among cuDNN's algorithms the same way. Deconvolution
+(the adjoint: its forward pass is the convolution's data gradient and vice versa) runs the
+generic kernels of :mod:`ember.op.nn.conv.generic`.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ember.op.nn._common import (
     assign_shape, channel_first, check_layout, dilated, is_channel_last, join_layout,
     layout_param, make_window, outputs_of, scratch, shape_param, spatial_defaults,
     split_layout, weight_channel_first, weight_token)
-from ember.op.nn.conv import algorithms, generic, kept
+from ember.op.nn.conv import algorithms, cuda, generic, kept
 from ember.op.nn.conv.algorithms import ConvCall, ConvProblem, TuneMode
 from ember.op.nn.conv.common import plain
 from ember.op.nn.conv.generic import (
@@ -207,9 +208,9 @@ def forward(attrs, data, weight, bias, out, ctx, residual=None, act_type=None,
     array([2.5, 2.5, 2.5, 2.5], dtype=float32)
     """
     if ctx.xp is not np:
-        if weight_scale is not None:
-            weight = weight * weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-        generic.forward(attrs, data, weight, bias, out, ctx, residual, act_type)
+        cuda.forward(ConvCall(attrs, data, weight, bias, out, residual, act_type,
+                              weight_scale=weight_scale, ctx=ctx),
+                     problem_of(attrs, data), _tune_mode(attrs))
         return
     arrays = (attrs, data, bias, out, residual, act_type, weight_scale)
     replay = ctx.memo.get('forward')
@@ -360,17 +361,19 @@ def problem_of(attrs, data, gradient='') -> ConvProblem:
     for the same problem: what it derives, such as its window, is worked out once."""
     return _problem(attrs['layout'], data.shape, data.dtype, attrs['num_filter'],
                     attrs['num_group'], attrs['kernel'], attrs.get('stride'),
-                    attrs.get('dilate'), attrs.get('pad'), gradient)
+                    attrs.get('dilate'), attrs.get('pad'), gradient,
+                    'cpu' if isinstance(data, np.ndarray) else 'gpu')
 
 
 @functools.lru_cache(maxsize=1024)
-def _problem(layout, shape, dtype, filters, groups, kernel, stride, dilate, pad, gradient):
+def _problem(layout, shape, dtype, filters, groups, kernel, stride, dilate, pad, gradient,
+             device='cpu'):
     batch, channels, size_in = split_layout(shape, layout)
     stride, dilate, pad = spatial_defaults(
         'Convolution', {'kernel': kernel, 'stride': stride, 'dilate': dilate, 'pad': pad},
         len(size_in))
     return ConvProblem(is_channel_last(layout), batch, channels, filters, groups, tuple(kernel),
-                       stride, dilate, pad, tuple(size_in), dtype.name, gradient)
+                       stride, dilate, pad, tuple(size_in), dtype.name, gradient, device)
 
 
 # cudnn_tune's names -> the tuning modes
@@ -415,11 +418,13 @@ def backward(attrs, dy, x, weight, outs, ctx):
     if 0 in ctx.unused_outputs:
         pass
     elif ctx.xp is not np:
-        generic.backward_data(attrs, dy, weight, outs[0], ctx)
+        cuda.backward_data(ConvCall(attrs, dy, weight, None, outs[0], ctx=ctx),
+                           problem_of(attrs, outs[0], 'data'), _tune_mode(attrs))
     else:
         _backward_data(attrs, dy, weight, outs[0], ctx, onednn_on)
     if ctx.xp is not np:
-        generic.backward_weights(attrs, dy, x, outs[1], dbias, ctx)
+        cuda.backward_weights(ConvCall(attrs, dy, x, dbias, outs[1], ctx=ctx),
+                              problem_of(attrs, x, 'weight'), _tune_mode(attrs))
     else:
         # oneDNN splits the weight gradient's sum over the batch by thread count: other
         # counts, other bits, which MXNET_ENFORCE_DETERMINISM forbids
