@@ -43,6 +43,9 @@ def _late_numpy_namespace(package, name):
 
 for _name in ('np', 'numpy', 'npx', 'numpy_extension'):
     ndarray.late_namespaces[_name] = _late_numpy_namespace(ndarray, _name)
+# MXNet's mx.nd.CachedOp is the executor's, a layer above mx.nd
+ndarray.late_namespaces['CachedOp'] = lambda: _importlib.import_module(
+    'ember.executor.cached_op').CachedOp
 from ember import nd, random  # noqa: E402
 from ember import autograd  # noqa: E402
 
@@ -62,7 +65,7 @@ _LAZY = ('gluon', 'optimizer', 'test_utils', 'io', 'callback', 'sym', 'symbol',
          'name', 'attribute', 'mod', 'model', 'module', 'executor', 'image', 'kvstore',
          'operator', 'error', 'runtime', 'libinfo', 'log', 'registry', 'misc', 'rnn',
          'monitor', 'visualization', 'contrib', 'numpy_dispatch_protocol',
-         'numpy_op_fallback')
+         'numpy_op_fallback', 'executor_manager')
 # MXNet's short names for modules (``mx.viz``), loaded on first use like the modules.
 _ALIASES = {'rnd': 'random', 'viz': 'visualization', 'mon': 'monitor', 'kv': 'kvstore',
             'img': 'image'}
@@ -98,6 +101,10 @@ def __getattr__(name):
         return AttrScope
     if name in _NUMPY:
         return _numpy_name(name)
+    if name == 'np_symbol':         # MXNet's module of the mx.sym.np functions
+        _numpy_name('np')
+        globals()['np_symbol'] = _importlib.import_module('ember.symbol').numpy
+        return globals()['np_symbol']
     if name in _LAZY:
         if name == 'sym':
             _importlib.import_module('ember.executor')     # attaches Symbol.bind/simple_bind
@@ -119,4 +126,4 @@ __all__ = ['config', 'base', 'device', 'context', 'engine', 'profiler', 'storage
            'random', 'autograd', 'initializer', 'init', 'lr_scheduler', 'metric', 'optimizer',
            'gluon', 'test_utils', 'Context', 'Device', 'cpu', 'gpu', 'cpu_pinned',
            'current_context', 'EmberError', 'MXNetError', 'recordio', 'AttrScope',
-           *_LAZY, *_ALIASES, *_NUMPY]
+           'np_symbol', *_LAZY, *_ALIASES, *_NUMPY]

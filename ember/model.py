@@ -29,6 +29,7 @@ from ember import callback as _callback
 from ember import io, metric
 from ember import ndarray as nd
 from ember.base import mx_real_t
+from ember.executor_manager import DataParallelExecutorManager
 from ember.callback import BatchEndParam, LogValidationMetricsCallback
 from ember.device import Context, cpu
 from ember.initializer import Uniform
@@ -40,7 +41,8 @@ from ember.symbol import Symbol
 
 __all__ = ['BatchEndParam', 'save_checkpoint', 'load_checkpoint', 'load_params', 'FeedForward',
            'BASE_ESTIMATOR', 'SKLEARN_INSTALLED', 'LogValidationMetricsCallback', 'Context',
-           'DataDesc', 'Uniform', 'cpu', 'get_updater', 'mx_real_t']
+           'DataDesc', 'Uniform', 'cpu', 'get_updater', 'mx_real_t',
+           'DataParallelExecutorManager']
 
 try:    # a FeedForward is a scikit-learn estimator where scikit-learn is installed
     from sklearn.base import BaseEstimator as BASE_ESTIMATOR

@@ -16,7 +16,4 @@ __all__ = list(_ndarray.__all__)
 
 
 def __getattr__(name):
-    if name == 'CachedOp':      # MXNet's mx.nd.CachedOp: the executor's, above this layer
-        from ember.executor.cached_op import CachedOp
-        return CachedOp
     return getattr(_ndarray, name)

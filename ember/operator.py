@@ -36,21 +36,26 @@ same CustomOp instance, so what ``forward`` kept on ``self`` is there.
 """
 from __future__ import annotations
 
+import collections
 import threading
+import warnings
 from collections import OrderedDict
 
 import numpy as np
 
 from ember import autograd, device as _device, engine
 from ember import ndarray as _ndarray
-from ember.base import EmberError
+from ember.base import EmberError, py_str
 from ember import engine as _engine
 from ember.ndarray.ndarray import NDArray, View
 from ember.op import custom
+from ember.op import registry as _registry
 from ember.op.registry import ShapeError
+from ember.util import is_np_array
 
 __all__ = ['CustomOp', 'CustomOpProp', 'register', 'Custom', 'get_all_registered_operators',
-           'NDArray']
+           'NDArray', 'PythonOp', 'NumpyOp', 'NDArrayOp', 'OperatorArguments',
+           'get_operator_arguments', 'is_np_array', 'py_str']
 
 
 class CustomOp:
@@ -323,9 +328,15 @@ class _KernelRunner:
 
     def forward(self, attrs, ins, outs, ctx):
         op_type = attrs['op_type']
-        _check_thread(op_type)
         prop = custom.make_prop(op_type, {})
         n = len(prop.list_arguments())
+        if getattr(prop, 'numpy_kernel', False):
+            # NumPy code on the kernel's own arrays: no NDArray, nothing to wait for
+            op = self._operator(op_type, prop, ins, ctx.device)
+            op.forward(ctx.is_train, ['write'] * len(outs), list(ins[:n]), list(outs),
+                       list(ins[n:]))
+            return
+        _check_thread(op_type)
         op = self._operator(op_type, prop, ins, ctx.device)
         wrapped = [_borrow(raw, ctx.device) for raw in list(ins) + list(outs)]
         inputs, outputs = wrapped[:len(ins)], wrapped[len(ins):]
@@ -335,9 +346,18 @@ class _KernelRunner:
 
     def backward(self, attrs, ins, outs, ctx):
         op_type = attrs['op_type']
-        _check_thread(op_type)
         prop = custom.make_prop(op_type, {})
         n_out, n = len(prop.list_outputs()), len(prop.list_arguments())
+        if getattr(prop, 'numpy_kernel', False):
+            op = self._operator(op_type, prop, ins[n_out:n_out + n] + ins[2 * n_out + n:],
+                                ctx.device)
+            for raw in outs:
+                raw[...] = 0
+            op.backward(['write'] * n, list(ins[:n_out]), list(ins[n_out:n_out + n]),
+                        list(ins[n_out + n:2 * n_out + n]), list(outs),
+                        list(ins[2 * n_out + n:]))
+            return
+        _check_thread(op_type)
         wrapped = [_borrow(raw, ctx.device) for raw in ins]
         out_grad, in_data = wrapped[:n_out], wrapped[n_out:n_out + n]
         out_data, aux = wrapped[n_out + n:2 * n_out + n], wrapped[2 * n_out + n:]
@@ -376,5 +396,196 @@ def _check_thread(op_type):
 
 
 custom.set_runner(_KernelRunner())
-_ndarray.Custom = Custom        # mx.nd.Custom
+_ndarray.Custom = _ndarray.op.Custom = Custom        # mx.nd.Custom
 _ndarray.__all__.append('Custom')
+_ndarray.op.__all__.append('Custom')
+
+
+# ----------------------------------------------------------------------------------------------
+# MXNet's older Python operators (PythonOp, NumpyOp, NDArrayOp), run as custom operators.
+
+class PythonOp:
+    """An operator written in Python, MXNet's older form (deprecated there for CustomOp):
+    override ``forward(in_data, out_data)``, ``backward(out_grad, in_data, out_data,
+    in_grad)``, ``infer_shape``, ``list_arguments`` and ``list_outputs``; calling the object
+    (or ``get_symbol``) on symbols gives a Symbol. The arrays handed over are NDArrays (NumPy
+    arrays for :class:`NumpyOp`); write results into them in place. A :class:`NumpyOp` runs
+    under any engine; one handed NDArrays calls ``mx.nd`` operators, so, as any ``Custom`` in a
+    graph, it runs with ``MXNET_ENGINE_TYPE=NaiveEngine``.
+
+    >>> import warnings, ember as mx
+    >>> class Square(mx.operator.NumpyOp):
+    ...     def forward(self, in_data, out_data):
+    ...         out_data[0][:] = in_data[0] * in_data[0]
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter('ignore')
+    ...     square = Square()
+    >>> y = square(mx.sym.var('x'))
+    >>> y.bind(mx.cpu(), {'x': mx.nd.array([1, 2])}).forward()[0].asnumpy().tolist()
+    [1.0, 4.0]
+    """
+
+    def __init__(self, need_top_grad=True):
+        self.info_ = None
+        self.need_top_grad_ = need_top_grad
+        self._op_type = None
+        warnings.warn(f'{type(self).__name__} has been deprecated. Please use CustomOp',
+                      stacklevel=2)
+
+    def __call__(self, *args, **kwargs):
+        return self.get_symbol(*args, **kwargs)
+
+    def get_symbol(self, *args, **kwargs):
+        """A Symbol running this operator on the symbols `args` (keyword: by argument name)."""
+        from ember import symbol
+        if self._op_type is None:
+            self._op_type = f'_{type(self).__name__}_{id(self):x}'
+            custom.register_prop(self._op_type, _legacy_prop(self))
+        return symbol.Custom(*args, op_type=self._op_type, **kwargs)
+
+    def forward(self, in_data, out_data):
+        """Write the outputs into `out_data` from `in_data`."""
+        raise NotImplementedError(f'{type(self).__name__} does not implement forward')
+
+    def backward(self, out_grad, in_data, out_data, in_grad):
+        """Write the input gradients into `in_grad`."""
+        raise NotImplementedError(f'{type(self).__name__} does not implement backward')
+
+    def infer_shape(self, in_shape):
+        """(argument shapes, output shapes): by default one output of the first input's shape."""
+        return in_shape, [in_shape[0]]
+
+    def list_outputs(self):
+        return ['output']
+
+    def list_arguments(self):
+        return ['data']
+
+    def need_top_grad(self):
+        """Whether backward reads the output gradient (a loss does not)."""
+        return self.need_top_grad_
+
+    def _to_user(self, arrays):
+        return list(arrays)
+
+    def _from_user(self, targets, values, reqs):
+        for target, value, req in zip(targets, values, reqs):
+            if value is not target:
+                CustomOp.assign(None, target, req, value)
+
+
+class NDArrayOp(PythonOp):
+    """A :class:`PythonOp` handed NDArrays."""
+
+    def declare_backward_dependency(self, out_grad, in_data, out_data):
+        """What backward reads: the output gradient (when needed), the inputs and outputs."""
+        deps = list(out_grad) if self.need_top_grad() else []
+        return deps + list(in_data) + list(out_data)
+
+
+class NumpyOp(PythonOp):
+    """A :class:`PythonOp` handed NumPy arrays (copies, written back after the call)."""
+
+    def _to_user(self, arrays):
+        # in a graph the kernel's NumPy arrays come as they are (written in place)
+        return [a if isinstance(a, np.ndarray) else a.asnumpy() for a in arrays]
+
+
+def _legacy_prop(python_op):
+    """A CustomOpProp class running `python_op`."""
+    class LegacyProp(CustomOpProp):
+        numpy_kernel = isinstance(python_op, NumpyOp)   # runs on any engine thread
+
+        def __init__(self, **kwargs):
+            super().__init__(need_top_grad=python_op.need_top_grad())
+
+        def list_arguments(self):
+            return python_op.list_arguments()
+
+        def list_outputs(self):
+            return python_op.list_outputs()
+
+        def infer_shape(self, in_shape):
+            shapes = python_op.infer_shape(in_shape)
+            return shapes[0], shapes[1], []
+
+        def create_operator(self, ctx, in_shapes, in_dtypes):
+            return _LegacyRunner(python_op)
+    return LegacyProp
+
+
+class _LegacyRunner(CustomOp):
+    def __init__(self, python_op):
+        super().__init__()
+        self.python_op = python_op
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        op = self.python_op
+        outs = op._to_user(out_data)
+        op.forward(op._to_user(in_data), outs)
+        op._from_user(out_data, outs, req)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        op = self.python_op
+        grads = op._to_user(in_grad)
+        op.backward(op._to_user(out_grad), op._to_user(in_data), op._to_user(out_data), grads)
+        op._from_user(in_grad, grads, req)
+
+
+# ----------------------------------------------------------------------------------------------
+# What an operator takes, as MXNet describes it.
+
+OperatorArguments = collections.namedtuple('OperatorArguments', ['narg', 'names', 'types'])
+
+
+def get_operator_arguments(op_name):
+    """The inputs and parameters of operator `op_name`, with their types described in MXNet's
+    words (Ember's parameter types are coarser: an optional number reads 'string or None').
+
+    >>> import ember as mx
+    >>> mx.operator.get_operator_arguments('relu')
+    OperatorArguments(narg=1, names=['data'], types=['NDArray-or-Symbol'])
+    """
+    op = _registry.get(op_name)
+    if op.variadic:
+        names, types = ['data'], ['NDArray-or-Symbol[]']
+    else:   # the inputs at the parameters' defaults (FullyConnected: with its bias)
+        defaults = {p.name: p.default for p in op.params if p.default is not _registry.REQUIRED}
+        names = op.input_names(defaults)
+        types = ['NDArray-or-Symbol'] * len(names)
+    for param in op.params:
+        names.append(param.name)
+        types.append(_param_text(param))
+    return OperatorArguments(len(names), names, types)
+
+
+_TYPE_NAMES = {_registry.p_int: 'int', _registry.p_float: 'float', _registry.p_bool: 'boolean',
+               _registry.p_str: 'string', _registry.p_shape: 'Shape(tuple)',
+               _registry.p_axes: 'Shape or None', _registry.p_dtype: 'dtype'}
+
+
+def _param_text(param) -> str:
+    choices = getattr(param.convert, 'choices', None)
+    if choices:
+        listed = (['None'] if param.default is None else []) + sorted(map(repr, choices))
+        kind = '{' + ', '.join(listed) + '}'
+        if param.default is None:    # MXNet's text for an enum that may be unset
+            return kind + ",optional, default='None'"
+    else:
+        kind = _TYPE_NAMES.get(param.convert, 'string')
+        if getattr(param.convert, 'accepts_none', False):
+            kind += ' or None'
+    if param.default is _registry.REQUIRED:
+        return f'{kind}, required'
+    default = param.default
+    if isinstance(default, bool):
+        text = str(int(default))
+    elif isinstance(default, str):
+        text = repr(default)
+    elif isinstance(default, np.dtype):
+        text = repr(default.name)
+    elif isinstance(default, tuple):
+        text = str(list(default))
+    else:
+        text = str(default)
+    return f'{kind}, optional, default={text}'

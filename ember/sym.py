@@ -9,7 +9,7 @@ Everything of ``ember.symbol`` is reachable here, operators registered later inc
 from ember import symbol as _symbol
 # every public name but the namespaces a higher layer brings later (mx.nd.np)
 globals().update((_name, getattr(_symbol, _name)) for _name in _symbol.__all__
-                 if _name not in _symbol._ndarray_package.late_namespaces)
+                 if _name not in _symbol._LATE_NAMESPACES)
 from ember.symbol import Symbol, _internal  # noqa: F401
 
 __all__ = list(_symbol.__all__)

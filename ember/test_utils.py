@@ -38,7 +38,7 @@ import zipfile
 
 import numpy as np
 
-from ember import autograd, config, device
+from ember import autograd, config, device, util
 from ember import ndarray as nd
 from ember import io as _io
 from ember import symbol as _symbol
@@ -49,6 +49,9 @@ from ember.device import Context, current_context
 from ember.ndarray import NDArray, array
 from ember.runtime import Features
 from ember.symbol import Symbol
+from ember.util import (get_cuda_compute_capability, getenv, setenv,  # noqa: F401
+                        use_np)  # (MXNet's test_utils has them)
+from ember.numpy.symbol import _Symbol as np_symbol  # noqa: F401  (mx.sym.np's class)
 
 _log = logging.getLogger(__name__)
 
@@ -445,10 +448,8 @@ def rand_ndarray(shape, stype='default', density=None, dtype=None, modifier_func
                  shuffle_csr_indices=False, distribution=None, ctx=None):
     """An NDArray of standard-normal values, or for 'csr' and 'row_sparse' a sparse array
     storing a fraction `density` (random when None, as in MXNet) of its entries or rows,
-    uniform in [0, 1) and passed through `modifier_func` when given. `distribution`
-    'powerlaw' (csr only) gives row i about twice the entries of row i - 1, as MXNet's does;
-    `shuffle_csr_indices` is accepted for MXNet's signature, but Ember keeps a csr array's
-    column indices sorted, as its kernels need.
+    uniform in [0, 1) and passed through `modifier_func` when given (see
+    :func:`rand_sparse_ndarray`).
 
     >>> rand_ndarray((2, 2), dtype='float64').dtype
     <class 'numpy.float64'>
@@ -457,26 +458,101 @@ def rand_ndarray(shape, stype='default', density=None, dtype=None, modifier_func
     """
     if stype == 'default':
         return nd.array(random_arrays(tuple(shape)), ctx=ctx, dtype=dtype or default_dtype())
+    return rand_sparse_ndarray(shape, stype, density=density, dtype=dtype,
+                               distribution=distribution, modifier_func=modifier_func,
+                               shuffle_csr_indices=shuffle_csr_indices, ctx=ctx)[0]
+
+
+def rand_sparse_ndarray(shape, stype, density=None, dtype=None, distribution=None,
+                        data_init=None, rsp_indices=None, modifier_func=None,
+                        shuffle_csr_indices=False, ctx=None):
+    """A random sparse array and its parts: ``(row_sparse array, (values, row indices))`` or
+    ``(csr array, (indptr, indices, data))``. About `density` of the rows (row_sparse) or
+    entries (csr) are stored (random when None), uniform in [0, 1), all `data_init` when
+    given, then passed through `modifier_func`; `rsp_indices` fixes the stored rows.
+    `distribution` 'powerlaw' (csr only) gives row i about twice the entries of row i - 1.
+    `shuffle_csr_indices` is accepted for MXNet's signature; Ember keeps a csr array's column
+    indices sorted, as its kernels need.
+
+    >>> array, (values, rows) = rand_sparse_ndarray((5, 2), 'row_sparse', rsp_indices=[1, 3],
+    ...                                             data_init=2.0)
+    >>> rows.tolist(), array.asnumpy()[[1, 3]].tolist()
+    ([1, 3], [[2.0, 2.0], [2.0, 2.0]])
+    """
     density = np.random.rand() if density is None else density
     dtype = dtype or default_dtype()
     if distribution not in (None, 'uniform', 'powerlaw'):
-        raise ValueError(f"rand_ndarray: distribution={distribution!r}: expected 'uniform' or "
-                         "'powerlaw'")
-    modify = modifier_func or (lambda values: values)
+        raise ValueError(f"rand_sparse_ndarray: distribution={distribution!r}: expected "
+                         "'uniform' or 'powerlaw'")
+
+    def values_of(values):
+        if data_init is not None:
+            values = np.full_like(values, data_init)
+        return assign_each(values, modifier_func) if modifier_func is not None else values
+
     if stype == 'row_sparse':
         if distribution == 'powerlaw':
-            raise ValueError("rand_ndarray: distribution='powerlaw' is for csr arrays, as in MXNet")
-        rows = np.flatnonzero(np.random.rand(shape[0]) < density)
-        values = modify(np.random.uniform(size=(rows.size,) + tuple(shape[1:])))
-        return nd.sparse.row_sparse_array((values, rows), shape=shape, ctx=ctx, dtype=dtype)
+            raise ValueError("rand_sparse_ndarray: distribution='powerlaw' is for csr arrays, "
+                             "as in MXNet")
+        rows = (np.asarray(rsp_indices, dtype=np.int64) if rsp_indices is not None
+                else np.flatnonzero(np.random.rand(shape[0]) < density))
+        values = values_of(np.random.uniform(size=(rows.size,) + tuple(shape[1:])))
+        array = nd.sparse.row_sparse_array((values, rows), shape=shape, ctx=ctx, dtype=dtype)
+        return array, (values.astype(dtype), rows)
+    if stype != 'csr':
+        raise ValueError(f"rand_sparse_ndarray: stype={stype!r}: expected 'csr' or "
+                         f"'row_sparse'")
     import scipy.sparse
     if distribution == 'powerlaw':
         matrix = _powerlaw_csr(shape, density)
     else:
         matrix = scipy.sparse.random(shape[0], shape[1], density, format='csr',
                                      dtype=np.float64)
-    matrix.data = np.asarray(modify(matrix.data), dtype=np.float64)
-    return nd.sparse.csr_matrix(matrix, ctx=ctx, dtype=dtype)
+    matrix.data = np.asarray(values_of(matrix.data), dtype=np.float64)
+    array = nd.sparse.csr_matrix(matrix, ctx=ctx, dtype=dtype)
+    return array, (array.indptr, array.indices, array.data)
+
+
+def create_sparse_array(shape, stype, data_init=None, rsp_indices=None, dtype=None,
+                        modifier_func=None, density=.5, shuffle_csr_indices=False):
+    """A random sparse array of storage type `stype` (see :func:`rand_sparse_ndarray`);
+    `rsp_indices` (sorted here) fixes the stored rows of a row_sparse array.
+
+    >>> create_sparse_array((4, 3), 'row_sparse', rsp_indices=[2, 0]).indices.asnumpy().tolist()
+    [0, 2]
+    """
+    if stype not in ('row_sparse', 'csr'):
+        raise ValueError(f"create_sparse_array: stype={stype!r}: expected 'csr' or "
+                         f"'row_sparse'")
+    rows = None if rsp_indices is None or stype != 'row_sparse' else np.sort(rsp_indices)
+    return rand_sparse_ndarray(shape, stype, density=density, data_init=data_init,
+                               rsp_indices=rows, dtype=dtype, modifier_func=modifier_func,
+                               shuffle_csr_indices=shuffle_csr_indices)[0]
+
+
+def create_sparse_array_zd(shape, stype, density, data_init=None, rsp_indices=None,
+                           dtype=None, modifier_func=None, shuffle_csr_indices=False):
+    """:func:`create_sparse_array` where a row_sparse array stores only `rsp_indices` (none
+    when None: an array of zeros)."""
+    if stype == 'row_sparse':
+        density = 0.0
+        if rsp_indices is not None and len(rsp_indices) > shape[0]:
+            raise ValueError(f'create_sparse_array_zd: {len(rsp_indices)} row indices for '
+                             f'{shape[0]} rows')
+    return create_sparse_array(shape, stype, data_init=data_init, rsp_indices=rsp_indices,
+                               dtype=dtype, modifier_func=modifier_func, density=density,
+                               shuffle_csr_indices=shuffle_csr_indices)
+
+
+def shuffle_csr_column_indices(csr):
+    """Shuffle, in place, the column indices (with NumPy's global generator) within each row
+    of a ``scipy.sparse`` csr matrix: a valid csr matrix whose indices are not sorted.
+    Ember's own csr arrays keep sorted indices, so this is for SciPy inputs."""
+    for row in range(len(csr.indptr) - 1):
+        begin, end = csr.indptr[row], csr.indptr[row + 1]
+        order = np.random.permutation(end - begin)
+        csr.indices[begin:end] = csr.indices[begin:end][order]
+        csr.data[begin:end] = csr.data[begin:end][order]
 
 
 def _powerlaw_csr(shape, density):
@@ -1560,6 +1636,38 @@ def get_mnist_ubyte() -> None:
     _fetch_and_unzip('http://data.mxnet.io/mxnet/data/mnist.zip',
                      ['train-images-idx3-ubyte', 'train-labels-idx1-ubyte',
                       't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'])
+
+
+def get_mnist_iterator(batch_size, input_shape, num_parts=1, part_index=0):
+    """(training, validation) MNISTIters over MNIST's IDX files in ``data/`` (fetched when
+    they are not there): training shuffled, both flat unless `input_shape` is (C, H, W)."""
+    get_mnist_ubyte()
+    flat = len(input_shape) != 3
+
+    def iterator(prefix, **extra):
+        return _io.MNISTIter(image=f'data/{prefix}-images-idx3-ubyte',
+                             label=f'data/{prefix}-labels-idx1-ubyte', input_shape=input_shape,
+                             batch_size=batch_size, flat=flat, num_parts=num_parts,
+                             part_index=part_index, **extra)
+    return iterator('train', shuffle=True), iterator('t10k')
+
+
+def get_im2rec_path(home_env='MXNET_HOME'):
+    """The path of a runnable ``im2rec.py`` (``python <path> PREFIX ROOT [options]``): the
+    one under ``$<home_env>/tools`` when that variable names a folder that has it, else
+    Ember's own (``ember/cli/im2rec.py``, the same tool as ``python -m ember im2rec``)."""
+    home = util.getenv(home_env)
+    if home:
+        candidate = os.path.join(os.path.expanduser(home), 'tools', 'im2rec.py')
+        if os.path.isfile(candidate):
+            return candidate
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cli', 'im2rec.py')
+
+
+def is_cd_run():
+    """Whether the tests run as part of a continuous-delivery job (``CD_JOB=1``, MXNet's
+    CI flag)."""
+    return util.getenv('CD_JOB') == '1'
 
 
 def get_cifar10() -> None:

@@ -121,12 +121,14 @@ with mx.autograd.record():
     loss = dense(x).astype('float32').sum()
     with amp.scale_loss(loss, trainer) as scaled:
         mx.autograd.backward(scaled)
+amp.unscale(trainer)
+unscaled = float(dense.weight.grad().astype('float32').asnumpy()[0, 0])
 dense.weight.grad()[:] = float('inf')
 trainer.step(1)
 skipped = bool((dense.weight.data().asnumpy() == after_step).all())
 print(json.dumps({'changed': changed, 'out': str(out.dtype.__name__), 'exp': exp.dtype.__name__,
                   'mixed': mixed.dtype.__name__, 'scale': scale,
-                  'step': float(after_step[0, 0]), 'skipped': skipped,
+                  'step': float(after_step[0, 0]), 'skipped': skipped, 'unscaled': unscaled,
                   'next_scale': trainer._amp_loss_scaler._next_loss_scale}))
 '''
 
@@ -143,4 +145,73 @@ def test_init_casts_the_namespaces_and_scales_the_loss():
     assert result['mixed'] == 'float32'           # the widest of the two
     assert result['scale'] == 2.0 ** 16
     assert result['step'] == pytest.approx(1 - 0.1 * 2, abs=0.01)   # the loss scale undone
+    assert result['unscaled'] == 2.0              # d(sum of 2 rows)/dw, the scale divided out
     assert result['skipped'] and result['next_scale'] == 2.0 ** 15
+
+
+# The functions the child process above runs, for `python -m ember api-coverage`.
+EXERCISED_API = [amp.init, amp.init_trainer, amp.scale_loss, amp.unscale]
+
+
+@pytest.mark.parametrize('target', ['float16', 'bfloat16'])
+def test_the_list_modules_hold_the_lists_under_mxnets_names(target):
+    short = {'float16': 'FP16', 'bfloat16': 'BF16'}[target]
+    module = {'float16': amp.lists.symbol_fp16, 'bfloat16': amp.lists.symbol_bf16}[target]
+    assert getattr(module, f'{short}_FUNCS') == amp.list_lp16_ops(target)
+    # "every other operator", read at import: operators registered since (tests') come later
+    assert set(getattr(module, f'{short}_FP32_FUNCS')) <= set(amp.list_lp16_fp32_ops(target))
+    assert 'Flatten' in getattr(module, f'{short}_FP32_FUNCS')
+    assert module.FP32_FUNCS == amp.list_fp32_ops(target)
+    assert module.WIDEST_TYPE_CASTS == amp.list_widest_type_cast(target)
+    assert module.LOSS_OUTPUT_FUNCTIONS == amp.list_loss_output_functions(target) == [
+        'SoftmaxOutput', 'LinearRegressionOutput', 'LogisticRegressionOutput',
+        'MAERegressionOutput']
+    kept = amp.list_lp16_use_fp32_params(target)
+    assert kept == (None if target == 'float16' else
+                    {'BatchNorm': ('gamma', 'beta', 'moving_mean', 'moving_var')})
+
+
+def test_the_loss_scaler_reads_overflow_through_multi_all_finite():
+    from ember.contrib.amp import loss_scaler
+    finite = loss_scaler.multi_all_finite(mx.nd.ones(3), mx.nd.array([1.0, np.inf]),
+                                          num_arrays=2)
+    assert finite.asnumpy().tolist() == [0.0]
+    assert loss_scaler.multi_all_finite(mx.nd.ones(3), num_arrays=1).asnumpy().tolist() == [1.0]
+
+
+def test_convert_model_marks_parameters_float32_and_binds_from_the_data():
+    sym = net_symbol()
+    args = {'fc1_weight': mx.nd.ones((8, 4)), 'fc1_bias': mx.nd.zeros(8),
+            'fc2_weight': mx.nd.ones((8, 8)), 'fc2_bias': mx.nd.zeros(8)}
+    low, arg_params, aux_params = amp.convert_model(sym, args, {}, target_dtype='bfloat16')
+    assert arg_params is args and aux_params == {}
+    assert low.attr_dict()['fc1_weight']['__dtype__'] == '0'
+    assert 'data' not in low.attr_dict() or '__dtype__' not in low.attr_dict()['data']
+    arg_types, _, _ = low.infer_type(data='float32')
+    assert all(t == np.float32 for t in arg_types)
+
+
+def bucket_symbol(length):
+    data = mx.sym.mean(mx.sym.var('data'), axis=1)
+    net = mx.sym.FullyConnected(data, num_hidden=2, name='fc')
+    return mx.sym.SoftmaxOutput(net, name='softmax'), ('data',), ('softmax_label',)
+
+
+def test_convert_bucketing_module_runs_every_bucket_in_bfloat16():
+    wide = mx.mod.BucketingModule(bucket_symbol, default_bucket_key=5)
+    with pytest.raises(RuntimeError, match='bind'):
+        amp.convert_bucketing_module(wide)
+    wide.bind(data_shapes=[('data', (4, 5, 3))], label_shapes=[('softmax_label', (4,))],
+              for_training=False)
+    wide.init_params(mx.init.Uniform(0.5))
+    low = amp.convert_bucketing_module(wide, target_dtype='bfloat16')
+    x = mx.nd.array(np.random.default_rng(0).uniform(size=(4, 2, 3)))
+    batch = mx.io.DataBatch([x], [mx.nd.zeros((4,))], bucket_key=2,
+                            provide_data=[('data', (4, 2, 3))],
+                            provide_label=[('softmax_label', (4,))])
+    wide.forward(batch)
+    low.forward(batch)
+    ops = [n.op.name for n in low._buckets[2].symbol.to_graph().nodes if n.op]
+    assert 'amp_cast' in ops and sorted(low._buckets) == [2, 5]
+    np.testing.assert_allclose(low.get_outputs()[0].asnumpy(),
+                               wide.get_outputs()[0].asnumpy(), atol=0.02)

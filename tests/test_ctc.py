@@ -181,3 +181,15 @@ def test_lengths_longer_than_the_data_are_rejected():
               data_lengths=np.array([5]))
     with pytest.raises(EmberError, match=r'data_lengths\[0\]=5 is outside \[0, 4\]'):
         out.asnumpy()
+
+
+def test_every_form_gives_the_loss():
+    data, label = random_data(4, 2, 3, seed=5), np.array([[1, 2], [2, 0]], np.float64)
+    expected = ctc(data, label).asnumpy()
+    arrays = [mx.nd.array(data, dtype=data.dtype), mx.nd.array(label)]
+    for fn in (mx.nd.contrib.CTCLoss, mx.nd.contrib.ctc_loss):
+        np.testing.assert_allclose(fn(*arrays).asnumpy(), expected, rtol=1e-12)
+    for fn in (mx.sym.CTCLoss, mx.sym.ctc_loss, mx.sym.contrib.CTCLoss, mx.sym.contrib.ctc_loss):
+        loss = fn(mx.sym.var('data'), mx.sym.var('label'))
+        executor = loss.bind(mx.cpu(), {'data': arrays[0], 'label': arrays[1]})
+        np.testing.assert_allclose(executor.forward()[0].asnumpy(), expected, rtol=1e-12)

@@ -459,3 +459,94 @@ def test_registry_operator_refuses_an_engine_worker():
     out = invoke(registry.get('Custom'), [mx.nd.ones((2, 3))], {'op_type': 'test_nd_softmax'})
     with pytest.raises(EmberError, match='engine worker thread'):
         out[0].asnumpy()
+
+
+def test_symbolic_custom_matches_the_imperative_call():
+    rng = np.random.default_rng(2)
+    x, label = rng.standard_normal((3, 4)), np.array([1, 0, 3])
+    expected = mx.nd.Custom(mx.nd.array(x), mx.nd.array(label), op_type='test_numpy_softmax')
+    net = mx.sym.Custom(mx.sym.var('data'), mx.sym.var('label'), op_type='test_numpy_softmax')
+    grad = mx.nd.zeros((3, 4))
+    with config.override(MXNET_ENGINE_TYPE='NaiveEngine'):     # a graph runs it in place
+        executor = net.bind(mx.cpu(), {'data': mx.nd.array(x), 'label': mx.nd.array(label)},
+                            args_grad={'data': grad}, grad_req={'data': 'write', 'label': 'null'})
+        out = executor.forward(is_train=True)[0]
+        np.testing.assert_allclose(out.asnumpy(), expected.asnumpy(), rtol=1e-6)
+        executor.backward()
+    one_hot = np.eye(4)[label]
+    np.testing.assert_allclose(grad.asnumpy(), out.asnumpy() - one_hot, rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------------------------
+# MXNet's older Python operators and the operator descriptions
+
+def _legacy(cls):
+    with pytest.warns(UserWarning, match='deprecated'):
+        return cls()
+
+
+class _NumpyScale(mx.operator.NumpyOp):
+    def __init__(self):
+        super().__init__(need_top_grad=True)
+
+    def list_arguments(self):
+        return ['data', 'weight']
+
+    def forward(self, in_data, out_data):
+        assert isinstance(in_data[0], np.ndarray)
+        out_data[0][:] = in_data[0] * in_data[1]
+
+    def backward(self, out_grad, in_data, out_data, in_grad):
+        in_grad[0][:] = out_grad[0] * in_data[1]
+        in_grad[1][:] = out_grad[0] * in_data[0]
+
+
+class _NDArrayCube(mx.operator.NDArrayOp):
+    def forward(self, in_data, out_data):
+        assert isinstance(in_data[0], mx.nd.NDArray)
+        out_data[0][:] = in_data[0] ** 3
+
+    def backward(self, out_grad, in_data, out_data, in_grad):
+        in_grad[0][:] = 3 * in_data[0] ** 2 * out_grad[0]
+
+
+def test_numpy_and_ndarray_ops_run_forward_and_backward_as_symbols():
+    x, w = np.array([1.0, -2.0, 3.0]), np.array([2.0, 0.5, -1.0])
+    scale = _legacy(_NumpyScale)
+    sym = scale(mx.sym.var('x'), weight=mx.sym.var('w'))
+    assert sym.list_arguments() == ['x', 'w']
+    grads = {'x': mx.nd.zeros(3), 'w': mx.nd.zeros(3)}
+    ex = sym.bind(mx.cpu(), {'x': mx.nd.array(x), 'w': mx.nd.array(w)}, args_grad=grads)
+    np.testing.assert_allclose(ex.forward(is_train=True)[0].asnumpy(), x * w)
+    ex.backward(mx.nd.ones(3))
+    np.testing.assert_allclose(grads['x'].asnumpy(), w)
+    np.testing.assert_allclose(grads['w'].asnumpy(), x)
+
+    cube = _legacy(_NDArrayCube)
+    assert cube.need_top_grad() and cube.declare_backward_dependency([1], [2], [3]) == [1, 2, 3]
+    grad = mx.nd.zeros(3)
+    with config.override(MXNET_ENGINE_TYPE='NaiveEngine'):     # it calls mx.nd operators
+        ex = cube.get_symbol(mx.sym.var('x')).bind(mx.cpu(), {'x': mx.nd.array(x)},
+                                                    args_grad={'x': grad})
+        np.testing.assert_allclose(ex.forward(is_train=True)[0].asnumpy(), x ** 3)
+        ex.backward(mx.nd.ones(3))
+    np.testing.assert_allclose(grad.asnumpy(), 3 * x ** 2)
+    assert isinstance(_legacy(mx.operator.PythonOp), mx.operator.PythonOp)
+
+
+def test_get_operator_arguments_names_inputs_then_parameters_as_mxnet():
+    # names as MXNet 1.9.1's get_operator_arguments gives them
+    fc = mx.operator.get_operator_arguments('FullyConnected')
+    assert isinstance(fc, mx.operator.OperatorArguments)
+    assert fc.names == ['data', 'weight', 'bias', 'num_hidden', 'no_bias', 'flatten']
+    assert fc.narg == 6 and fc.types[:4] == ['NDArray-or-Symbol'] * 3 + ['int, required']
+    assert fc.types[4:] == ['boolean, optional, default=0', 'boolean, optional, default=1']
+    concat = mx.operator.get_operator_arguments('Concat')
+    assert concat.names == ['data', 'num_args', 'dim']
+    assert concat.types[0] == 'NDArray-or-Symbol[]'
+    act = mx.operator.get_operator_arguments('Activation')
+    assert act.types[1] == "{'relu', 'sigmoid', 'softrelu', 'softsign', 'tanh'}, required"
+    with pytest.raises(AttributeError, match='FullyConnected'):
+        mx.operator.get_operator_arguments('FullyConected')
+    assert mx.operator.py_str(b'caf\xc3\xa9') == 'café'
+    assert mx.operator.is_np_array() is False

@@ -1,4 +1,5 @@
-"""gluon.contrib.nn: Concurrent, the pixel shuffles, and SyncBatchNorm over two devices."""
+"""gluon.contrib: Concurrent, the pixel shuffles, SyncBatchNorm over two devices, SparseEmbedding,
+the deformable convolutions and IntervalSampler."""
 import numpy as np
 import pytest
 
@@ -173,3 +174,62 @@ def test_channel_last_conv_cell_matches_channel_first():
     out_last, _ = last.unroll(2, mx.nd.array(data.transpose(0, 1, 3, 4, 2)), merge_outputs=True)
     np.testing.assert_allclose(out_last.asnumpy(), out_first.asnumpy().transpose(0, 1, 3, 4, 2),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_sparse_embedding_trains_only_the_rows_a_batch_names():
+    emb = mx.gluon.contrib.nn.SparseEmbedding(6, 2)
+    emb.initialize(mx.init.One())
+    trainer = mx.gluon.Trainer(emb.collect_params(), 'sgd', {'learning_rate': 0.5})
+    with mx.autograd.record():
+        out = emb(mx.nd.array([[1, 4], [4, 4]]))
+    out.backward()
+    assert emb.weight.grad().stype == 'row_sparse'
+    assert emb.weight.grad().indices.asnumpy().tolist() == [1, 4]
+    trainer.step(1)
+    # row 1 once, row 4 three times; the others untouched
+    np.testing.assert_allclose(emb.weight.data().asnumpy()[:, 0], [1, 0.5, 1, 1, -0.5, 1])
+    assert repr(emb) == 'SparseEmbedding(6 -> 2, float32)'
+
+
+@pytest.mark.parametrize('layer', ['DeformableConvolution', 'ModulatedDeformableConvolution'])
+@pytest.mark.parametrize('hybridize', [False, True])
+def test_deformable_layers_sample_where_their_offset_convolution_says(layer, hybridize):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(1, 2, 5, 6))
+    deform = getattr(mx.gluon.contrib.cnn, layer)(3, kernel_size=3, padding=1, in_channels=2)
+    deform.initialize(mx.init.Normal(0.5))
+    deform.offset_weight.set_data(mx.nd.zeros(deform.offset_weight.shape))
+    bias = np.zeros(deform.offset_bias.shape)
+    bias[:18][1::2] = 1.0           # every tap moves one pixel right (dx; dy stays 0)
+    if layer == 'ModulatedDeformableConvolution':
+        bias[18:] = 0.0             # masks sigmoid(0) * 2 = 1
+    deform.offset_bias.set_data(mx.nd.array(bias))
+    if hybridize:
+        deform.hybridize()
+    out = deform(mx.nd.array(x)).asnumpy()
+    conv = mx.gluon.nn.Conv2D(3, 3, padding=1, in_channels=2)
+    conv.initialize()
+    conv.weight.set_data(deform.deformable_conv_weight.data())
+    conv.bias.set_data(deform.deformable_conv_bias.data())
+    shifted = np.concatenate([x[..., 1:], np.zeros((1, 2, 5, 1))], axis=-1)
+    want = conv(mx.nd.array(shifted)).asnumpy()
+    # column 0's left taps reach x's column 0 through the offset (the padding in `shifted`)
+    np.testing.assert_allclose(out[..., 1:], want[..., 1:], rtol=1e-4, atol=1e-4)
+    assert not np.allclose(out[..., 0], want[..., 0])
+    assert repr(deform).startswith(f'{layer}(2 -> 3, kernel_size=(3, 3)')
+
+
+def test_interval_sampler_interleaves_and_feeds_a_data_loader():
+    from ember.gluon.contrib.data import IntervalSampler
+    assert list(IntervalSampler(7, 3)) == [0, 3, 6, 1, 4, 2, 5]
+    assert len(IntervalSampler(7, 3)) == 7 and len(IntervalSampler(7, 3, rollover=False)) == 3
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(np.arange(7.0)),
+                                      batch_size=2, sampler=IntervalSampler(7, 3))
+    assert [b.asnumpy().tolist() for b in loader] == [[0, 3], [6, 1], [4, 2], [5]]
+    with pytest.raises(ValueError, match='interval=8'):
+        IntervalSampler(7, 8)
+
+
+# The layers the parametrized test above reaches by name, for `python -m ember api-coverage`.
+EXERCISED_API = [mx.gluon.contrib.cnn.DeformableConvolution,
+                 mx.gluon.contrib.cnn.ModulatedDeformableConvolution]

@@ -1,5 +1,6 @@
 """gluon.data (datasets, samplers, DataLoader) and gluon.utils (splitting, clipping, files)."""
 import hashlib
+import multiprocessing as mp
 import os
 
 import numpy as np
@@ -276,3 +277,54 @@ def test_gluon_repo_variable_points_downloads_at_a_local_mirror(tmp_path):
     assert open(got, 'rb').read() == b'zip'
     with config.override(MXNET_GLUON_REPO='https://mirror.example/repo'):
         assert utils._get_repo_url() == 'https://mirror.example/repo/'
+
+
+def test_default_mp_batchify_stacks_into_shared_memory_like_the_default():
+    samples = [(mx.nd.array([1.0, 2.0]), 3), (mx.nd.array([4.0, 5.0]), 6)]
+    shared = gdata.dataloader.default_mp_batchify_fn(samples)
+    plain = gdata.default_batchify_fn(samples)
+    for got, want in zip(shared, plain):
+        assert got.asnumpy().tolist() == want.asnumpy().tolist() and got.dtype == want.dtype
+
+
+def test_ndarrays_pickle_through_shared_memory_for_the_v1_loader():
+    from ember.gluon.data import dataloader
+    rebuild, args = dataloader.reduce_ndarray(mx.nd.array([[1, 2], [3, 4]]))
+    assert rebuild is dataloader.rebuild_ndarray and args[0] == os.getpid()
+    assert dataloader.rebuild_ndarray(*args).asnumpy().tolist() == [[1, 2], [3, 4]]
+    rebuild, args = dataloader.reduce_np_ndarray(mx.np.array([5.0, 6.0]))
+    again = dataloader.rebuild_np_ndarray(*args)
+    assert isinstance(again, mx.np.ndarray) and again.asnumpy().tolist() == [5, 6]
+    reader, writer = (dataloader.ConnectionWrapper(end) for end in mp.Pipe(duplex=False))
+    writer.send({'x': mx.nd.ones((2, 2))})
+    assert reader.recv()['x'].asnumpy().tolist() == [[1, 1], [1, 1]]
+    assert reader.poll() is False           # the wrapped connection's own methods
+    queue = dataloader.SimpleQueue()
+    child = mp.get_context('fork').Process(target=_send_batch, args=(queue,))
+    child.start()
+    index, batch = queue.get()
+    child.join(timeout=30)
+    assert index == 7 and batch.asnumpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    keys, data = dataloader.Queue(), dataloader.SimpleQueue()
+    keys.put((0, [1, 2]))
+    keys.put((None, None))
+    dataloader.worker_loop_v1([10, 11, 12], keys, data, lambda s: mx.nd.array(s))
+    data.put((None, None))
+    found = {}
+    dataloader.fetcher_loop_v1(data, found)
+    assert list(found) == [0] and found[0].asnumpy().tolist() == [11, 12]
+
+
+def _send_batch(queue):
+    queue.put((7, mx.nd.arange(6).reshape((2, 3))))
+
+
+def test_dataloader_v1_gives_the_batches_of_the_dataloader():
+    ds, _ = make_dataset(11)
+    want = [y.asnumpy().tolist() for _, y in gdata.DataLoader(ds, 4)]
+    serial = gdata.dataloader.DataLoaderV1(ds, 4)
+    assert len(serial) == 3 and [y.asnumpy().tolist() for _, y in serial] == want
+    workers = gdata.dataloader.DataLoaderV1(ds, 4, num_workers=2)
+    assert [y.asnumpy().tolist() for _, y in workers] == want
+    with pytest.raises(ValueError, match='batch_size'):
+        gdata.dataloader.DataLoaderV1(ds)

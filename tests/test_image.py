@@ -243,3 +243,46 @@ def test_a_forked_child_gets_mp_opencv_threads_and_the_parent_keeps_its_own():
         assert receive.recv() == expected
         child.join()
         assert imaging.num_threads() == before
+
+
+def _image_forms(name, image, **attrs):
+    """[mx.nd.image.<name>, bound mx.sym.image.<name>] of `image`, as NumPy arrays."""
+    imperative = getattr(mx.nd.image, name)(image, **attrs).asnumpy()
+    symbol = getattr(mx.sym.image, name)(mx.sym.var('x'), **attrs)
+    return [imperative, symbol.bind(mx.cpu(), {'x': image}).forward()[0].asnumpy()]
+
+
+def test_random_image_operators_in_both_namespaces():
+    rng = np.random.default_rng(2)
+    image = mx.nd.array(rng.uniform(0, 255, (6, 8, 3)), dtype='float32')
+    pixels = image.asnumpy()
+    fixed = {'random_brightness': (1.3, pixels * 1.3),
+             'random_contrast': (1.0, pixels), 'random_saturation': (1.0, pixels),
+             'random_hue': (0.0, pixels)}
+    for name, (factor, want) in fixed.items():
+        for got in _image_forms(name, image, min_factor=factor, max_factor=factor):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3, err_msg=name)
+    for name, attrs in (('random_color_jitter', dict(brightness=0, contrast=0, saturation=0,
+                                                      hue=0)),
+                        ('random_lighting', dict(alpha_std=0.0))):
+        for got in _image_forms(name, image, **attrs):
+            np.testing.assert_allclose(got, pixels, rtol=1e-5, atol=1e-3, err_msg=name)
+    for got, want in zip(_image_forms('resize', image, size=(4, 3), interp=0),
+                         [mx.image.imresize(image, 4, 3, interp=0).asnumpy()] * 2):
+        np.testing.assert_allclose(got, want)
+    mx.random.seed(5)
+    for name, flipped in (('random_flip_left_right', pixels[:, ::-1]),
+                          ('random_flip_top_bottom', pixels[::-1])):
+        seen = set()
+        for _ in range(10):
+            for got in _image_forms(name, image):
+                seen.add(np.array_equal(got, flipped))
+                assert np.array_equal(got, flipped) or np.array_equal(got, pixels), name
+        assert seen == {True, False}, name
+
+
+# The operators the test above runs by name, for `python -m ember api-coverage`.
+EXERCISED_API = [f'ember.{space}.image.{name}' for space in ('ndarray', 'symbol') for name in (
+    'random_brightness', 'random_contrast', 'random_saturation', 'random_hue',
+    'random_color_jitter', 'random_lighting', 'resize', 'random_flip_left_right',
+    'random_flip_top_bottom')]

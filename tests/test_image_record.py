@@ -212,6 +212,25 @@ def test_mnist_iter_matches_mxnet():
                         label=str(folder / 'labels-idx1-ubyte'))
 
 
+def test_int8_and_v1_iterators_follow_the_uint8_output():
+    """MXNet 1.9.1's ImageRecordInt8Iter gives each pixel minus its channel's mean saturated
+    to int8 (std and scale ignored), and its _v1 iterators the batches of the current ones
+    (both checked against MXNet when this test was written)."""
+    want = np.load(IMAGE_FIXTURES / 'record_iter.npz')
+    pixels = want['uint8_data'].astype(np.int16)
+    common = dict(path_imgrec=PASS_REC, data_shape=(3, 24, 24), batch_size=5, resize=28)
+    data, _, pad = epoch(mx.io.ImageRecordInt8Iter(**common, mean_r=100.0, scale=0.5))
+    assert data.dtype == np.int8 and pad == want['uint8_pad'].tolist()
+    expected = pixels.copy()
+    expected[:, :, 0] -= 100
+    assert np.array_equal(data, np.clip(expected, -128, 127))
+    data, _, _ = epoch(mx.io.ImageRecordUInt8Iter_v1(**common))
+    assert data.dtype == np.uint8 and np.array_equal(data, want['uint8_data'])
+    data, label, pad = epoch(mx.io.ImageRecordIter_v1(**dict(common, **CASES['resize_center'])))
+    assert np.allclose(data, want['resize_center_data'], rtol=1e-6, atol=1e-6)
+    assert np.array_equal(label, want['resize_center_label'])
+
+
 # ----------------------------------------------------------------------------------------------
 # mean_img: a file of the mean image, computed and saved when missing
 

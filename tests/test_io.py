@@ -119,6 +119,18 @@ def test_batches_in_order_with_the_last_padded_from_the_start():
         assert b.data[0].shape == (3, 2)
 
 
+def test_layout_puts_the_batch_on_its_axis():
+    steps = np.arange(3 * 5 * 2, dtype=np.float32).reshape(3, 5, 2)      # T, N, C
+    it = io.NDArrayIter(steps, np.arange(5), batch_size=2, layout='TNC', shuffle=False)
+    assert it.provide_data[0].shape == (3, 2, 2) and it.provide_data[0].layout == 'TNC'
+    assert it.provide_label[0].shape == (2,)
+    batches = list(it)
+    assert [b.pad for b in batches] == [0, 0, 1]
+    np.testing.assert_array_equal(batches[1].data[0].asnumpy(), steps[:, 2:4])
+    np.testing.assert_array_equal(batches[2].data[0].asnumpy(), steps[:, [4, 0]])
+    assert batches[2].label[0].asnumpy().tolist() == [4, 0]
+
+
 def test_pad_longer_than_the_data_repeats_it():
     data, label = examples(2)
     batch, = list(io.NDArrayIter(data, label, batch_size=5))

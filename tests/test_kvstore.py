@@ -60,7 +60,9 @@ def test_a_registered_store_is_created_by_name():
 
 
 def test_teststore_sums_without_an_optimizer():
-    kv = mx.kv.create('teststore')
+    kv = mx.kvstore.base.create('teststore')      # MXNet's base module creates stores too
+    assert isinstance(kv, mx.kvstore.base.TestStore)
+    assert isinstance(mx.kv.create('local'), mx.kvstore.kvstore.KVStore)
     outs = [mx.nd.zeros((2,)), mx.nd.zeros((2,))]
     kv.pushpull('k', [mx.nd.ones((2,)), mx.nd.ones((2,)) * 3], out=outs)
     assert [o.asnumpy().tolist() for o in outs] == [[4.0, 4.0]] * 2

@@ -31,6 +31,7 @@ LAYERS = ['config',
           'gluon',
           'callback',      # Module.fit's callbacks; BatchEndParam, re-exported by mx.model
           'module',
+          'executor_manager',   # FeedForward-era data parallelism over executors
           'model']         # mx.model: checkpoints (re-exported from module) and BatchEndParam
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # The public surface on top of every layer; it may import anything.

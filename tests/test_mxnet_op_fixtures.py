@@ -112,3 +112,21 @@ def test_matches_mxnet(path, case_id, form):
         rtol = max(rtol, spec.get('rtol') or 0)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                    err_msg=f'{case_id} {what} differs from MXNet 1.9.1')
+
+
+def _exercised():
+    """mx.nd.<op> for every case, and mx.sym.<op> for those that also run symbolically."""
+    names = set()
+    for path in sorted(FIXTURES.glob('*.npz')):
+        with np.load(path) as store:
+            for key in store.files:
+                if key.endswith('/spec'):
+                    spec = json.loads(store[key].tobytes())
+                    names.add(f'ember.ndarray.{spec["op"]}')
+                    if not spec.get('imperative_only'):
+                        names.add(f'ember.symbol.{spec["op"]}')
+    return sorted(names)
+
+
+# The functions this test runs by name, for `python -m ember api-coverage`.
+EXERCISED_API = _exercised()

@@ -524,6 +524,8 @@ SHAPES = [
          ref=lambda i: one_hot(i.astype(int), 4), grad=()),
     Case('Embedding', (const([[0, 2], [2, 3]]), normal(4, 3)), dict(input_dim=4, output_dim=3),
          ref=lambda i, w: w[i.astype(int)], grad=(1,)),
+    Case('_contrib_SparseEmbedding', (const([[0, 2], [2, 3]]), normal(4, 3)),
+         dict(input_dim=4, output_dim=3), ref=lambda i, w: w[i.astype(int)], grad=(1,)),
     Case('Pad', (normal(1, 2, 3, 3),), dict(mode='constant', pad_width=(0, 0, 0, 0, 1, 2, 2, 1),
                                             constant_value=0.5),
          ref=lambda x: np.pad(x, [(0, 0), (0, 0), (1, 2), (2, 1)], constant_values=0.5)),

@@ -325,3 +325,240 @@ def test_numpy_kernels_run_through_the_host_on_other_devices():
                                  registry.KernelContext(None, xp=_DeviceModule))
     assert seen == [(np.ndarray, np)]
     assert out.tolist() == [0.0, 2.0, 4.0] and state.tolist() == [1.0, 1.0, 1.0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The backward operators MXNet's contrib namespaces list, against autograd of their forwards,
+# through mx.nd.contrib and (bound) mx.sym.contrib.
+
+def _both_forms(name, inputs, **attrs):
+    """[mx.nd.contrib result, mx.sym.contrib result] of `name`, as lists of NumPy arrays."""
+    def listed(result):
+        return [r.asnumpy() for r in (result if isinstance(result, (list, tuple)) else [result])]
+    nd_result = listed(getattr(mx.nd.contrib, name)(*inputs, **attrs))
+    names = [f'in{i}' for i in range(len(inputs))]
+    symbol = getattr(mx.sym.contrib, name)(*[mx.sym.var(n) for n in names], **attrs)
+    executor = symbol.bind(mx.cpu(), dict(zip(names, inputs)))
+    return [nd_result, listed(executor.forward())]
+
+
+def _autograd(forward, inputs, head):
+    for x in inputs:
+        x.attach_grad()
+    with mx.autograd.record():
+        out = forward(*inputs)
+    out.backward(head)
+    return [x.grad.asnumpy() for x in inputs]
+
+
+def test_backward_quadratic_and_gradientmultiplier_are_the_gradients():
+    rng = np.random.default_rng(21)
+    data = mx.nd.array(rng.normal(size=(2, 3)), dtype='float64')
+    head = mx.nd.array(rng.normal(size=(2, 3)), dtype='float64')
+    want = _autograd(lambda x: mx.nd.contrib.quadratic(x, a=0.5, b=-2, c=1), [data], head)[0]
+    for got in _both_forms('backward_quadratic', [head, data], a=0.5, b=-2, c=1):
+        np.testing.assert_allclose(got[0], want, rtol=1e-12)
+    want = _autograd(lambda x: mx.nd.contrib.gradientmultiplier(x, scalar=-3), [data],
+                     head)[0]
+    for got in _both_forms('backward_gradientmultiplier', [head], scalar=-3):
+        np.testing.assert_allclose(got[0], want, rtol=1e-12)
+
+
+def test_backward_index_copy_splits_the_gradient():
+    rng = np.random.default_rng(22)
+    old, new = (mx.nd.array(rng.normal(size=s), dtype='float64') for s in ((4, 2), (2, 2)))
+    index = mx.nd.array([3, 0], dtype='int64')
+    head = mx.nd.array(rng.normal(size=(4, 2)), dtype='float64')
+    want = _autograd(lambda o, n: mx.nd.contrib.index_copy(o, index, n), [old, new], head)
+    for got in _both_forms('backward_index_copy', [head, index]):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_backward_hawkesll_gives_the_log_likelihood_gradients():
+    rng = np.random.default_rng(23)
+    lda, alpha, beta = (mx.nd.array(rng.uniform(lo, hi, s)) for lo, hi, s in
+                        ((0.5, 1, (3, 2)), (0.1, 0.5, (2,)), (0.5, 2, (2,))))
+    state = mx.nd.array(rng.uniform(0, 1, (3, 2)))
+    lags = mx.nd.array(rng.uniform(0.1, 1, (3, 5)))
+    marks = mx.nd.array(rng.integers(0, 2, (3, 5)), dtype='int32')
+    valid, max_time = mx.nd.array([5, 2, 0]), mx.nd.array([6.0, 3.0, 1.5])
+    head = mx.nd.array(rng.normal(size=(3,)))
+    for x in (lda, alpha, beta):
+        x.attach_grad()
+    with mx.autograd.record():
+        loglik, _ = mx.nd.contrib.hawkesll(lda, alpha, beta, state, lags, marks, valid,
+                                           max_time)
+    loglik.backward(head)
+    want = [x.grad.asnumpy() for x in (lda, alpha, beta)]
+    inputs = [head, lda, alpha, beta, state, lags, marks, valid, max_time]
+    for got in _both_forms('backward_hawkesll', inputs):
+        for mine, theirs in zip(got, want):
+            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_contrib_update_forms_follow_the_plain_updates():
+    rng = np.random.default_rng(24)
+    weight, grad, mean = (rng.normal(size=(3, 2)).astype('float32') for _ in range(3))
+    var = rng.uniform(0.1, 1, (3, 2)).astype('float32')
+    args = dict(lr=0.1, eta=0.5, wd=0.01)
+    reference = [mx.nd.array(a) for a in (weight, grad, mean, var)]
+    want = mx.nd.adamw_update(*reference, mx.nd.array([0.5]), **args).asnumpy()
+    arrays = [mx.nd.array(a) for a in (weight, grad, mean, var)]
+    np.testing.assert_allclose(mx.nd.contrib.adamw_update(*arrays, 0.5, **args).asnumpy(), want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(arrays[2].asnumpy(), reference[2].asnumpy(), rtol=1e-6)
+    names = ['w', 'g', 'm', 'v']
+    symbol = mx.sym.contrib.adamw_update(*[mx.sym.var(n) for n in names], 0.5, **args)
+    aux = symbol.list_auxiliary_states()
+    bound = dict(zip(names, [mx.nd.array(a) for a in (weight, grad, mean, var)]))
+    out = symbol.bind(mx.cpu(), {n: a for n, a in bound.items() if n not in aux},
+                      aux_states={n: bound[n] for n in aux}).forward()[0]
+    np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6)
+    # mixed precision: float16 weights with float32 master copies follow the float32 step
+    half = [mx.nd.array(weight, dtype='float16'), mx.nd.array(grad, dtype='float16'),
+            mx.nd.array(mean), mx.nd.array(var), mx.nd.array(weight)]
+    new = mx.nd.contrib.mp_adamw_update(*half, 0.5, **args)
+    np.testing.assert_allclose(half[4].asnumpy(),
+                               mx.nd.contrib.adamw_update(*[mx.nd.array(a) for a in (
+                                   weight, np.float16(grad).astype('float32'), mean, var)],
+                                   0.5, **args).asnumpy(), rtol=1e-6)
+    assert new.dtype == np.float16
+    names = ['w', 'g', 'm', 'v', 'w32']
+    symbol = mx.sym.contrib.mp_adamw_update(*[mx.sym.var(n) for n in names], 0.5, **args)
+    aux = symbol.list_auxiliary_states()
+    half = [mx.nd.array(weight, dtype='float16'), mx.nd.array(grad, dtype='float16'),
+            mx.nd.array(mean), mx.nd.array(var), mx.nd.array(weight)]
+    bound = dict(zip(names, half))
+    out = symbol.bind(mx.cpu(), {n: a for n, a in bound.items() if n not in aux},
+                      aux_states={n: bound[n] for n in aux}).forward()[0]
+    np.testing.assert_allclose(out.asnumpy(), new.asnumpy())
+
+
+def test_multi_mixed_precision_updates_follow_the_float32_forms():
+    rng = np.random.default_rng(25)
+    weights = [rng.normal(size=s).astype('float32') for s in ((3,), (2, 2))]
+    grads = [rng.normal(size=w.shape).astype('float16') for w in weights]
+    for name, extra in (('adamw', dict(etas=[1.0, 0.5])), ('lamb', dict(step_count=[1, 2]))):
+        plain = getattr(mx.nd.contrib, f'multi_{name}_update')
+        mixed = getattr(mx.nd.contrib, f'multi_mp_{name}_update')
+        states = lambda: ([mx.nd.zeros(w.shape) for w in weights],
+                          [mx.nd.zeros(w.shape) for w in weights])
+        scale = [1.0] if name == 'adamw' else []
+        want = plain([mx.nd.array(w) for w in weights],
+                     [mx.nd.array(g.astype('float32')) for g in grads], *states(), *scale,
+                     lrs=[0.1, 0.2], wds=[0.0, 0.01], **extra)
+        masters = [mx.nd.array(w) for w in weights]
+        got = mixed([mx.nd.array(w, dtype='float16') for w in weights],
+                    [mx.nd.array(g, dtype='float16') for g in grads], *states(), masters, *scale,
+                    lrs=[0.1, 0.2], wds=[0.0, 0.01], **extra)
+        for master, mine, theirs in zip(masters, got, want):
+            np.testing.assert_allclose(master.asnumpy(), theirs.asnumpy(), rtol=1e-6)
+            assert mine.dtype == np.float16
+
+
+def test_symbolic_group_adagrad_and_zipfian_draws():
+    weight, grad = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.1, 0.2], [0.3, -0.4]])
+    history = mx.nd.zeros((2, 1), dtype='float64')
+    want = mx.nd.contrib.group_adagrad_update(mx.nd.array(weight, dtype='float64'),
+                                              mx.nd.array(grad, dtype='float64'),
+                                              mx.nd.zeros((2, 1), dtype='float64'), lr=0.1)
+    symbol = mx.sym.contrib.group_adagrad_update(mx.sym.var('w'), mx.sym.var('g'),
+                                                 mx.sym.var('h'), lr=0.1)
+    bound = {'w': mx.nd.array(weight, dtype='float64'), 'g': mx.nd.array(grad, dtype='float64'),
+             'h': history}
+    aux = symbol.list_auxiliary_states()
+    out = symbol.bind(mx.cpu(), {n: a for n, a in bound.items() if n not in aux},
+                      aux_states={n: bound[n] for n in aux}).forward()[0]
+    np.testing.assert_allclose(out.asnumpy(), want.asnumpy(), rtol=1e-12)
+    mx.random.seed(9)
+    sampled, true_count, sampled_count = mx.sym.contrib.rand_zipfian(mx.sym.var('t'), 5, 10)
+    outputs = mx.sym.Group([sampled, true_count, sampled_count]).bind(
+        mx.cpu(), {'t': mx.nd.array([0, 4])}).forward()
+    classes = outputs[0].asnumpy()
+    assert outputs[0].dtype == np.int64 and ((classes >= 0) & (classes < 10)).all()
+    log_range = np.log(11)
+    np.testing.assert_allclose(outputs[1].asnumpy(), np.log([2, 6 / 5]) / log_range * 5,
+                               rtol=1e-12)
+    np.testing.assert_allclose(outputs[2].asnumpy(),
+                               np.log((classes + 2) / (classes + 1)) / log_range * 5, rtol=1e-12)
+
+
+def test_cond_in_both_namespaces():
+    x = mx.nd.array([2.0, 3.0])
+    assert mx.nd.contrib.cond(mx.nd.array([1]), lambda: x * 2, lambda: x - 1).asnumpy().tolist() \
+        == [4.0, 6.0]
+    assert mx.nd.contrib.cond(mx.nd.array([0]), lambda: x * 2, lambda: x - 1).asnumpy().tolist() \
+        == [1.0, 2.0]
+    p, a = mx.sym.var('p'), mx.sym.var('a')
+    out = mx.sym.contrib.cond(p, lambda: a * 2, lambda: a - 1)
+    for flag, want in ((1, [4.0, 6.0]), (0, [1.0, 2.0])):
+        got = out.bind(mx.cpu(), {'p': mx.nd.array([flag]), 'a': x}).forward()[0]
+        assert got.asnumpy().tolist() == want
+
+
+# The functions the tests above call by name, for `python -m ember api-coverage`.
+# ----------------------------------------------------------------------------------------------
+# Graphs as csr matrices, and SparseEmbedding: values as MXNet 1.9.1 gives them.
+
+def _graph(dtype='float64'):
+    return mx.nd.sparse.csr_matrix((np.array([1, 2, 3], dtype=dtype), np.array([0, 2, 1]),
+                                    np.array([0, 2, 2, 3])), shape=(3, 3))
+
+
+def test_getnnz_counts_stored_entries_in_all_per_row_and_per_column():
+    graph = _graph()
+    total = mx.nd.contrib.getnnz(graph)
+    assert total.dtype == np.int64 and total.asnumpy().tolist() == [3]
+    assert mx.nd.contrib.getnnz(graph, axis=1).asnumpy().tolist() == [2, 0, 1]
+    assert mx.nd.contrib.getnnz(graph, axis=0).asnumpy().tolist() == [1, 1, 1]
+    assert mx.nd.contrib.getnnz(graph.tostype('default'), axis=1).asnumpy().tolist() == [2, 0, 1]
+    sym = mx.sym.contrib.getnnz(mx.sym.var('g'), axis=1)
+    assert sym.infer_shape(g=(3, 3))[1] == [(3,)]
+    assert sym.bind(mx.cpu(), {'g': graph}).forward()[0].asnumpy().tolist() == [2, 0, 1]
+    with pytest.raises(ShapeError, match='axis=2'):
+        mx.nd.contrib.getnnz(graph, axis=2)
+
+
+def test_edge_id_reads_stored_values_and_minus_one_elsewhere():
+    u, v = mx.nd.array([0, 0, 2, 1]), mx.nd.array([2, 1, 1, 1])
+    ids = mx.nd.contrib.edge_id(_graph(), u, v)
+    assert ids.dtype == np.float64 and ids.asnumpy().tolist() == [2, -1, 3, -1]
+    dense = mx.nd.contrib.edge_id(_graph().tostype('default'), u, v)
+    assert dense.asnumpy().tolist() == [2, -1, 3, -1]
+    sym = mx.sym.contrib.edge_id(mx.sym.var('g'), mx.sym.var('u'), mx.sym.var('v'))
+    out = sym.bind(mx.cpu(), {'g': _graph(), 'u': u, 'v': v}).forward()[0]
+    assert out.asnumpy().tolist() == [2, -1, 3, -1]
+    with pytest.raises(ShapeError, match='one shape'):
+        mx.nd.contrib.edge_id(_graph(), u, mx.nd.array([1, 2]))
+
+
+def test_dgl_adjacency_keeps_the_structure_with_values_one():
+    adjacency = mx.nd.contrib.dgl_adjacency(_graph('int64'))
+    assert adjacency.stype == 'csr' and adjacency.dtype == np.float32
+    assert adjacency.data.asnumpy().tolist() == [1, 1, 1]
+    assert adjacency.indices.asnumpy().tolist() == [0, 2, 1]
+    assert adjacency.indptr.asnumpy().tolist() == [0, 2, 2, 3]
+    sym = mx.sym.contrib.dgl_adjacency(mx.sym.var('g'))
+    assert sym.infer_type(g='int64')[1] == [np.float32]
+
+
+def test_sparse_embedding_gives_a_row_sparse_weight_gradient():
+    weight = mx.nd.array(np.arange(12.0).reshape(4, 3))
+    weight.attach_grad(stype='row_sparse')
+    with mx.autograd.record():
+        rows = mx.nd.contrib.SparseEmbedding(mx.nd.array([0, 2, 2]), weight, input_dim=4,
+                                             output_dim=3)
+    rows.backward()
+    assert rows.asnumpy().tolist() == [[0, 1, 2], [6, 7, 8], [6, 7, 8]]
+    assert weight.grad.stype == 'row_sparse'
+    assert weight.grad.indices.asnumpy().tolist() == [0, 2]
+    assert weight.grad.asnumpy()[:, 0].tolist() == [1, 0, 2, 0]
+    sym = mx.sym.contrib.SparseEmbedding(mx.sym.var('i'), mx.sym.var('w'), input_dim=4,
+                                         output_dim=3)
+    assert sym.infer_shape(i=(5,))[0] == [(5,), (4, 3)]
+
+
+EXERCISED_API = [f'ember.{space}.contrib.backward_{name}' for space in ('ndarray', 'symbol')
+                 for name in ('quadratic', 'gradientmultiplier', 'index_copy', 'hawkesll')] + [
+    'ember.ndarray.contrib.multi_mp_adamw_update', 'ember.ndarray.contrib.multi_mp_lamb_update']

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 import ember.ndarray as nd
+import ember.symbol as sym
+import ember.executor  # noqa: F401  (gives Symbol its bind)
 from ember import config
 from ember.device import cpu
 from ember.op import optimizer_ops, registry
@@ -191,7 +193,22 @@ def run_nd(name, arrays, attrs):
     return registry.get(name).parse_attrs(attrs), arrays[0]
 
 
-@pytest.mark.parametrize('mode', ['in_place', 'new_output', 'ndarray'])
+def run_sym(name, arrays, attrs):
+    """Through mx.sym: a graph of the one operator, bound and run; the states it updates are
+    the bound arrays."""
+    names = [f'in{i}' for i in range(len(arrays))]
+    out = getattr(sym, name)(*[sym.var(n) for n in names], **attrs)
+    handles = {n: nd.array(a, dtype=a.dtype) for n, a in zip(names, arrays)}
+    aux = out.list_auxiliary_states()
+    executor = out.bind(cpu(), {n: h for n, h in handles.items() if n not in aux},
+                        aux_states={n: handles[n] for n in aux})
+    result = executor.forward()[0].asnumpy()
+    for array, n in zip(arrays[1:], names[1:]):
+        array[...] = handles[n].asnumpy()
+    return registry.get(name).parse_attrs(attrs), result
+
+
+@pytest.mark.parametrize('mode', ['in_place', 'new_output', 'ndarray', 'symbol'])
 @pytest.mark.parametrize('name, reference, makers, attrs', CASES)
 def test_update_matches_reference(name, reference, makers, attrs, mode):
     inputs = make_inputs(makers)
@@ -199,6 +216,8 @@ def test_update_matches_reference(name, reference, makers, attrs, mode):
     before = [a.astype(np.float64) for a in arrays]
     if mode == 'ndarray':
         parsed, result = run_nd(name, arrays, attrs)
+    elif mode == 'symbol':
+        parsed, result = run_sym(name, arrays, attrs)
     else:
         out = None if mode == 'in_place' else np.zeros_like(arrays[0])
         parsed, result = run(name, arrays, attrs, out)
@@ -237,8 +256,12 @@ MP_CASES = [
 ]
 
 
+FORMS = {'kernel': run, 'ndarray': run_nd, 'symbol': run_sym}
+
+
+@pytest.mark.parametrize('form', sorted(FORMS))
 @pytest.mark.parametrize('mp_name, name, makers, attrs', MP_CASES)
-def test_mixed_precision_updates_the_float32_master_copy(mp_name, name, makers, attrs):
+def test_mixed_precision_updates_the_float32_master_copy(mp_name, name, makers, attrs, form):
     weight32 = signed().astype(np.float32)
     grad = signed().astype(np.float16)
     states = [make().astype(np.float32) for make in makers]
@@ -246,7 +269,9 @@ def test_mixed_precision_updates_the_float32_master_copy(mp_name, name, makers, 
     # The float32 form on copies of the master copy and states, with the gradient widened.
     expected_states = [s.copy() for s in states]
     _, expected32 = run(name, [weight32.copy(), grad.astype(np.float32)] + expected_states, attrs)
-    run(mp_name, [weight, grad] + states + [weight32], attrs)
+    arrays = [weight, grad] + states + [weight32]
+    _, weight = FORMS[form](mp_name, arrays, attrs)
+    weight32 = arrays[-1]
     np.testing.assert_array_equal(weight32, expected32)
     assert weight.dtype == np.float16
     np.testing.assert_array_equal(weight, expected32.astype(np.float16))
@@ -400,18 +425,59 @@ def test_declarations_follow_mxnet():
             assert op.inplace == ((0, 0),), op.name
 
 
-def test_multi_update_through_ndarray():
-    shapes, lrs = [(4,), (2, 3)], (0.1, 0.2)
-    groups = multi_inputs(['mom'], np.float32, shapes)
+PRELOADED = {'multi_sgd_update': 'preloaded_multi_sgd_update',
+             'multi_sgd_mom_update': 'preloaded_multi_sgd_mom_update',
+             'multi_mp_sgd_update': 'preloaded_multi_mp_sgd_update',
+             'multi_mp_sgd_mom_update': 'preloaded_multi_mp_sgd_mom_update'}
+
+
+def _run_multi_form(form, name, flat, attrs, extra_inputs=()):
+    """Run a multi-weight update through mx.nd (out= the weights) or mx.sym (bound and run);
+    writes every updated array back into `flat` and returns the new weights."""
+    arrays = list(flat) + list(extra_inputs)
+    group = len(flat) // attrs['num_weights']
+    if form == 'ndarray':
+        handles = [nd.array(a, dtype=a.dtype) for a in arrays]
+        weights = handles[:len(flat):group]
+        getattr(nd, name)(*handles, out=weights, **attrs)
+        for array, handle in zip(flat, handles):
+            array[...] = handle.asnumpy()
+        return [w.asnumpy() for w in weights]
+    names = [f'in{i}' for i in range(len(arrays))]
+    out = getattr(sym, name)(*[sym.var(n) for n in names], **attrs)
+    handles = {n: nd.array(a, dtype=a.dtype) for n, a in zip(names, arrays)}
+    aux = out.list_auxiliary_states()
+    executor = out.bind(cpu(), {n: h for n, h in handles.items() if n not in aux},
+                        aux_states={n: handles[n] for n in aux})
+    results = [o.asnumpy() for o in executor.forward()]
+    for index, array in enumerate(flat):
+        if index % group >= 2:
+            array[...] = handles[names[index]].asnumpy()
+    return results
+
+
+@pytest.mark.parametrize('preloaded', [False, True], ids=['', 'preloaded'])
+@pytest.mark.parametrize('form', ['ndarray', 'symbol'])
+@pytest.mark.parametrize('multi, single, state_names, dtype, extra', MULTI_CASES)
+def test_multi_update_through_ndarray_and_symbol(multi, single, state_names, dtype, extra, form,
+                                                 preloaded):
+    shapes, lrs, wds = [(4,), (2, 3)], (0.1, 0.2), (0.0, 0.01)
+    groups = multi_inputs(state_names, dtype, shapes)
     expected = [[a.copy() for a in group] for group in groups]
-    for group, lr in zip(expected, lrs):
-        run('sgd_mom_update', group, dict(lr=lr, momentum=0.9))
-    handles = [nd.array(a) for group in groups for a in group]
-    weights = handles[0::3]
-    nd.multi_sgd_mom_update(*handles, out=weights, lrs=lrs, wds=(0.0, 0.0), momentum=0.9,
-                            num_weights=2)
-    for index, want in enumerate(a for group in expected for a in group):
-        np.testing.assert_allclose(handles[index].asnumpy(), want, rtol=1e-6)
+    for group, lr, wd in zip(expected, lrs, wds):
+        run(single, group, dict(extra, lr=lr, wd=wd))
+    flat = [a for group in groups for a in group]
+    attrs = dict(extra, num_weights=2)
+    if preloaded:
+        tables = [np.array(lrs, dtype=np.float32), np.array(wds, dtype=np.float32)]
+        weights = _run_multi_form(form, PRELOADED[multi], flat, attrs, tables)
+    else:
+        weights = _run_multi_form(form, multi, flat, dict(attrs, lrs=lrs, wds=wds))
+    for weight, group in zip(weights, expected):
+        np.testing.assert_allclose(weight, group[0], rtol=1e-6 if dtype == np.float32 else 1e-3)
+    for group, want in zip(groups, expected):
+        for state, want_state in zip(group[2:], want[2:]):
+            np.testing.assert_allclose(state, want_state, rtol=1e-6)
 
 
 def _awkward(shape, seed):
@@ -515,3 +581,43 @@ def test_compiled_sgd_momentum_on_a_team_gives_one_call_results(threads):
         results.append((out.tobytes(), state.tobytes()))
     assert results[0] == results[1]
     assert np.isnan(np.frombuffer(results[1][0], np.float32)[[0, 1, 2, 1001, 1002]]).all()
+
+
+LAMB_FORMS = [
+    ('lamb_update_phase1', lambda: [signed(), signed(), signed(), positive()],
+     dict(t=3, wd=0.01, rescale_grad=0.5, beta1=0.8)),
+    ('mp_lamb_update_phase1', lambda: [signed().astype(np.float16), signed().astype(np.float16),
+                                       signed(), positive(), signed()],
+     dict(t=2, wd=0.1, bias_correction=False)),
+    ('mp_lamb_update_phase2', lambda: [signed().astype(np.float16), signed(), one(2.0), one(1.5),
+                                       signed()], dict(lr=0.1, lower_bound=0.5)),
+]
+
+
+@pytest.mark.parametrize('name, make, attrs', LAMB_FORMS, ids=[n for n, *_ in LAMB_FORMS])
+def test_lamb_phases_agree_in_every_form(name, make, attrs):
+    inputs = [x.astype(np.float32) if x.dtype == np.float64 else x for x in make()]
+    results = {}
+    for form in ('kernel', 'ndarray', 'symbol'):
+        arrays = [x.copy() for x in inputs]
+        out = np.zeros_like(arrays[0], dtype=np.float32 if name.endswith('phase1') else
+                            arrays[0].dtype)
+        if form == 'kernel':
+            _, result = run(name, arrays, attrs, out)
+        elif form == 'ndarray':
+            handles = [nd.array(a, dtype=a.dtype) for a in arrays]
+            result = getattr(nd, name)(*handles, **attrs).asnumpy()
+            arrays = [h.asnumpy() for h in handles]
+        else:
+            _, result = run_sym(name, arrays, attrs)
+        results[form] = [result] + arrays[2:]
+    for form in ('ndarray', 'symbol'):
+        for got, want in zip(results[form], results['kernel']):
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f'{name} {form}')
+
+
+# The mx.nd and mx.sym functions these tests run by name, for `python -m ember api-coverage`.
+EXERCISED_API = sorted({f'ember.{space}.{name}' for space in ('ndarray', 'symbol')
+                        for name in [c[0] for c in CASES] + [c[0] for c in MP_CASES]
+                        + [c[0] for c in MULTI_CASES] + list(PRELOADED.values())
+                        + [c[0] for c in LAMB_FORMS]})

@@ -189,6 +189,12 @@ def test_operator_syntax_picks_mxnets_operators():
     g += rsp()
     assert g.stype == 'row_sparse' and g.data.asnumpy().tolist() == [[2, 4], [6, 8]]
     assert nd.sparse.add(a, a).stype == 'csr' and nd.sparse.multiply(a, d).stype == 'csr'
+    difference, quotient = nd.sparse.subtract(a, a), nd.sparse.divide(a, 2)
+    assert isinstance(difference, nd.sparse.CSRNDArray)
+    np.testing.assert_array_equal(difference.asnumpy(), 0 * DENSE)
+    np.testing.assert_array_equal(quotient.asnumpy(), DENSE / 2)
+    assert isinstance(rsp(), nd.sparse.RowSparseNDArray)
+    assert all(isinstance(x, nd.sparse.BaseSparseNDArray) for x in (a, rsp()))
     assert nd.sparse.sum(a, axis=0).asnumpy().tolist() == DENSE.sum(axis=0).tolist()
     with pytest.raises(AttributeError, match="did you mean 'dot'"):
         nd.sparse.dott

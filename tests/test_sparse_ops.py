@@ -186,10 +186,65 @@ def other_rows():
     for name in ('LinearRegressionOutput', 'LogisticRegressionOutput', 'MAERegressionOutput'):
         rows += [Row(name, (DNS, CSR), (DNS,)),
                  Row(f'_backward_{name}', (DNS, DNS, CSR), (DNS,))]
-    return rows
+    return rows + layer_rows()
 
 
-ROWS = unary_rows() + binary_rows() + reduction_rows() + dot_rows() + other_rows()
+def _every_entry_stored(low, high):
+    """Values in [low, high) everywhere: a sparse array storing every entry (for functions
+    that are infinite or undefined at zero)."""
+    return lambda rng, row: [rng.uniform(low, high, shape) for shape in _shapes(row)]
+
+
+def _fallbacks(*specs):
+    return [Row(name, (stype,), (DNS,), kernel=False, draw=draw) for name, stype, draw in specs]
+
+
+def layer_rows():
+    """Operators of MXNet's sparse namespace that keep sparse storage or fall back."""
+    stored = _every_entry_stored(1.1, 1.9)
+    embedding = {'input_dim': 4, 'output_dim': 5}
+    fc_shapes = ((4, 5), (3, 5), (3,))
+    return _fallbacks(('arccos', CSR, None), ('arccos', RSP, None), ('arccosh', RSP, stored),
+                      ('cos', CSR, None), ('cosh', RSP, None), ('gamma', CSR, stored),
+                      ('gammaln', RSP, stored), ('log', CSR, stored), ('log10', RSP, stored),
+                      ('log2', CSR, stored), ('rsqrt', RSP, stored)) + [
+        Row('MakeLoss', (CSR,), (CSR,)), Row('MakeLoss', (RSP,), (RSP,)),
+        Row('norm', (CSR,), (DNS,), kernel=False), Row('norm', (RSP,), (DNS,), kernel=False),
+        Row('norm', (CSR,), (DNS,), {'axis': 1}, kernel=False, tag='axis'),
+        Row('Concat', (CSR, CSR), (CSR,), {'dim': 0}, shapes=((4, 5), (2, 5))),
+        Row('Concat', (CSR, CSR), (DNS,), {'dim': 1}, kernel=False, tag='columns'),
+        Row('Concat', (RSP, RSP), (DNS,), {'dim': 0}, kernel=False),
+        Row('FullyConnected', (CSR, DNS, DNS), (DNS,), {'num_hidden': 3}, fc_shapes,
+            kernel=False),
+        Row('FullyConnected', (CSR, RSP, DNS), (DNS,), {'num_hidden': 3}, fc_shapes,
+            kernel=False),
+        Row('Embedding', (DNS, RSP), (DNS,), embedding, kernel=False, draw=_indices_and_rows),
+        Row('Embedding', (DNS, DNS), (DNS,), dict(embedding, sparse_grad=True),
+            draw=_indices_and_rows, tag='sparse_grad'),
+    ]
+
+
+def graph_rows():
+    """The contrib operators over csr graphs (tests/test_ops_contrib.py checks their values
+    against MXNet's; here the csr kernels against the dense reading)."""
+    rows = [Row('_contrib_getnnz', (CSR,), (DNS,), {'axis': axis}, tag=str(axis))
+            for axis in (None, 0, 1)]
+    return rows + [Row('_contrib_dgl_adjacency', (CSR,), (CSR,)),
+                   Row('_contrib_edge_id', (CSR, DNS, DNS), (DNS,), shapes=((4, 5), (6,), (6,)),
+                       draw=_graph_and_edges)]
+
+
+def _graph_and_edges(rng, row):
+    return [values_for(CSR, (4, 5), rng), rng.integers(0, 4, 6).astype(float),
+            rng.integers(0, 5, 6).astype(float)]
+
+
+def _indices_and_rows(rng, row):
+    return [np.array([1.0, 3.0, 1.0]), values_for(row.stypes[1], (4, 5), rng)]
+
+
+ROWS = (unary_rows() + binary_rows() + reduction_rows() + dot_rows() + other_rows()
+        + graph_rows())
 
 
 def _shapes(row):
@@ -240,6 +295,46 @@ def test_sparse_operator(row):
             got.check_format()
 
 
+# The names MXNet's sparse namespaces give operators whose registered name is internal.
+SPARSE_NAMES = {'_sparse_retain': ['retain']}
+
+
+def _namespace_names(op_name):
+    """The names of the operator in mx.nd.sparse and mx.sym.sparse."""
+    op = registry.get(op_name)
+    public = [n for n, other in registry.all_ops().items()
+              if other is op and not n.startswith('_')]
+    return sorted(public + SPARSE_NAMES.get(op_name, []))
+
+
+def _symbolic(fn, row, arrays):
+    names = [f'in{i}' for i in range(len(arrays))]
+    out = fn(*[mx.sym.var(n, stype=a.stype) for n, a in zip(names, arrays)], **row.attrs)
+    return out.bind(mx.cpu(), dict(zip(names, arrays))).forward()
+
+
+@pytest.mark.parametrize('row', [r for r in ROWS if _namespace_names(r.op)],
+                         ids=lambda row: row.id)
+def test_sparse_namespaces_give_the_operator_result(row):
+    """mx.nd.sparse.<name> and mx.sym.sparse.<name> (bound to the sparse inputs) give the
+    operator's result in the same storage type."""
+    rng = np.random.default_rng(zlib.crc32(row.id.encode()))
+    values = _inputs(row, rng)
+    arrays = [_as_array(v, s) for v, s in zip(values, row.stypes)]
+    op = registry.get(row.op)
+    given = dict(row.attrs, **({op.variadic: len(values)} if op.variadic else {}))
+    expected = invoke(op, arrays, op.parse_attrs(given))
+    for name in _namespace_names(row.op):
+        result = getattr(mx.nd.sparse, name)(*arrays, **row.attrs)
+        outputs = result if isinstance(result, list) else [result]
+        symbolic = _symbolic(getattr(mx.sym.sparse, name), row, arrays)
+        for form, got in (('nd', outputs), ('sym', symbolic)):
+            assert [o.stype for o in got] == list(row.out), f'{form}.sparse.{name}'
+            for mine, want in zip(got, expected):
+                np.testing.assert_allclose(mine.asnumpy(), want.asnumpy(), rtol=1e-12,
+                                           err_msg=f'{form}.sparse.{name}')
+
+
 def test_every_storage_rule_has_a_row():
     covered = {registry.get(row.op).name for row in ROWS} | set(LAZY_OPS)
     missing = sorted(set(sp._RULES) - covered)
@@ -259,23 +354,39 @@ UPDATES = [
 ]
 
 
-def _update(name, weight, grad, states, attrs, weight_stype=DNS, state_stype=DNS):
+def _update(name, weight, grad, states, attrs, weight_stype=DNS, state_stype=DNS,
+            namespace='nd'):
     w = _as_array(weight, weight_stype)
     g = _as_array(grad, RSP if grad is not None else DNS)
     s = [_as_array(v, state_stype) for v in states]
-    getattr(mx.nd, name)(w, g, *s, out=w, **attrs)
+    if namespace == 'sym.sparse':
+        return _symbolic_update(name, [w, g] + s, attrs)
+    getattr(mx.nd if namespace == 'nd' else mx.nd.sparse, name)(w, g, *s, out=w, **attrs)
     return w.asnumpy(), [x.asnumpy() for x in s]
 
 
+def _symbolic_update(name, arrays, attrs):
+    """The update as a graph node: the states are auxiliary arrays it updates in place."""
+    names = [f'in{i}' for i in range(len(arrays))]
+    out = getattr(mx.sym.sparse, name)(*[mx.sym.var(n, stype=a.stype)
+                                         for n, a in zip(names, arrays)], **attrs)
+    bound = dict(zip(names, arrays))
+    aux = out.list_auxiliary_states()
+    new = out.bind(mx.cpu(), {n: a for n, a in bound.items() if n not in aux},
+                   aux_states={n: bound[n] for n in aux}).forward()[0]
+    return new.asnumpy(), [a.asnumpy() for a in arrays[2:]]
+
+
+@pytest.mark.parametrize('namespace', ['nd', 'nd.sparse', 'sym.sparse'])
 @pytest.mark.parametrize('name,count,attrs', UPDATES, ids=[u[0] for u in UPDATES])
 @pytest.mark.parametrize('stype', [DNS, RSP], ids=['dense weight', 'row_sparse weight'])
-def test_lazy_updates(name, count, attrs, stype):
+def test_lazy_updates(name, count, attrs, stype, namespace):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     weight = rng.normal(size=(6, 3))
     grad = values_for(RSP, (6, 3), rng)
     states = [np.abs(rng.normal(size=(6, 3))) for _ in range(count)]
     rows = np.flatnonzero(np.any(grad != 0, axis=1))
-    got_w, got_s = _update(name, weight, grad, states, attrs, stype, stype)
+    got_w, got_s = _update(name, weight, grad, states, attrs, stype, stype, namespace)
     dense_w = weight.copy()
     dense_s = [v.copy() for v in states]
     w = mx.nd.array(dense_w, dtype=np.float64)
@@ -390,3 +501,10 @@ def test_compiled_lazy_update_rounds_as_numpy(name, states):
     np.testing.assert_array_equal(weight[rows], want)
     for got, expected in zip(arrays, want_states):
         np.testing.assert_array_equal(got[rows], expected)
+
+
+# The sparse namespaces' functions these tests run by name, for `python -m ember api-coverage`.
+EXERCISED_API = sorted({f'ember.{space}.sparse.{name}' for space in ('ndarray', 'symbol')
+                        for row in ROWS for name in _namespace_names(row.op)}
+                       | {f'ember.ndarray.sparse.{u[0]}' for u in UPDATES}
+                       | {f'ember.symbol.sparse.{u[0]}' for u in UPDATES})

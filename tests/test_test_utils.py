@@ -642,3 +642,72 @@ def test_the_guides_examples_run():
         assert result.failed == 0, guide.name
         attempted += result.attempted
     assert attempted > 20
+
+
+# ----------------------------------------------------------------------------------------------
+# Sparse arrays, MNIST, im2rec and the environment
+
+def test_sparse_helpers():
+    np.random.seed(3)
+    rows = tu.create_sparse_array_zd((6, 2), 'row_sparse', 0.9, rsp_indices=[4, 1],
+                                     data_init=3.0)
+    assert rows.indices.asnumpy().tolist() == [1, 4] and rows.data.asnumpy().tolist() == [
+        [3.0, 3.0]] * 2
+    assert tu.create_sparse_array_zd((6, 2), 'row_sparse', 0.9).indices.shape == (0,)
+    array, (indptr, indices, data) = tu.rand_sparse_ndarray((4, 5), 'csr', density=0.5,
+                                                            modifier_func=lambda v: v + 10)
+    assert array.stype == 'csr' and (data.asnumpy() >= 10).all()
+    import scipy.sparse
+    matrix = scipy.sparse.random(3, 8, 0.6, format='csr', random_state=1)
+    dense = matrix.toarray()
+    tu.shuffle_csr_column_indices(matrix)
+    assert not all((np.diff(matrix.indices[a:b]) > 0).all()
+                   for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:]))
+    np.testing.assert_array_equal(matrix.toarray(), dense)
+
+
+def test_mnist_iterator_reads_data_folder(tmp_path, monkeypatch):
+    from data_files import IMAGE_FIXTURES
+    (tmp_path / 'data').mkdir()
+    for prefix in ('train', 't10k'):
+        for kind in ('images-idx3', 'labels-idx1'):
+            source = IMAGE_FIXTURES / 'mnist' / f'{kind}-ubyte'
+            (tmp_path / 'data' / f'{prefix}-{kind}-ubyte').write_bytes(source.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    train, val = tu.get_mnist_iterator(4, (1, 28, 28))
+    assert next(iter(val)).data[0].shape == (4, 1, 28, 28)
+    val.reset()
+    labels = {kind: np.concatenate([b.label[0].asnumpy() for b in it])
+              for kind, it in (('train', train), ('val', val))}
+    assert labels['train'].size == labels['val'].size == 8      # the short last batch dropped
+    flat, _ = tu.get_mnist_iterator(5, (784,))
+    assert next(iter(flat)).data[0].shape == (5, 784)
+
+
+def test_im2rec_path_runs_as_a_script(tmp_path):
+    import subprocess
+    import sys
+    from data_files import IMAGE_FIXTURES
+    path = tu.get_im2rec_path()
+    repo = str(Path(__file__).resolve().parents[1])
+    result = subprocess.run([sys.executable, path, str(tmp_path / 'files'),
+                             str(IMAGE_FIXTURES / 'images'), '--list', '--recursive',
+                             '--no-shuffle'], capture_output=True, timeout=120,
+                            env=config.child_environ(PYTHONPATH=repo))
+    assert result.returncode == 0, result.stderr.decode()
+    assert (tmp_path / 'files.lst').read_bytes() == (IMAGE_FIXTURES / 'im2rec.lst').read_bytes()
+    with config.override(MXNET_HOME=str(tmp_path)):
+        assert tu.get_im2rec_path() == path         # no tools/im2rec.py under it
+
+
+def test_environment_helpers_and_np_symbol():
+    assert tu.getenv is mx.util.getenv and tu.setenv is mx.util.setenv
+    try:
+        tu.setenv('CD_JOB', '1')
+        assert tu.is_cd_run()
+        tu.setenv('CD_JOB', None)
+        assert not tu.is_cd_run()
+    finally:
+        tu.setenv('CD_JOB', None)
+    assert isinstance(mx.np_symbol.zeros((2,)), tu.np_symbol)
+    assert tu.use_np is mx.util.use_np

@@ -242,6 +242,180 @@ ZOO_CASES.update({
 })
 
 
+def _estimator(mx, loss=None, lr=0.5):
+    """A Dense(2) classifier of 24 fixed examples, its Estimator and data loader."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 4)).astype('float32')
+    y = (x[:, 0] > 0).astype('float32')
+    loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(x, y), batch_size=8)
+    net = mx.gluon.nn.Dense(2)
+    net.initialize(mx.init.Constant(0.1))
+    trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': lr})
+    estimator = mx.gluon.contrib.estimator.Estimator(
+        net, loss or mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer)
+    return estimator, loader
+
+
+def _log_of(estimator):
+    """Route the estimator's log into a list of lines, with durations masked."""
+    import io
+    import re
+    stream = io.StringIO()
+    estimator.logger.handlers[0].stream = stream
+    return lambda: [re.sub(r'\d+(\.\d+)?s\b', '?s', line)
+                    for line in stream.getvalue().splitlines()]
+
+
+def estimator_fit(mx):
+    """fit for two epochs with validation, logging every two batches."""
+    estimator, loader = _estimator(mx)
+    lines = _log_of(estimator)
+    handler = mx.gluon.contrib.estimator.LoggingHandler(log_interval=2,
+                                                         metrics=estimator.train_metrics)
+    estimator.fit(loader, val_data=loader, epochs=2, event_handlers=[handler])
+    return [lines(), [list(m.get()) for m in estimator.train_metrics + estimator.val_metrics]]
+
+
+def estimator_handlers(mx):
+    """fit with checkpoints (the best kept) and early stopping on validation accuracy."""
+    import os
+    import tempfile
+    contrib = mx.gluon.contrib.estimator
+    estimator, loader = _estimator(mx, lr=2.0)
+    lines = _log_of(estimator)
+    accuracy = estimator.val_metrics[0]
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoints = contrib.CheckpointHandler(folder, 'net', monitor=accuracy, save_best=True,
+                                                mode='max', max_checkpoints=2, verbose=1)
+        stopping = contrib.EarlyStoppingHandler(accuracy, patience=1, mode='max')
+        estimator.fit(loader, val_data=loader, epochs=8,
+                      event_handlers=[checkpoints, stopping, contrib.MetricHandler(
+                          estimator.train_metrics), contrib.ValidationHandler(
+                          loader, estimator.evaluate), contrib.GradientUpdateHandler()])
+        files = sorted(os.listdir(folder))
+    # MXNet 1.9.1 logs the new best as the old one and the batch count as the epoch in its
+    # "improved" lines; Ember logs what they say, so those lines are left out
+    masked = [line.replace(folder, '<dir>') for line in lines() if 'improve' not in line]
+    return [masked, files, stopping.stopped_epoch, float(stopping.best)]
+
+
+def estimator_batches(mx):
+    """fit for 5 batches (across epochs), then evaluate with a custom batch processor."""
+    contrib = mx.gluon.contrib.estimator
+
+    class Doubled(contrib.BatchProcessor):
+        def evaluate_batch(self, estimator, val_batch, batch_axis=0):
+            data, label, pred, loss = super().evaluate_batch(estimator, val_batch, batch_axis)
+            return data, label, [2 * p for p in pred], loss
+
+    estimator, loader = _estimator(mx)
+    estimator.logger.setLevel('ERROR')
+    estimator.fit(loader, batches=5)
+    trained = [list(m.get()) for m in estimator.train_metrics]
+    estimator.batch_processor = Doubled()
+    estimator.evaluate(loader)
+    return [trained, [list(m.get()) for m in estimator.val_metrics],
+            estimator.net.weight.data().asnumpy().tolist()]
+
+
+IMAGES = ROOT / 'tests' / 'data' / 'image-mxnet' / 'images'
+
+
+def _float_image(mx, shape):
+    return mx.nd.array(np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) % 17)
+
+
+def image_rotations(mx):
+    """imrotate of one image and of a batch (one angle each), zoomed in and out."""
+    one = _float_image(mx, (2, 5, 7))
+    batch = _float_image(mx, (2, 1, 4, 6))
+    angles = mx.nd.array([30.0, -45.0])
+    transforms = mx.gluon.data.vision.transforms
+    results = [mx.image.imrotate(one, 20).asnumpy(),
+               mx.image.imrotate(batch, angles).asnumpy(),
+               mx.image.imrotate(batch, angles, zoom_in=True).asnumpy(),
+               mx.image.imrotate(batch, 90, zoom_out=True).asnumpy(),
+               transforms.Rotate(-60, zoom_out=True)(one).asnumpy()]
+    np.random.seed(4)
+    results.append(mx.image.random_rotate(batch, (-30, 50)).asnumpy())
+    randomly = transforms.RandomRotation((-20, 40), zoom_in=True, rotate_with_proba=0.6)
+    results += [randomly(one).asnumpy() for _ in range(4)]
+    return [r.tolist() for r in results]
+
+
+def _boxes():
+    return np.array([[0, 0.1, 0.2, 0.5, 0.7], [1, 0.4, 0.1, 0.9, 0.6],
+                     [2, 0.05, 0.5, 0.3, 0.95]])
+
+
+def detection_augmenters(mx):
+    """Each detection augmenter on a 30 x 40 image and three boxes, after random.seed."""
+    import random
+    det = mx.image.det
+    image = mx.nd.array(np.arange(30 * 40 * 3).reshape(30, 40, 3) % 251, dtype='uint8')
+    augmenters = [det.DetHorizontalFlipAug(0.7), det.DetRandomCropAug(0.3),
+                  det.DetRandomPadAug(pad_val=(10, 20, 30)),
+                  det.DetRandomSelectAug([det.DetRandomCropAug(), det.DetRandomPadAug()], 0.2),
+                  det.CreateMultiRandCropAugmenter([0.1, 0.5], area_range=[(0.1, 1.0),
+                                                                            (0.3, 0.9)]),
+                  det.DetBorrowAug(mx.image.ForceResizeAug((20, 16), interp=1))]
+    random.seed(7)
+    np.random.seed(7)
+    out = []
+    for aug in augmenters:
+        for _ in range(3):
+            src, label = aug(image, _boxes())
+            pixels = src.asnumpy().astype(np.float64)
+            out.append([list(src.shape), float(pixels.sum()), np.round(label, 5).tolist()])
+    return [out, [json.loads(a) if isinstance(a, str) else a
+                  for a in (aug.dumps() for aug in augmenters)]]
+
+
+def image_crops(mx):
+    """random_crop, random_size_crop, RandomOrderAug and copyMakeBorder's positional options
+    on a 30 x 40 image, after seeding Python's and NumPy's generators."""
+    import random
+    image = mx.nd.array(np.arange(30 * 40 * 3).reshape(30, 40, 3) % 251, dtype='uint8')
+    random.seed(5)
+    np.random.seed(5)
+    out = []
+    for _ in range(3):
+        crop, box = mx.image.random_crop(image, (16, 12), interp=1)
+        out.append([float(crop.asnumpy().astype(np.float64).sum()), list(box)])
+        crop, box = mx.image.random_size_crop(image, (20, 20), (0.2, 0.9), (0.5, 2.0),
+                                              interp=1)
+        out.append([float(crop.asnumpy().astype(np.float64).sum()), list(box)])
+    order = mx.image.RandomOrderAug([mx.image.BrightnessJitterAug(0.5),
+                                     mx.image.ContrastJitterAug(0.5)])
+    floats = image.astype('float32')
+    out.append(float(order(floats).asnumpy().astype(np.float64).sum()))
+    padded = mx.image.image.copyMakeBorder(image, 1, 2, 3, 0, 0, 9.0)
+    out.append([list(padded.shape), padded.asnumpy()[0, :5, 0].tolist()])
+    return out
+
+
+def detection_iter(mx):
+    """ImageDetIter over six images with one to three boxes each: two epochs of batches of 4
+    with mirroring, cropping and padding drawn after random.seed (nearest resizing)."""
+    import random
+    boxes = _boxes()
+    names = ['cat/a.png', 'cat/b.png', 'cat/c.png', 'dog/d.png', 'dog/e.png', 'dog/f.png']
+    imglist = [[[2, 5] + boxes[:1 + i % 3].ravel().tolist(), name]
+               for i, name in enumerate(names)]
+    random.seed(3)
+    it = mx.image.ImageDetIter(4, (3, 24, 24), imglist=imglist, path_root=str(IMAGES),
+                               rand_mirror=True, rand_crop=0.5, rand_pad=0.5, inter_method=0)
+    shapes = [list(it.provide_data[0][1]), list(it.provide_label[0][1])]
+    batches = []
+    for _ in range(2):
+        for batch in it:
+            data = batch.data[0].asnumpy().astype(np.float64)
+            batches.append([batch.pad, data.sum(axis=(2, 3)).round(2).tolist(),
+                            np.round(batch.label[0].asnumpy(), 5).tolist()])
+        it.reset()
+    return [shapes, batches]
+
+
 CASES = {
     'metric f1 macro': lambda mx: metric_value(mx, 'f1'),
     'metric f1 micro': lambda mx: metric_value(mx, 'f1', average='micro'),
@@ -318,6 +492,13 @@ CASES = {
         mx).VariationalDropoutCell(mx.gluon.rnn.LSTMCell(3, prefix='v_'), 0.3, 0.0, 0.5),
         (2, 3, 4)),
     'gluon contrib dynamic unroll': dynamic,
+    'estimator fit': estimator_fit,
+    'estimator handlers': estimator_handlers,
+    'estimator batches': estimator_batches,
+    'image rotations': image_rotations,
+    'image detection augmenters': detection_augmenters,
+    'image detection iter': detection_iter,
+    'image crops': image_crops,
 }
 
 

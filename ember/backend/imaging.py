@@ -199,12 +199,14 @@ def _pillow_resize(image, width, height, interp):
     return np.stack(planes, axis=2).astype(image.dtype)
 
 
-def copy_make_border(image, top, bottom, left, right, border_type=0, value=0.0):
-    """`image` padded by the given pixels: `border_type` is OpenCV's (0 constant `value`, 1
-    replicate, 2 reflect, 3 wrap, 4 reflect-101)."""
+def copy_make_border(image, top, bottom, left, right, border_type=0, value=0.0, values=()):
+    """`image` padded by the given pixels: `border_type` is OpenCV's (0 constant: `values`,
+    one per channel, when given, else `value`; 1 replicate, 2 reflect, 3 wrap, 4
+    reflect-101)."""
     cv2 = require_opencv('copyMakeBorder')
+    fill = tuple(values) + (0.0,) * (4 - len(values)) if values else (value,) * 4
     out = cv2.copyMakeBorder(image, int(top), int(bottom), int(left), int(right),
-                             int(border_type), value=(value,) * 4)
+                             int(border_type), value=fill)
     return out[:, :, None] if out.ndim == 2 else out
 
 

@@ -271,3 +271,14 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         print(f'im2rec: skipped {failed} image(s) that could not be read', file=sys.stderr)
     return 0
+
+
+def main(argv=None) -> int:
+    """Run as a script (``python im2rec.py PREFIX ROOT ...``), as MXNet's tools/im2rec.py."""
+    parser = argparse.ArgumentParser(prog='im2rec.py', description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,9 +1,16 @@
 """Gluon: imperative and hybridizable networks (MXNet 1.x's ``mx.gluon``)."""
 import importlib as _importlib
 
+from ember.gluon import block
 from ember.gluon.block import Block, HybridBlock
 from ember.gluon.parameter import (Constant, DeferredInitializationError, Parameter, ParameterDict,
                                    tensor_types)
+from ember.gluon.symbol_block import SymbolBlock
+
+# MXNet defines SymbolBlock in mxnet.gluon.block; Ember's imports block.py, so the package
+# lists it there as well.
+block.SymbolBlock = SymbolBlock
+block.__all__.append('SymbolBlock')
 
 # Sub-packages load on first use so that `import ember` stays quick.
 _LAZY = ('nn', 'loss', 'data', 'utils', 'rnn', 'model_zoo', 'contrib', 'trainer')
@@ -18,9 +25,6 @@ def __getattr__(name):
         from ember.gluon.trainer import Trainer
         globals()['Trainer'] = Trainer
         return Trainer
-    if name == 'SymbolBlock':
-        from ember.gluon.symbol_block import SymbolBlock
-        return SymbolBlock
     raise AttributeError(f"module 'ember.gluon' has no attribute {name!r}")
 
 

@@ -37,15 +37,38 @@ __all__ = ['imread', 'imdecode', 'imresize', 'scale_down', 'copyMakeBorder', 're
            'RandomCropAug', 'RandomSizedCropAug', 'CenterCropAug', 'BrightnessJitterAug',
            'ContrastJitterAug', 'SaturationJitterAug', 'HueJitterAug', 'ColorJitterAug',
            'LightingAug', 'ColorNormalizeAug', 'RandomGrayAug', 'HorizontalFlipAug', 'CastAug',
-           'CreateAugmenter']
+           'CreateAugmenter', 'imrotate', 'random_rotate']
 
 
 # ----------------------------------------------------------------------------------------------
 # Reading and resizing
 
-def imdecode(buf, flag=1, to_rgb=True, out=None):
+def _options(function, names, args, kwargs):
+    """MXNet's image functions pass their options on to an operator, positionally or by
+    name: the values of `names` (each a (name, default) pair)."""
+    if len(args) > len(names):
+        raise TypeError(f'{function}: takes at most {len(names)} options after its inputs '
+                        f'({", ".join(n for n, _ in names)}), got {len(args)}')
+    values = dict(names)
+    for (name, _), value in zip(names, args):
+        if name in kwargs:
+            raise TypeError(f'{function}: got two values for {name!r}')
+        values[name] = value
+    unknown = set(kwargs) - set(values)
+    if unknown:
+        raise TypeError(f'{function}: unknown options {sorted(unknown)}; it takes '
+                        f'{", ".join(n for n, _ in names)}')
+    values.update(kwargs)
+    return values
+
+
+def imdecode(buf, *args, **kwargs):
     """Decode image bytes (bytes, bytearray, a uint8 NumPy array or NDArray) into an NDArray
-    (H, W, C) uint8: `flag` 1 colour, 0 gray; RGB unless `to_rgb` is false (BGR)."""
+    (H, W, C) uint8. Options (positional or by name): `flag` 1 colour (default), 0 gray;
+    `to_rgb` True (default; False gives BGR); `out`."""
+    options = _options('imdecode', (('flag', 1), ('to_rgb', True), ('out', None)), args,
+                       kwargs)
+    flag, to_rgb, out = options['flag'], options['to_rgb'], options['out']
     if isinstance(buf, nd.NDArray):
         buf = buf.asnumpy()
     if isinstance(buf, np.ndarray):
@@ -67,30 +90,33 @@ def _as_ndarray(image, out):
                    cpu())
 
 
-def imread(filename, flag=1, to_rgb=True, out=None):
-    """Read and decode the image file `filename` (see :func:`imdecode`)."""
+def imread(filename, *args, **kwargs):
+    """Read and decode the image file `filename` (options as :func:`imdecode`'s)."""
     try:
         with open(filename, 'rb') as file:
             buf = file.read()
     except FileNotFoundError:
         raise EmberError(f'imread: no such file {filename!r}') from None
     try:
-        return imdecode(buf, flag, to_rgb, out)
+        return imdecode(buf, *args, **kwargs)
     except imaging.ImageDecodeError as exc:
         raise imaging.ImageDecodeError(f'imread: {filename!r}: {exc}') from None
 
 
-def imresize(src, w, h, interp=1, out=None):
-    """`src` (H, W, C) resized to (h, w, C) with OpenCV (`interp`: 0 nearest, 1 bilinear,
-    2 bicubic, 3 area, 4 Lanczos)."""
-    return nd._cvimresize(src, w=int(w), h=int(h), interp=int(interp), out=out)
+def imresize(src, w, h, *args, **kwargs):
+    """`src` (H, W, C) resized to (h, w, C) with OpenCV. Options: `interp` (0 nearest,
+    1 bilinear (default), 2 bicubic, 3 area, 4 Lanczos) and `out`."""
+    options = _options('imresize', (('interp', 1), ('out', None)), args, kwargs)
+    return nd._cvimresize(src, w=int(w), h=int(h), interp=int(options['interp']),
+                          out=options['out'])
 
 
-def copyMakeBorder(src, top, bot, left, right, type=0,  # noqa: A002,N802  (MXNet's names)
-                   value=0.0, values=(), out=None):
-    """`src` padded with OpenCV's copyMakeBorder (`type` 0: the constant `value`)."""
-    return nd._cvcopyMakeBorder(src, top=top, bot=bot, left=left, right=right, type=type,
-                                value=value, values=values, out=out)
+def copyMakeBorder(src, top, bot, left, right, *args, **kwargs):  # noqa: N802 (MXNet's name)
+    """`src` padded with OpenCV's copyMakeBorder. Options: `type` (0, the default: the
+    constant `value`), `value`, `values` (one per channel) and `out`."""
+    options = _options('copyMakeBorder', (('type', 0), ('value', 0.0), ('values', ()),
+                                          ('out', None)), args, kwargs)
+    return nd._cvcopyMakeBorder(src, top=top, bot=bot, left=left, right=right, **options)
 
 
 def scale_down(src_size, size):
@@ -169,6 +195,84 @@ def color_normalize(src, mean, std=None):
     if std is not None:
         src /= std
     return src
+
+
+def imrotate(src, rotation_degrees, zoom_in=False, zoom_out=False):
+    """float32 image(s) (C, H, W) or (N, C, H, W) rotated by `rotation_degrees` (a number,
+    or one angle per image as an NDArray) about their centres, bilinearly sampled with zeros
+    outside. `zoom_in` scales so that no outside shows; `zoom_out` so that the whole image
+    stays in.
+
+    >>> import ember as mx
+    >>> image = mx.nd.arange(12).reshape((1, 3, 4))
+    >>> imrotate(image, 180).asnumpy()[0].round(3).tolist()
+    [[11.0, 10.0, 9.0, 8.0], [7.0, 6.0, 5.0, 4.0], [3.0, 2.0, 1.0, 0.0]]
+    """
+    if zoom_in and zoom_out:
+        raise ValueError('imrotate: zoom_in and zoom_out cannot both be True')
+    if src.dtype != np.float32:
+        raise TypeError(f'imrotate: only float32 images are supported, got {src.dtype}')
+    single = src.ndim == 3
+    if single:
+        if not isinstance(rotation_degrees, numbers.Number):
+            raise TypeError('imrotate: the angle of a single image must be a number')
+        src = src.expand_dims(axis=0)
+    elif src.ndim != 4:
+        raise ValueError(f'imrotate: expected (C, H, W) or (N, C, H, W), got shape {src.shape}')
+    angles = _angles(rotation_degrees, src.shape[0])
+    grid = _rotation_grid(angles, src.shape[2], src.shape[3], zoom_in, zoom_out)
+    rotated = nd.BilinearSampler(src, nd.array(grid, ctx=src.context))
+    return rotated[0] if single else rotated
+
+
+def _angles(rotation_degrees, count):
+    """The rotation of each image in radians, shape (count,)."""
+    if isinstance(rotation_degrees, numbers.Number):
+        degrees = np.full(count, float(rotation_degrees))
+    else:
+        degrees = np.asarray(rotation_degrees.asnumpy() if isinstance(rotation_degrees, NDArray)
+                             else rotation_degrees, dtype=np.float64).reshape(-1)
+    if degrees.size != count:
+        raise ValueError(f'imrotate: {count} images need {count} angles, got {degrees.size}')
+    return np.pi * degrees / 180
+
+
+def _rotation_grid(angles, height, width, zoom_in, zoom_out):
+    """BilinearSampler's (N, 2, H, W) grid: each output pixel's source, rotated about the
+    centre in pixel units and normalised to [-1, 1] after the rotation (keeping the aspect)."""
+    half_h, half_w = (height - 1) / 2, (width - 1) / 2
+    rows = (np.arange(height, dtype=np.float32) - half_h)[:, None] * np.ones((1, width))
+    cols = (np.arange(width, dtype=np.float32) - half_w)[None, :] * np.ones((height, 1))
+    cos, sin = np.cos(angles)[:, None, None], np.sin(angles)[:, None, None]
+    x = (cols * cos - rows * sin) / half_w
+    y = (cols * sin + rows * cos) / half_h
+    grid = np.stack([x, y], axis=1)
+    if zoom_in or zoom_out:
+        grid *= _zoom(angles, height, width, zoom_out)[:, None, None, None]
+    return grid.astype(np.float32)
+
+
+def _zoom(angles, height, width, zoom_out):
+    """Per image, the scale that keeps the whole image in (zoom_out) or no border in."""
+    radius, corner = np.hypot(height, width), np.arctan(height / width)
+    turn = np.abs(angles)
+    extent_x = np.maximum(np.abs(radius * np.cos(corner + turn)),
+                          np.abs(radius * np.cos(corner - turn)))
+    extent_y = np.maximum(np.abs(radius * np.sin(corner + turn)),
+                          np.abs(radius * np.sin(corner - turn)))
+    if zoom_out:
+        return np.maximum(extent_x / width, extent_y / height)
+    return np.minimum(width / extent_x, height / extent_y)
+
+
+def random_rotate(src, angle_limits, zoom_in=False, zoom_out=False):
+    """:func:`imrotate` by angles drawn uniformly from `angle_limits` (low, high) with NumPy's
+    global generator (one per image of a batch)."""
+    if src.ndim == 3:
+        degrees = np.random.uniform(*angle_limits)
+    else:
+        degrees = nd.array(np.random.uniform(*angle_limits, size=src.shape[0]))
+    return imrotate(src, degrees, zoom_in=zoom_in, zoom_out=zoom_out)
 
 
 def random_size_crop(src, size, area, ratio, interp=2, **kwargs):

@@ -208,8 +208,7 @@ class ImageIter(DataIter):
             batch_data, batch_label, filled = (self._cache_data, self._cache_label,
                                                self._cache_idx)
         else:
-            batch_data = nd.zeros((self.batch_size,) + self.data_shape)
-            batch_label = nd.empty(self.provide_label[0].shape)
+            batch_data, batch_label = self._new_buffers()
             filled = self._batchify(batch_data, batch_label)
         pad = self.batch_size - filled
         if pad:
@@ -228,6 +227,11 @@ class ImageIter(DataIter):
 
     # ------------------------------------------------------------------------------------------
     # Hooks a subclass may override
+
+    def _new_buffers(self):
+        """(data, label) arrays of one batch, to be filled."""
+        return (nd.zeros((self.batch_size,) + self.data_shape),
+                nd.empty(self.provide_label[0].shape))
 
     def check_data_shape(self, data_shape):
         """Only (3, H, W) images."""

@@ -7,13 +7,21 @@ MXNet's ``mx.recordio``).
 >>> batch.data[0].shape, batch.pad
 ((3, 2), 0)
 """
-from ember.io import recordio
+from ember.io import io, recordio, utils
 from ember.io.libsvm import LibSVMIter
 from ember.io.io import (DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter,
                          ResizeIter)
 from ember.io.array_iters import CSVIter, MNISTIter
-from ember.io.image_record import ImageRecordIter, ImageRecordUInt8Iter
+from ember.io.image_record import (ImageRecordInt8Iter, ImageRecordIter, ImageRecordIter_v1,
+                                   ImageRecordUInt8Iter, ImageRecordUInt8Iter_v1)
+
+_FILE_ITERATORS = ['ImageRecordIter', 'ImageRecordUInt8Iter', 'ImageRecordInt8Iter',
+                   'ImageRecordIter_v1', 'ImageRecordUInt8Iter_v1', 'CSVIter', 'MNISTIter',
+                   'LibSVMIter']
+# MXNet puts the iterators over files in mxnet.io.io too; Ember's live in modules beside it.
+for _name in _FILE_ITERATORS:
+    setattr(io, _name, globals()[_name])
+    io.__all__.append(_name)
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'recordio', 'ImageRecordIter', 'ImageRecordUInt8Iter', 'CSVIter', 'MNISTIter',
-           'LibSVMIter', 'io']
+           'recordio', 'io', 'utils'] + _FILE_ITERATORS

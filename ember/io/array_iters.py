@@ -154,12 +154,13 @@ def read_mnist(name, image_path, label_path):
 class MNISTIter(_ArrayBatches):
     """Batches of MNIST images scaled by 1/256, (N, 1, 28, 28) or flat (N, 784), with their
     labels; shuffled once with `seed` when `shuffle`; a short last batch is dropped, as MXNet
-    does. `num_parts` / `part_index` take a contiguous share."""
+    does. `num_parts` / `part_index` take a contiguous share. `input_shape` is accepted and
+    ignored, as MXNet's iterator does (its test utilities pass it): `flat` sets the shape."""
 
     def __init__(self, image='./train-images-idx3-ubyte', label='./train-labels-idx1-ubyte',
                  batch_size=128, shuffle=True, flat=False, seed=0, silent=False, num_parts=1,
                  part_index=0, prefetch_buffer=4, ctx=None, dtype=None, data_name='data',
-                 label_name='softmax_label'):
+                 label_name='softmax_label', input_shape=None):
         images, labels = read_mnist('MNISTIter', image, label)
         if not 0 <= part_index < num_parts:
             raise ValueError(f'MNISTIter: part_index={part_index}: expected 0 <= part_index '

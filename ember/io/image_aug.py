@@ -260,10 +260,14 @@ class DefaultAugmenter:
 def write_chw(image, out, mean, factor, mirror):
     """Write `image` (H, W, C) in OpenCV's BGR order into `out` (C, H, W) in RGB order as
     ``(pixel - mean[c]) * factor[c]``, flipped left-right when `mirror`; `mean` and `factor`
-    are per output channel, or None for a plain copy (uint8 output)."""
+    are per output channel, or None for a plain copy (uint8 output). An int8 `out` gets
+    ``pixel - mean[c]`` saturated to [-128, 127] (no factor), as MXNet's int8 iterator."""
     for channel, plane in enumerate(_rgb_planes(image, mirror)):
         if mean is None:
             np.copyto(out[channel], plane, casting='unsafe')
+        elif out.dtype == np.int8:      # pixel - mean, saturated: MXNet's int8 output
+            np.copyto(out[channel], np.clip(np.rint(plane - mean[channel]), -128, 127),
+                      casting='unsafe')
         else:
             np.subtract(plane, mean[channel], out=out[channel], dtype=out.dtype)
             np.multiply(out[channel], factor[channel], out=out[channel])

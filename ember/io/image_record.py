@@ -51,7 +51,8 @@ from ember.io import recordio
 from ember.io.image_aug import AUGMENT_DEFAULTS, AugmentError, DefaultAugmenter, write_chw
 from ember.io.io import DataBatch, DataDesc, DataIter
 
-__all__ = ['ImageRecordIter', 'ImageRecordUInt8Iter', 'partition']
+__all__ = ['ImageRecordIter', 'ImageRecordUInt8Iter', 'ImageRecordInt8Iter', 'ImageRecordIter_v1',
+           'ImageRecordUInt8Iter_v1', 'partition']
 
 # Accepted for compatibility; they tune MXNet's C++ reader and change nothing here.
 _IGNORED = ('verbose', 'ctx', 'device_id', 'shuffle_chunk_size', 'shuffle_chunk_seed',
@@ -435,3 +436,20 @@ class ImageRecordUInt8Iter(ImageRecordIter):
     """ImageRecordIter whose data are the augmented pixels as uint8 (no mean, std or scale)."""
 
     _OUTPUT_DTYPE = np.uint8
+
+
+class ImageRecordInt8Iter(ImageRecordIter):
+    """ImageRecordIter whose data are int8: each pixel minus its channel's mean, saturated to
+    [-128, 127] (std and scale do not apply), as MXNet's (deprecated) int8 iterator gives."""
+
+    _OUTPUT_DTYPE = np.int8
+
+
+class ImageRecordIter_v1(ImageRecordIter):  # noqa: N801 (MXNet's name)
+    """MXNet's first image record iterator (deprecated there): the same batches as
+    ImageRecordIter for the same parameters."""
+
+
+class ImageRecordUInt8Iter_v1(ImageRecordUInt8Iter):  # noqa: N801 (MXNet's name)
+    """MXNet's first uint8 image record iterator (deprecated there): the same batches as
+    ImageRecordUInt8Iter."""

@@ -20,10 +20,13 @@ from collections import namedtuple
 import numpy as np
 
 from ember import ndarray as nd
-from ember.ndarray import NDArray
+from ember.base import mx_real_t, py_str  # noqa: F401  (MXNet's io module has them)
+from ember.ndarray import NDArray, concat, tile  # noqa: F401
+from ember.ndarray.sparse import CSRNDArray  # noqa: F401
+from ember.ndarray.utils import array  # noqa: F401
 
 __all__ = ['DataDesc', 'DataBatch', 'DataIter', 'NDArrayIter', 'ResizeIter', 'PrefetchingIter',
-           'NDArray']
+           'NDArray', 'CSRNDArray', 'array', 'concat', 'tile', 'mx_real_t', 'py_str']
 
 LAST_BATCH_HANDLES = ('pad', 'discard', 'roll_over')
 
@@ -226,15 +229,16 @@ def _as_ndarray(name, value):
         raise TypeError(f'NDArrayIter: input {name!r} must be array-like ({exc})') from None
 
 
-def _check_lengths(sources):
-    lengths = {name: array.shape[0] for name, array in sources}
+def _check_lengths(sources, axis=0):
+    lengths = {name: array.shape[_batch_axis(array, axis)] for name, array in sources}
     if len(set(lengths.values())) > 1:
         raise ValueError(f'NDArrayIter: every data and label array needs the same number of '
-                         f'examples (first axis), got {lengths}')
+                         f'examples (along the layout\'s batch axis {axis}), got {lengths}')
 
 
-def _permuted(sources, order):
-    return [(name, nd.array(array.asnumpy()[order], ctx=array.context, dtype=array.dtype))
+def _permuted(sources, order, axis=0):
+    return [(name, nd.array(np.take(array.asnumpy(), order, axis=_batch_axis(array, axis)),
+                            ctx=array.context, dtype=array.dtype))
             for name, array in sources]
 
 
@@ -257,20 +261,22 @@ class NDArrayIter(DataIter):
     """
 
     def __init__(self, data, label=None, batch_size=1, shuffle=False, last_batch_handle='pad',
-                 data_name='data', label_name='softmax_label'):
+                 data_name='data', label_name='softmax_label', layout='NCHW'):
         super().__init__(batch_size)
         if last_batch_handle not in LAST_BATCH_HANDLES:
             raise ValueError(f'NDArrayIter: last_batch_handle={last_batch_handle!r}: expected '
                              f"'pad', 'discard' or 'roll_over'")
         if int(batch_size) < 1:
             raise ValueError(f'NDArrayIter: batch_size={batch_size!r}: expected an integer >= 1')
+        self.layout = layout
+        self.axis = DataDesc.get_batch_axis(layout) if 'N' in (layout or 'N') else 0
         self.data = _named_arrays(data, False, data_name)
         self.label = _named_arrays(label, True, label_name)
-        _check_lengths(self.data + self.label)
+        _check_lengths(self.data + self.label, self.axis)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.last_batch_handle = last_batch_handle
-        self.num_data = self.data[0][1].shape[0]
+        self.num_data = self.data[0][1].shape[_batch_axis(self.data[0][1], self.axis)]
         self.idx = np.arange(self.num_data)
         self.cursor = -self.batch_size
         # The incomplete last batch that 'roll_over' carries into the next epoch.
@@ -287,7 +293,9 @@ class NDArrayIter(DataIter):
         return [self._describe(name, array) for name, array in self.label]
 
     def _describe(self, name, array):
-        return DataDesc(name, (self.batch_size,) + tuple(array.shape[1:]), array.dtype)
+        shape = list(array.shape)
+        shape[_batch_axis(array, self.axis)] = self.batch_size
+        return DataDesc(name, tuple(shape), array.dtype, layout=self.layout)
 
     def hard_reset(self):
         """Go back to the start, dropping any batch kept by 'roll_over'."""
@@ -319,7 +327,7 @@ class NDArrayIter(DataIter):
             raise StopIteration
         data = self.getdata()
         label = self.getlabel()
-        if data[0].shape[0] != self.batch_size:
+        if data[0].shape[_batch_axis(data[0], self.axis)] != self.batch_size:
             # an incomplete last batch ('discard', 'roll_over'): keep it for the next epoch
             self._cache_data = data
             self._cache_label = label
@@ -353,7 +361,7 @@ class NDArrayIter(DataIter):
         if self._in_padded_batch():
             return self._padded_batch(sources)
         end = min(self.cursor + self.batch_size, self.num_data)
-        return _slices(sources, self.cursor, end)
+        return _slices(sources, self.cursor, end, self.axis)
 
     def _rolled_over_batch(self, sources):
         if sources is self.data:
@@ -363,36 +371,47 @@ class NDArrayIter(DataIter):
         if kept is None:
             raise RuntimeError('NDArrayIter: roll_over has no batch kept from the last epoch; '
                                'fetch data and label once per batch')
-        return _concat(kept, _slices(sources, 0, self.cursor + self.batch_size))
+        return _concat(kept, _slices(sources, 0, self.cursor + self.batch_size, self.axis),
+                       self.axis)
 
     def _padded_batch(self, sources):
         pad = self.cursor + self.batch_size - self.num_data
-        tail = _slices(sources, self.cursor, self.num_data)
+        axis = self.axis
+        tail = _slices(sources, self.cursor, self.num_data, axis)
         # a pad longer than the data repeats the whole data, then a prefix of it
         whole, rest = divmod(pad, self.num_data)
-        filler = _tile(_slices(sources, 0, self.num_data), whole) if whole else []
+        filler = _tile(_slices(sources, 0, self.num_data, axis), whole, axis) if whole else []
         if rest:
-            filler = _concat(filler, _slices(sources, 0, rest))
-        return _concat(tail, filler)
+            filler = _concat(filler, _slices(sources, 0, rest, axis), axis)
+        return _concat(tail, filler, axis)
 
     def _shuffle_data(self):
         np.random.shuffle(self.idx)
-        self.data = _permuted(self.data, self.idx)
-        self.label = _permuted(self.label, self.idx)
+        self.data = _permuted(self.data, self.idx, self.axis)
+        self.label = _permuted(self.label, self.idx, self.axis)
 
 
-def _slices(sources, start, end):
-    return [array[start:end] for _, array in sources]
+def _batch_axis(array, axis):
+    """The layout's batch axis, or 0 for an array with fewer axes (a label of shape (N,))."""
+    return axis if array.ndim > axis else 0
 
 
-def _concat(first, second):
+def _slices(sources, start, end, axis=0):
+    if axis == 0:
+        return [array[start:end] for _, array in sources]
+    return [nd.slice_axis(array, axis=_batch_axis(array, axis), begin=start, end=end)
+            for _, array in sources]
+
+
+def _concat(first, second, axis=0):
     if not first or not second:
         return first or second
-    return [nd.concat(a, b, dim=0) for a, b in zip(first, second)]
+    return [nd.concat(a, b, dim=_batch_axis(a, axis)) for a, b in zip(first, second)]
 
 
-def _tile(arrays, repeats):
-    return [nd.tile(a, reps=(repeats,) + (1,) * (a.ndim - 1)) for a in arrays]
+def _tile(arrays, repeats, axis=0):
+    return [nd.tile(a, reps=tuple(repeats if i == _batch_axis(a, axis) else 1
+                                  for i in range(a.ndim))) for a in arrays]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 from ember import config
 from ember.base import prod
+from ember.kvstore import base, kvstore
 from ember.kvstore.base import KVStoreBase, TestStore, pushpull_all
 from ember.kvstore.compression import GradientCompression
 from ember.kvstore.local import KVStoreLocal, KVStoreNCCL
 from ember.kvstore.plugins import BytePS, Horovod
 
 __all__ = ['create', 'create_kvstore', 'pushpull_all', 'KVStore', 'KVStoreBase', 'KVStoreLocal',
-           'TestStore', 'GradientCompression', 'TYPES', 'base']
+           'TestStore', 'GradientCompression', 'TYPES', 'base', 'kvstore']
 
-KVStore = KVStoreBase
+KVStore = kvstore.KVStore
 
 
 def _dist(name):
@@ -78,6 +79,8 @@ def _register_plugins():
 
 
 _register_plugins()
+base.create = create        # MXNet's base module has create too; it is defined here, above
+base.__all__.append('create')
 
 
 # MXNet updates on a 'local' store only while no weight exceeds this many elements.

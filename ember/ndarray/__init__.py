@@ -28,12 +28,26 @@ from ember.ndarray import contrib, linalg  # noqa: F401
 from ember.ndarray import functions as _functions
 from ember.ndarray.functions import *  # noqa: F401,F403
 from ember.ndarray import sparse  # noqa: F401  (mx.nd.sparse; installs the storage path)
+from ember.ndarray import utils  # noqa: F401
+from ember.ndarray.utils import array, empty, zeros  # noqa: F401  (any storage type)
 from ember.ndarray.register import make_function as _make_function
 
 _ndarray.bind_namespace(_sys.modules[__name__])     # the operator methods call into mx.nd
+# MXNet defines its dense array functions in mxnet.ndarray.ndarray; Ember's live in creation
+# and functions, which import ndarray.py, so the package lists them there as well.
+for _module in (_creation, _functions):
+    for _name in _module.__all__:
+        if not hasattr(_ndarray, _name):
+            setattr(_ndarray, _name, getattr(_module, _name))
+            _ndarray.__all__.append(_name)
+
 _internal = _types.ModuleType('ember.ndarray._internal',
                               'Operators whose names start with an underscore.')
-_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray')
+# mx.nd.op: the operator functions alone (the same objects as mx.nd's), as MXNet's module
+op = _types.ModuleType('ember.ndarray.op', 'The function of every public operator.')
+_sys.modules[op.__name__] = op
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.ndarray',
+                                 public=op)
 
 
 # Namespaces that a higher layer provides (mx.nd.np comes with mx.np): name -> loader, filled
@@ -47,11 +61,22 @@ def __getattr__(name):
     return _generator.getattr(name)
 
 
+def _op_getattr(name):
+    if name == 'CachedOp':
+        return late_namespaces[name]()
+    return _generator.public_getattr(name)
+
+
+op.__getattr__ = _op_getattr
+
+
 _generator.populate()
 
 __all__ = sorted(['NDArray', 'View', 'invoke', 'waitall', 'random', 'indexing', 'image',
-                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension']
+                  'contrib', 'linalg', 'sparse', 'numpy', 'numpy_extension', 'op', 'utils']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + ['save', 'load', 'load_frombuffer']
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
+op.__all__ = sorted([n for n in _registry.all_ops() if not n.startswith('_')] + ['CachedOp'])
+__all__.append('CachedOp')

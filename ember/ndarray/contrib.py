@@ -181,6 +181,27 @@ def _outputs(op_name, inputs, out, **attrs):
     return _invoke(op, inputs, op.parse_attrs(attrs), out=None if out is None else list(out))
 
 
+def adamw_update(weight, grad, mean, var, rescale_grad, lr, eta, beta1=0.9, beta2=0.999,
+                 epsilon=1e-8, wd=0, clip_gradient=-1, out=None, name=None, **kwargs):
+    """AdamW's step on `weight` (in `out`, else a new array); `mean` and `var` are updated in
+    place. rescale_grad is a number or a one-element NDArray; a NaN, infinite or zero value
+    skips the step (a loss scaler's overflow)."""
+    inputs = [weight, grad, mean, var, _rescale_array(rescale_grad, weight.context)]
+    return _outputs('_adamw_update', inputs, None if out is None else [out], lr=lr, eta=eta,
+                    beta1=beta1, beta2=beta2, epsilon=epsilon, wd=wd,
+                    clip_gradient=clip_gradient, **kwargs)[0]
+
+
+def mp_adamw_update(weight, grad, mean, var, weight32, rescale_grad, lr, eta, beta1=0.9,
+                    beta2=0.999, epsilon=1e-8, wd=0, clip_gradient=-1, out=None, name=None,
+                    **kwargs):
+    """adamw_update on the float32 master copy `weight32` of a (float16) weight."""
+    inputs = [weight, grad, mean, var, weight32, _rescale_array(rescale_grad, weight.context)]
+    return _outputs('_mp_adamw_update', inputs, None if out is None else [out], lr=lr, eta=eta,
+                    beta1=beta1, beta2=beta2, epsilon=epsilon, wd=wd,
+                    clip_gradient=clip_gradient, **kwargs)[0]
+
+
 def multi_adamw_update(weights, grads, mean, var, rescale_grad, lrs, wds, etas, out=None,
                        name=None, size=0, **kwargs):
     """AdamW on lists of weights (with their gradients and moments); rescale_grad is a number
@@ -229,5 +250,6 @@ def __getattr__(name):
 _generator.populate()
 __all__ = sorted(_generator.names() + ['isinf', 'isnan', 'isfinite', 'boolean_mask',
                                         'rand_zipfian', 'foreach', 'while_loop', 'cond',
+                                        'adamw_update', 'mp_adamw_update',
                                         'multi_adamw_update', 'multi_mp_adamw_update',
                                         'multi_lamb_update', 'multi_mp_lamb_update'])

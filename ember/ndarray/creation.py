@@ -143,7 +143,14 @@ multiply = _ufunc('broadcast_mul', '_mul_scalar', '_mul_scalar', lambda a, b: a 
 divide = _ufunc('broadcast_div', '_div_scalar', '_rdiv_scalar', lambda a, b: a / b)
 true_divide = divide
 modulo = _ufunc('broadcast_mod', '_mod_scalar', '_rmod_scalar', lambda a, b: a % b)
-power = _ufunc('broadcast_power', '_power_scalar', '_rpower_scalar', lambda a, b: a ** b)
+_power = _ufunc('broadcast_power', '_power_scalar', '_rpower_scalar', lambda a, b: a ** b)
+
+
+def power(base, exp):
+    """`base` to the power `exp`: arrays (broadcast) or numbers on either side."""
+    return _power(base, exp)
+
+
 maximum = _ufunc('broadcast_maximum', '_maximum_scalar', '_maximum_scalar', max)
 minimum = _ufunc('broadcast_minimum', '_minimum_scalar', '_minimum_scalar', min)
 equal = _ufunc('broadcast_equal', '_equal_scalar', '_equal_scalar',

@@ -20,7 +20,9 @@ from ember.ndarray.creation import array
 from ember.ndarray.ndarray import NDArray, invoke, parse_device
 
 __all__ = ['eye', 'linspace', 'histogram', 'split_v2', 'concatenate', 'onehot_encode',
-           'from_numpy', 'from_dlpack', 'to_dlpack_for_read', 'to_dlpack_for_write']
+           'from_numpy', 'from_dlpack', 'to_dlpack_for_read', 'to_dlpack_for_write',
+           'get_indexing_dispatch_code', 'get_oshape_of_gather_nd_op',
+           'indexing_key_expand_implicit_axes', 'check_boolean_array_dimension']
 
 
 def _call(name, inputs, device=None, out=None, **params):
@@ -128,3 +130,93 @@ def from_dlpack(dlpack):
     source = dlpack if hasattr(dlpack, '__dlpack__') else _Capsule(dlpack)
     values = np.from_dlpack(source)
     return array(values, dtype=values.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# MXNet's helpers for reading an indexing key (mx.nd.ndarray's public functions).
+
+BASIC_INDEXING, ADVANCED_INDEXING, EMPTY_TUPLE_INDEXING = 0, 1, 2
+NO_ZERO_DIM_BOOL, ZERO_DIM_BOOL_FALSE, ZERO_DIM_BOOL_TRUE = -1, 0, 1
+
+
+def get_indexing_dispatch_code(key):
+    """0 when tuple `key` is basic indexing (ints, slices, None), 1 when an entry is an array,
+    list, tuple or range (advanced), 2 when an entry is an empty tuple.
+
+    >>> get_indexing_dispatch_code((0, slice(1, 3))), get_indexing_dispatch_code((0, [1, 2]))
+    (0, 1)
+    """
+    if not isinstance(key, tuple):
+        raise TypeError(f'get_indexing_dispatch_code: expected a tuple key, got '
+                        f'{type(key).__name__}')
+    for index in key:
+        if isinstance(index, (NDArray, np.ndarray, list, tuple, range)):
+            return EMPTY_TUPLE_INDEXING if isinstance(index, tuple) and not index \
+                else ADVANCED_INDEXING
+        if not (index is None or isinstance(index, (slice, numbers.Integral))):
+            raise ValueError(f'NDArray indexing: key entry {index!r} of type '
+                             f'{type(index).__name__}; expected ints, slices, None or arrays')
+    return BASIC_INDEXING
+
+
+def get_oshape_of_gather_nd_op(dshape, ishape):
+    """The output shape of gather_nd for data of `dshape` and indices of `ishape`.
+
+    >>> get_oshape_of_gather_nd_op((4, 5, 6), (2, 7))
+    (7, 6)
+    """
+    if not dshape or not ishape:
+        raise ValueError(f'gather_nd: data shape {tuple(dshape)} and indices shape '
+                         f'{tuple(ishape)} must both have an axis')
+    return tuple(ishape[1:]) + tuple(dshape[ishape[0]:])
+
+
+def check_boolean_array_dimension(array_shape, axis, bool_shape):
+    """Raise IndexError unless a boolean index of `bool_shape` fits `array_shape` from
+    `axis` on."""
+    for offset, size in enumerate(bool_shape):
+        if array_shape[axis + offset] != size:
+            raise IndexError(f'boolean index does not match the indexed array along axis '
+                             f'{axis + offset}: the array has {array_shape[axis + offset]}, '
+                             f'the index {size}')
+
+
+def indexing_key_expand_implicit_axes(key, shape):
+    """(`key` with its ellipsis, or the missing trailing axes, spelled out as full slices;
+    -1, or 0 / 1 when a 0-d boolean False / True was in it). Boolean arrays become the
+    indices of their True entries; 0-d integer arrays become ints.
+
+    >>> indexing_key_expand_implicit_axes((0, Ellipsis, None), (2, 3, 4))
+    ((0, slice(None, None, None), slice(None, None, None), None), -1)
+    """
+    key = key if isinstance(key, tuple) else (key,)
+    ellipsis_at, new_axes, explicit, prepend, axis = None, 0, [], NO_ZERO_DIM_BOOL, 0
+    for position, index in enumerate(key):
+        if index is Ellipsis:
+            if ellipsis_at is not None:
+                raise IndexError('an index can only have a single ellipsis (...)')
+            ellipsis_at = position
+            continue
+        if isinstance(index, (bool, np.bool_)):
+            index = np.array(index)
+        if isinstance(index, NDArray):
+            index = index.asnumpy()
+        if index is None:
+            new_axes += 1
+        if isinstance(index, np.ndarray) and index.dtype == np.bool_:
+            if index.ndim == 0:
+                prepend = ZERO_DIM_BOOL_TRUE if index else ZERO_DIM_BOOL_FALSE
+                continue
+            check_boolean_array_dimension(shape, axis, index.shape)
+            explicit.extend(np.nonzero(index))
+            axis += index.ndim
+        elif isinstance(index, np.ndarray) and index.ndim == 0:
+            explicit.append(int(index))
+            axis += 1
+        else:
+            explicit.append(index)
+            axis += 1
+    if ellipsis_at is None:
+        ellipsis_at = len(explicit)
+    filled = (slice(None),) * (len(shape) + new_axes - len(explicit))
+    return tuple(explicit[:ellipsis_at]) + filled + tuple(explicit[ellipsis_at:]), prepend

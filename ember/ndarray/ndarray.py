@@ -683,11 +683,11 @@ def _empty(shape, dtype, device) -> NDArray:
     return NDArray(handle, view, _new_var(), device)
 
 
-def empty(shape, device=None, dtype=None) -> NDArray:
+def empty(shape, ctx=None, dtype=None) -> NDArray:
     """An uninitialised array (its values are whatever the pooled buffer held)."""
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    return _empty(tuple(shape), dtype_of(dtype), parse_device(device))
+    return _empty(tuple(shape), dtype_of(dtype), parse_device(ctx))
 
 
 def copy_from_host(dst: NDArray, source) -> None:

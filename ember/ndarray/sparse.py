@@ -144,12 +144,15 @@ def array(source_array, ctx=None, dtype=None) -> BaseSparseNDArray:
 # ----------------------------------------------------------------------------------------------
 # Functions of MXNet's sparse namespace beyond the operators.
 
-def cast_storage(data, stype):
+def cast_storage(data=None, stype=None, out=None, name=None, **kwargs):
     """`data` in storage type `stype` ('default', 'row_sparse' or 'csr')."""
-    return invoke(registry.get('cast_storage'), [data], {'stype': _checked_stype(stype)})[0]
+    if kwargs:
+        raise TypeError(f'cast_storage: unknown arguments {sorted(kwargs)}')
+    return invoke(registry.get('cast_storage'), [data], {'stype': _checked_stype(stype)},
+                  out=None if out is None else [out])[0]
 
 
-def retain(data, indices):
+def retain(data=None, indices=None, out=None, name=None, **kwargs):
     """The rows of row_sparse `data` whose indices are listed in `indices` (an NDArray), as
     a row_sparse array; of dense `data`, its rows `indices` (an extension: MXNet refuses it).
 
@@ -158,7 +161,10 @@ def retain(data, indices):
     >>> retain(g, mx.nd.array([4, 0], dtype='int64')).indices.asnumpy().tolist()
     [0, 4]
     """
-    return invoke(registry.get('_sparse_retain'), [data, indices], {})[0]
+    if kwargs:
+        raise TypeError(f'retain: unknown arguments {sorted(kwargs)}')
+    return invoke(registry.get('_sparse_retain'), [data, indices], {},
+                  out=None if out is None else [out])[0]
 
 
 def add(lhs, rhs):

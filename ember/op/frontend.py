@@ -46,10 +46,11 @@ def _doc(op, public_name) -> str:
 
 class Generator:
     """Fills a module's namespace with a function per operator (underscore names also go to its
-    ``_internal`` module); operators registered later are generated on first access."""
+    ``_internal`` module, the others to its ``op`` module, as MXNet sorts them); operators
+    registered later are generated on first access."""
 
-    def __init__(self, namespace, internal, make_function, module_name):
-        self._namespace, self._internal = namespace, internal
+    def __init__(self, namespace, internal, make_function, module_name, public=None):
+        self._namespace, self._internal, self._public = namespace, internal, public
         self._make, self._module_name = make_function, module_name
         self.hand_written = frozenset(namespace)   # names the module defines itself
 
@@ -58,7 +59,16 @@ class Generator:
         self._namespace[name] = fn
         if name.startswith('_'):
             setattr(self._internal, name, fn)
+        elif self._public is not None:
+            setattr(self._public, name, fn)
         return fn
+
+    def public_getattr(self, name):
+        """For the ``op`` module's ``__getattr__``."""
+        if name.startswith('_'):
+            raise AttributeError(f'module {self._public.__name__} has no attribute {name!r}')
+        found = self._namespace.get(name)
+        return found if found is not None else self.getattr(name)
 
     def populate(self):
         for name in registry.all_ops():

@@ -553,7 +553,7 @@ BORDER_PARAMS = tuple(Param(name, p_int, REQUIRED, f'Pixels added at the {name}.
     Param('type', p_int, 0, "OpenCV's border type: 0 constant, 1 replicate, 2 reflect, "
           "3 wrap, 4 reflect-101."),
     Param('value', p_float, 0.0, 'The value of a constant border.'),
-    Param('values', _p_floats, (), 'Accepted for compatibility; value is used.'),
+    Param('values', _p_floats, (), 'The constant border per channel (value when empty).'),
 )
 
 
@@ -571,7 +571,8 @@ def _border_infer(attrs, in_shapes):
 
 def _border_kernel(attrs, ins, outs, ctx):
     padded = imaging.copy_make_border(_host(ins[0]), attrs['top'], attrs['bot'], attrs['left'],
-                                      attrs['right'], attrs['type'], attrs['value'])
+                                      attrs['right'], attrs['type'], attrs['value'],
+                                      attrs['values'])
     _to_device(ctx.xp, outs[0], padded)
 
 

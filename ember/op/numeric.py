@@ -483,6 +483,9 @@ register('amp_cast', _amp_cast_kernel, params=(Param('dtype', p_dtype, REQUIRED,
          infer_type=lambda attrs, dtypes: (list(dtypes), [None if dtypes[0] is None else
                                                           _amp_target(dtypes[0],
                                                                       attrs['dtype'])]),
+         # a cast parameter's shape follows from its reader (FullyConnected's weight), as
+         # MXNet's element-wise shape inference does both ways
+         infer_shape_from_outputs=lambda attrs, ins, outs: [outs[0]],
          gradient=lambda F, attrs, ins, outs, og: [F._cast_like(og[0], ins[0])],
          doc='Cast a float array to dtype (AMP); arrays of other dtypes pass unchanged.')
 
@@ -510,6 +513,7 @@ register('amp_multicast', _multicast_kernel, inputs=_variadic('data', 'num_outpu
                  Param('cast_narrow', p_bool, False, 'Cast to the narrowest float dtype '
                                                      '(else the widest).')),
          infer_shape=lambda attrs, shapes: (list(shapes), list(shapes)),
+         infer_shape_from_outputs=lambda attrs, ins, outs: list(outs),
          infer_type=_multicast_types,
          gradient=lambda F, attrs, ins, outs, og: [F._cast_like(g, x) for g, x in zip(og, ins)],
          doc='Cast the float arrays to one float dtype (the widest, or the narrowest with '

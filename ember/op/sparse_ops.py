@@ -76,7 +76,7 @@ def _zeros_kernel(attrs, ins, outs, ctx):
     out.set(*parts_tuple(empty))
 
 
-for _name in ('_copy', 'BlockGrad', '_copyto'):
+for _name in ('_copy', 'BlockGrad', '_copyto', 'MakeLoss'):    # MakeLoss: identity forward
     storage_rule(_name, _keep_sparse, _copy_kernel)
 storage_rule('zeros_like', _keep_sparse, _zeros_kernel)
 
@@ -678,3 +678,25 @@ def _bounds(attrs, axis, length):
 
 
 storage_rule('slice', _csr_slice_infer, _csr_slice_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# Concat of csr arrays along the rows: csr, the parts stacked.
+
+def _csr_concat_infer(attrs, stypes, shapes):
+    if attrs['dim'] != 0 or any(s != CSR_TYPE for s in stypes):
+        return None
+    return (CSR_TYPE,)
+
+
+def _csr_concat_kernel(attrs, ins, outs, ctx):
+    xp = ctx.xp
+    offsets = xp.cumsum(xp.array([0] + [int(x.indptr[-1]) for x in ins[:-1]],
+                                 dtype=INDEX_DTYPE))
+    indptr = [xp.zeros(1, INDEX_DTYPE)] + [x.indptr[1:] + offset
+                                           for x, offset in zip(ins, offsets)]
+    outs[0].set(xp.concatenate([x.data for x in ins]).astype(outs[0].dtype, copy=False),
+                xp.concatenate([x.indices for x in ins]), xp.concatenate(indptr))
+
+
+storage_rule('Concat', _csr_concat_infer, _csr_concat_kernel)

@@ -22,6 +22,14 @@ from ember.optimizer.updater import Updater, get_updater
 from ember.optimizer import contrib, optimizer
 from ember.optimizer.optimizer import NDabs
 
+# MXNet defines every optimizer in mxnet.optimizer.optimizer; Ember's live in modules that
+# import optimizer.py, so the package lists them there as well.
+for _name in ('SGD', 'ccSGD', 'NAG', 'Signum', 'Adam', 'RMSProp', 'AdaGrad', 'AdaDelta', 'Ftrl',
+              'FTML', 'LAMB', 'Adamax', 'Nadam', 'LARS', 'LBSGD', 'DCASGD', 'SGLD', 'Test',
+              'Updater', 'get_updater'):
+    setattr(optimizer, _name, globals()[_name])
+    optimizer.__all__.append(_name)
+
 __all__ = ['Optimizer', 'create', 'register', 'SGD', 'ccSGD', 'NAG', 'Signum', 'Adam', 'AdamW',
            'RMSProp', 'AdaGrad', 'AdaDelta', 'Ftrl', 'FTRL', 'FTML', 'LAMB', 'Adamax', 'Nadam',
            'LARS', 'LBSGD', 'DCASGD', 'SGLD', 'Test', 'Updater', 'get_updater', 'NDabs',

@@ -34,29 +34,45 @@ from ember.symbol import creation as _creation
 from ember.symbol import tape as _tape  # noqa: F401  (installs autograd.get_symbol's builder)
 from ember.symbol.creation import *  # noqa: F401,F403
 from ember.symbol.register import make_function as _make_function
-from ember.symbol import contrib, linalg, random  # noqa: F401
+from ember.symbol import contrib, linalg, random, sparse  # noqa: F401
 from ember.symbol import functions as _functions
 from ember.symbol.functions import *  # noqa: F401,F403
 
 _symbol.bind_namespace(_sys.modules[__name__])      # the operator methods call into mx.sym
+# MXNet defines these functions in mxnet.symbol.symbol; Ember's live in creation and
+# functions, which import symbol.py, so the package lists them there as well.
+for _module in (_creation, _functions):
+    for _name in _module.__all__:
+        if not hasattr(_symbol, _name):
+            setattr(_symbol, _name, getattr(_module, _name))
+            _symbol.__all__.append(_name)
 
 _internal = _types.ModuleType('ember.symbol._internal',
                               'Operators whose names start with an underscore.')
-_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.symbol')
+# mx.sym.op: the operator functions alone (the same objects as mx.sym's), as MXNet's module
+op = _types.ModuleType('ember.symbol.op', 'The function of every public operator.')
+_sys.modules[op.__name__] = op
+_generator = _frontend.Generator(globals(), _internal, _make_function, 'ember.symbol',
+                                 public=op)
+
+
+_LATE_NAMESPACES = ('np', 'numpy', 'npx', 'numpy_extension')
 
 
 def __getattr__(name):
-    if name in _ndarray_package.late_namespaces:     # mx.sym.np comes with mx.np, as mx.nd.np
+    if name in _LATE_NAMESPACES:     # mx.sym.np comes with mx.np, as mx.nd.np
         _ndarray_package.late_namespaces[name]()
         return globals()[name]
     return _generator.getattr(name)
 
 
+op.__getattr__ = _generator.public_getattr
 _generator.populate()
 
 __all__ = sorted(['Symbol', 'var', 'Variable', 'Group', 'load', 'load_json', 'fromjson',
                   'AttrScope', 'NameManager', 'Prefix', 'NotImplementedForSymbol', 'graph', 'image',
-                  'contrib', 'linalg', 'random', 'numpy', 'numpy_extension']
+                  'contrib', 'linalg', 'random', 'sparse', 'numpy', 'numpy_extension', 'op']
                  + list(_creation.__all__) + list(_functions.__all__)
                  + [n for n in _registry.all_ops() if not n.startswith('_')
                     and n not in _generator.hand_written])
+op.__all__ = sorted(n for n in _registry.all_ops() if not n.startswith('_'))

@@ -13,7 +13,7 @@ from ember.symbol import random as _random
 from ember.symbol.random import uniform  # noqa: F401  (MXNet's contrib module has it)
 from ember.symbol.control_flow import cond, foreach, while_loop  # noqa: F401
 from ember.symbol.register import make_function as _make_function
-from ember.symbol.symbol import create as _create
+from ember.symbol.symbol import Symbol as _Symbol, create as _create
 
 
 def _call(op_name, inputs, **params):
@@ -40,6 +40,31 @@ def _expected_count(classes, log_range, num_sampled):
     return _call('_mul_scalar', [_call('log', [ratio])], scalar=num_sampled / log_range)
 
 
+def _rescale_symbol(rescale_grad):
+    if isinstance(rescale_grad, _Symbol):
+        return rescale_grad
+    return _call('_full', [], shape=(1,), value=float(rescale_grad))
+
+
+def adamw_update(weight, grad, mean, var, rescale_grad, lr, eta, beta1=0.9, beta2=0.999,
+                 epsilon=1e-8, wd=0, clip_gradient=-1, out=None, name=None, **kwargs):
+    """AdamW's step as a graph node (see mx.nd.contrib.adamw_update); rescale_grad is a
+    number or a one-element symbol."""
+    return _call('_adamw_update', [weight, grad, mean, var, _rescale_symbol(rescale_grad)],
+                 lr=lr, eta=eta, beta1=beta1, beta2=beta2, epsilon=epsilon, wd=wd,
+                 clip_gradient=clip_gradient, **kwargs)
+
+
+def mp_adamw_update(weight, grad, mean, var, weight32, rescale_grad, lr, eta, beta1=0.9,
+                    beta2=0.999, epsilon=1e-8, wd=0, clip_gradient=-1, out=None, name=None,
+                    **kwargs):
+    """adamw_update on the float32 master copy `weight32`, as a graph node."""
+    return _call('_mp_adamw_update', [weight, grad, mean, var, weight32,
+                                      _rescale_symbol(rescale_grad)],
+                 lr=lr, eta=eta, beta1=beta1, beta2=beta2, epsilon=epsilon, wd=wd,
+                 clip_gradient=clip_gradient, **kwargs)
+
+
 _generator = _frontend.Submodule(globals(), ('_contrib_',), _make_function, __name__)
 
 
@@ -48,4 +73,5 @@ def __getattr__(name):
 
 
 _generator.populate()
-__all__ = sorted(_generator.names() + ['rand_zipfian', 'foreach', 'while_loop', 'cond'])
+__all__ = sorted(_generator.names() + ['rand_zipfian', 'foreach', 'while_loop', 'cond',
+                                        'adamw_update', 'mp_adamw_update'])

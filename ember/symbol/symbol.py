@@ -593,8 +593,9 @@ def _storage_type(stype):
     return _STORAGE_TYPES[stype]
 
 
-def Group(symbols) -> Symbol:  # noqa: N802 (MXNet's name)
-    """One symbol with the outputs of all `symbols`, in order.
+def Group(symbols, create_fn=None) -> Symbol:  # noqa: N802 (MXNet's name)
+    """One symbol with the outputs of all `symbols`, in order, made by `create_fn` (a Symbol
+    class taking the outputs; Symbol when None).
 
     >>> from ember import symbol as sym
     >>> sym.Group([sym.var('a'), sym.relu(sym.var('b'), name='r')]).list_outputs()
@@ -603,7 +604,7 @@ def Group(symbols) -> Symbol:  # noqa: N802 (MXNet's name)
     symbols = list(symbols)
     if not symbols or not all(isinstance(s, Symbol) for s in symbols):
         raise TypeError('Expected a list of symbols as input')
-    return Symbol([head for s in symbols for head in s._heads])
+    return (create_fn or Symbol)([head for s in symbols for head in s._heads])
 
 
 def load_json(json_str) -> Symbol:

@@ -38,7 +38,7 @@ from ember.passes._rewrite import Rewriter, unique_name
 from ember.symbol.graph import Entry, make_node
 
 __all__ = ['init', 'init_trainer', 'scale_loss', 'unscale', 'convert_symbol', 'convert_model',
-           'convert_hybrid_block', 'list_lp16_ops', 'list_fp32_ops', 'list_lp16_fp32_ops',
+           'convert_hybrid_block', 'convert_bucketing_module', 'list_lp16_ops', 'list_fp32_ops', 'list_lp16_fp32_ops',
            'list_conditional_fp32_ops', 'list_widest_type_cast', 'list_loss_output_functions',
            'list_lp16_use_fp32_params']
 
@@ -231,7 +231,9 @@ def convert_symbol(sym, target_dtype='float16', target_dtype_ops=None, fp32_ops=
     """A mixed-precision copy of float32 symbol `sym`: ``amp_cast`` before the target and
     the float32 operators, ``amp_multicast`` before the widest-type ones. Nodes named in
     `excluded_sym_names` stay as they are. Parameters stay float32 (cast where they are read:
-    `cast_optional_params` is accepted for MXNet's sake)."""
+    `cast_optional_params` is accepted for MXNet's sake); given `data_names`, every other input
+    is marked float32 (``__dtype__``), as MXNet does, so that a module binds from the data's
+    types alone."""
     if not isinstance(sym, symbol.Symbol):
         raise TypeError(f'convert_symbol: expected a Symbol, got {type(sym).__name__}')
     target = _target_name(target_dtype)
@@ -245,7 +247,20 @@ def convert_symbol(sym, target_dtype='float16', target_dtype_ops=None, fp32_ops=
         slots = _slots(node, target, chosen)
         if slots:
             plan[position] = slots
+    if data_names is not None:
+        graph = _params_float32(graph, set(data_names))
     return symbol.Symbol.from_graph(_insert_casts(graph, plan))
+
+
+def _params_float32(graph, data_names):
+    """`graph` with its non-data variables that have no dtype marked float32 (MXNet's flag 0)."""
+    nodes = list(graph.nodes)
+    for position in graph.input_nodes:
+        node = nodes[position]
+        if node.name not in data_names and '__dtype__' not in node.attr_text:
+            nodes[position] = dataclasses.replace(
+                node, attr_text={**node.attr_text, '__dtype__': '0'})
+    return dataclasses.replace(graph, nodes=nodes)
 
 
 def _lists(target, target_ops, fp32, conditional):
@@ -359,6 +374,39 @@ def convert_hybrid_block(block, target_dtype='float16', target_dtype_ops=None, f
         if name in values:
             param.initialize(ctx=ctx if ctx is not None else values[name].context)
             param.set_data(values[name])
+    return result
+
+
+def convert_bucketing_module(bucketing_mod, target_dtype='float16', target_dtype_ops=None,
+                             fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None,
+                             cast_optional_params=False):
+    """A BucketingModule whose every bucket runs :func:`convert_symbol` of the bucket's symbol,
+    with `bucketing_mod`'s parameters. `bucketing_mod` must be bound and initialised; the
+    result comes bound for its default bucket's shapes (Ember's modules take parameters once
+    bound), so it runs batches at once."""
+    from ember.module import BucketingModule
+    if not isinstance(bucketing_mod, BucketingModule):
+        raise TypeError(f'convert_bucketing_module: expected a BucketingModule, got '
+                        f'{type(bucketing_mod).__name__}')
+    if not bucketing_mod.binded or not bucketing_mod.params_initialized:
+        raise RuntimeError('convert_bucketing_module: bind the BucketingModule and initialise '
+                           'its parameters first')
+    _target_name(target_dtype)
+    arg_params, aux_params = bucketing_mod.get_params()
+
+    def sym_gen(bucket_key):
+        sym, data_names, label_names = bucketing_mod._sym_gen(bucket_key)
+        converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
+                                   conditional_fp32_ops, excluded_sym_names, data_names,
+                                   cast_optional_params)
+        return converted, data_names, label_names
+
+    default = bucketing_mod._buckets[bucketing_mod.default_bucket_key]
+    result = BucketingModule(sym_gen, default_bucket_key=bucketing_mod.default_bucket_key,
+                             **bucketing_mod._module_args)
+    result.bind(default.data_shapes, default.label_shapes or None,
+                for_training=default.for_training)
+    result.set_params(arg_params, aux_params)
     return result
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
+from ember.ndarray import multi_all_finite
 
-__all__ = ['LossScaler']
+__all__ = ['LossScaler', 'multi_all_finite']
 
 _log = logging.getLogger(__name__)
 
@@ -42,8 +42,11 @@ class LossScaler:
 
     def has_overflow(self, params) -> bool:
         """Whether a gradient of `params` holds an infinity or a NaN; moves the scale on."""
-        overflow = not all(np.isfinite(grad.asnumpy()).all() for param in params
-                           if param.grad_req != 'null' for grad in param.list_grad())
+        grads = [grad for param in params if param.grad_req != 'null'
+                 for grad in param.list_grad()]
+        # one operator over every gradient, one value read back (MXNet's way)
+        overflow = bool(grads) and not multi_all_finite(
+            *grads, num_arrays=len(grads)).asscalar()
         self._loss_scale = self._next_loss_scale
         if overflow:
             self._next_loss_scale = self._loss_scale / 2.0

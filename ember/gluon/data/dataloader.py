@@ -17,7 +17,11 @@ import numpy as np
 
 from ember import ndarray as nd
 from ember.device import cpu_pinned
+from ember.gluon.data import _dataloader_v1 as _v1
 from ember.gluon.data import _shared_memory, _worker_pool
+from ember.gluon.data._dataloader_v1 import (  # noqa: F401  (MXNet's names, held here)
+    ConnectionWrapper, Queue, SimpleQueue, fetcher_loop_v1, rebuild_ndarray, rebuild_np_ndarray,
+    reduce_ndarray, reduce_np_ndarray, worker_loop_v1)
 from ember.gluon.data import sampler as _sampler
 from ember.numpy.multiarray import wrap as as_np_inplace
 from ember.util import is_np_array, is_np_shape, np_array, np_shape
@@ -238,3 +242,50 @@ def _make_batch_sampler(dataset, batch_size, shuffle, sampler, last_batch, batch
     elif shuffle:
         raise ValueError('shuffle must not be specified if sampler is specified')
     return _sampler.BatchSampler(sampler, batch_size, last_batch or 'keep')
+
+
+# MXNet's first multi-process loader; its plumbing, which this module holds in MXNet, is in
+# _dataloader_v1.
+class DataLoaderV1:
+    """MXNet 1.x's first DataLoader: batches built in this process, or by `num_workers`
+    processes started for each epoch. Prefer :class:`~ember.gluon.data.DataLoader`."""
+
+    def __init__(self, dataset, batch_size=None, shuffle=False, sampler=None, last_batch=None,
+                 batch_sampler=None, batchify_fn=None, num_workers=0, pin_memory=False,
+                 pin_device_id=0):
+        if batch_sampler is None:
+            if batch_size is None:
+                raise ValueError('DataLoaderV1: give batch_size, or a batch_sampler')
+            if sampler is None:
+                sampler = (_sampler.RandomSampler(len(dataset)) if shuffle
+                           else _sampler.SequentialSampler(len(dataset)))
+            elif shuffle:
+                raise ValueError('DataLoaderV1: shuffle and sampler exclude each other')
+            batch_sampler = _sampler.BatchSampler(sampler, batch_size, last_batch or 'keep')
+        elif batch_size is not None or shuffle or sampler is not None or last_batch is not None:
+            raise ValueError('DataLoaderV1: with a batch_sampler, give no batch_size, shuffle, '
+                             'sampler or last_batch')
+        self._dataset = dataset
+        self._batch_sampler = batch_sampler
+        self._pin_memory, self._pin_device_id = pin_memory, pin_device_id
+        self._num_workers = max(int(num_workers), 0)
+        if batchify_fn is None:
+            batchify_fn = default_mp_batchify_fn if self._num_workers else default_batchify_fn
+        self._batchify_fn = batchify_fn
+
+    def __iter__(self):
+        if self._num_workers:
+            return _v1._MultiWorkerIterV1(self._num_workers, self._dataset, self._batchify_fn,
+                                      self._batch_sampler, self._pin_memory,
+                                      self._pin_device_id)
+        return self._in_process()
+
+    def _in_process(self):
+        for keys in self._batch_sampler:
+            batch = self._batchify_fn([self._dataset[i] for i in keys])
+            if self._pin_memory:
+                batch = _as_in_context(batch, cpu_pinned(self._pin_device_id))
+            yield batch
+
+    def __len__(self):
+        return len(self._batch_sampler)

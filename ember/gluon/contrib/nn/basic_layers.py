@@ -1,5 +1,5 @@
 """Extra layers of ``mx.gluon.contrib.nn``: concatenating containers, Identity, the pixel
-shuffles that trade channels for resolution, and SyncBatchNorm.
+shuffles that trade channels for resolution, SyncBatchNorm and SparseEmbedding.
 
 >>> import ember as mx
 >>> from ember.gluon.contrib.nn import HybridConcurrent, Identity
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import warnings
 
-from ember.gluon.block import HybridBlock
+from ember import ndarray
+from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn import BatchNorm, HybridSequential, Sequential
 from ember.ndarray import concat
 
 __all__ = ['Concurrent', 'HybridConcurrent', 'Identity', 'PixelShuffle1D', 'PixelShuffle2D',
-           'PixelShuffle3D', 'SyncBatchNorm']
+           'PixelShuffle3D', 'SyncBatchNorm', 'SparseEmbedding']
 
 
 class Concurrent(Sequential):
@@ -181,3 +182,32 @@ class SyncBatchNorm(BatchNorm):
         attrs = {k: v for k, v in self._kwargs.items() if k != 'axis'}
         return F._contrib_SyncBatchNorm(x, gamma, beta, running_mean, running_var, name='fwd',
                                         ndev=self._devices(), key=self.prefix, **attrs)
+
+
+class SparseEmbedding(Block):
+    """An embedding whose weight gradient is row_sparse (the rows a batch names), for tables
+    too large to update whole; imperative only, as MXNet's. The weight is stored dense here
+    (MXNet stores it row_sparse and pulls the batch's rows).
+
+    >>> import ember as mx
+    >>> emb = SparseEmbedding(10, 2)
+    >>> emb.initialize(mx.init.One())
+    >>> emb.weight.grad().stype, emb(mx.nd.array([[1, 7]])).shape
+    ('row_sparse', (1, 2, 2))
+    """
+
+    def __init__(self, input_dim, output_dim, dtype='float32', weight_initializer=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._kwargs = {'input_dim': input_dim, 'output_dim': output_dim, 'dtype': dtype,
+                        'sparse_grad': True}
+        self.weight = self.params.get('weight', shape=(input_dim, output_dim),
+                                      init=weight_initializer, dtype=dtype,
+                                      grad_stype='row_sparse')
+
+    def forward(self, x):
+        return ndarray.Embedding(x, self.weight.data(x.context), name='fwd', **self._kwargs)
+
+    def __repr__(self):
+        kw = self._kwargs
+        return f"{type(self).__name__}({kw['input_dim']} -> {kw['output_dim']}, {kw['dtype']})"

@@ -16,16 +16,21 @@ from __future__ import annotations
 import numbers
 import random
 
+import numpy as np
+
 from ember import image
+from ember.base import numeric_types  # noqa: F401  (MXNet's module has it)
+from ember.util import is_np_array  # noqa: F401
 from ember.gluon.block import Block, HybridBlock
 from ember.gluon.nn import HybridSequential, Sequential
 
 __all__ = ['Compose', 'Cast', 'ToTensor', 'Normalize', 'RandomResizedCrop', 'CropResize',
            'CenterCrop', 'Resize', 'RandomFlipLeftRight', 'RandomFlipTopBottom',
            'RandomBrightness', 'RandomContrast', 'RandomSaturation', 'RandomHue',
-           'RandomColorJitter', 'RandomLighting', 'RandomApply',
+           'RandomColorJitter', 'RandomLighting', 'RandomApply', 'Rotate', 'RandomRotation',
            # what MXNet's star import of this module brings besides
-           'Block', 'HybridBlock', 'HybridSequential', 'Sequential']
+           'Block', 'HybridBlock', 'HybridSequential', 'Sequential', 'is_np_array',
+           'numeric_types']
 
 
 class Compose(Sequential):
@@ -169,20 +174,74 @@ class RandomBrightness(_RandomFactor):
     """Scale brightness by a factor in [1 - brightness, 1 + brightness]."""
     _operator = 'random_brightness'
 
+    def __init__(self, brightness):
+        super().__init__(brightness)
+
 
 class RandomContrast(_RandomFactor):
     """Scale contrast by a factor in [1 - contrast, 1 + contrast]."""
     _operator = 'random_contrast'
+
+    def __init__(self, contrast):
+        super().__init__(contrast)
 
 
 class RandomSaturation(_RandomFactor):
     """Scale saturation by a factor in [1 - saturation, 1 + saturation]."""
     _operator = 'random_saturation'
 
+    def __init__(self, saturation):
+        super().__init__(saturation)
+
 
 class RandomHue(_RandomFactor):
     """Turn the hue by a factor in [1 - hue, 1 + hue] of a full turn (as MXNet)."""
     _operator = 'random_hue'
+
+    def __init__(self, hue):
+        super().__init__(hue)
+
+
+def _float32_only(x):
+    if x.dtype != np.float32:
+        raise TypeError(f'rotations take float32 images (C, H, W) or batches, got {x.dtype}; '
+                        f'rotate after ToTensor')
+
+
+class Rotate(Block):
+    """Rotate images (C, H, W) or batches by `rotation_degrees` (see ``mx.image.imrotate``:
+    `zoom_in` shows no border, `zoom_out` keeps the whole image)."""
+
+    def __init__(self, rotation_degrees, zoom_in=False, zoom_out=False):
+        super().__init__()
+        self._args = (rotation_degrees, zoom_in, zoom_out)
+
+    def forward(self, x):
+        _float32_only(x)
+        return image.imrotate(x, *self._args)
+
+
+class RandomRotation(Block):
+    """Rotate by an angle drawn from `angle_limits` (low, high) with probability
+    `rotate_with_proba` (NumPy's global generator decides, then draws the angle)."""
+
+    def __init__(self, angle_limits, zoom_in=False, zoom_out=False, rotate_with_proba=1.0):
+        super().__init__()
+        lower, upper = angle_limits
+        if lower >= upper:
+            raise ValueError(f'RandomRotation: angle_limits must be (low, high) with low < '
+                             f'high, got {angle_limits!r}')
+        if not 0 <= rotate_with_proba <= 1:
+            raise ValueError(f'RandomRotation: rotate_with_proba must be in [0, 1], got '
+                             f'{rotate_with_proba!r}')
+        self._args = (angle_limits, zoom_in, zoom_out)
+        self._rotate_with_proba = rotate_with_proba
+
+    def forward(self, x):
+        if np.random.random() > self._rotate_with_proba:
+            return x
+        _float32_only(x)
+        return image.random_rotate(x, *self._args)
 
 
 class RandomColorJitter(HybridBlock):

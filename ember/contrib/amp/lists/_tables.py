@@ -24,7 +24,7 @@ from __future__ import annotations
 from ember.op import registry
 
 __all__ = ['TARGETS', 'target_ops', 'fp32_ops', 'conditional_fp32_ops', 'widest_type_casts',
-           'lp16_fp32_ops', 'loss_output_functions', 'fp32_params']
+           'lp16_fp32_ops', 'loss_output_functions', 'fp32_params', 'ember_ops_only']
 
 TARGETS = ('float16', 'bfloat16')
 
@@ -129,3 +129,10 @@ def lp16_fp32_ops(target) -> list:
     taken = set(target_ops(target)) | set(fp32_ops(target)) | set(widest_type_casts(target))
     taken |= {name for name, _, _ in conditional_fp32_ops(target)}
     return sorted(name for name in registry.all_ops() if name not in taken)
+
+
+def ember_ops_only(names) -> list:
+    """`names` less the operators registered from outside Ember (a program's or a test's), so
+    that a list read at import does not depend on what was registered before."""
+    ops = registry.all_ops()
+    return [n for n in names if getattr(ops[n].kernel, '__module__', '').startswith('ember.')]
