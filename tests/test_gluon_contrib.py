@@ -187,8 +187,12 @@ def test_sparse_embedding_trains_only_the_rows_a_batch_names():
     assert emb.weight.grad().indices.asnumpy().tolist() == [1, 4]
     trainer.step(1)
     # row 1 once, row 4 three times; the others untouched
-    np.testing.assert_allclose(emb.weight.data().asnumpy()[:, 0], [1, 0.5, 1, 1, -0.5, 1])
+    weight = emb.weight.row_sparse_data(mx.nd.arange(6)).asnumpy()
+    np.testing.assert_allclose(weight[:, 0], [1, 0.5, 1, 1, -0.5, 1])
     assert repr(emb) == 'SparseEmbedding(6 -> 2, float32)'
+    with pytest.raises(mx.EmberError, match=r'via data\(\) because its storage type is '
+                                            r'row_sparse'):
+        emb.weight.data()
 
 
 @pytest.mark.parametrize('layer', ['DeformableConvolution', 'ModulatedDeformableConvolution'])

@@ -502,3 +502,18 @@ def test_hybrid_block_refuses_a_row_sparse_weight():
     block.initialize()
     with pytest.raises(EmberError, match=r"via data\(\) because its storage type is row_sparse"):
         block(nd.ones((1, 4)))
+
+
+def test_embedding_of_a_row_sparse_table_reads_missing_rows_as_zeros(caplog):
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    rows = nd.sparse.row_sparse_array((table[[1, 4]], [1, 4]), shape=(6, 2))
+    index = nd.array([[4, 0], [1, 9]])          # 0 is not stored; 9 clips to 5, not stored
+    sp.reset_fallback_log()
+    with config.override(MXNET_STORAGE_FALLBACK_LOG_VERBOSE=True), \
+            caplog.at_level(logging.WARNING, logger='ember.op.sparse'):
+        got = nd.Embedding(index, rows, input_dim=6, output_dim=2)
+        got.wait_to_read()
+    assert got.stype == 'default' and not _fallback_lines(caplog)
+    dense = nd.Embedding(index, rows.tostype('default'), input_dim=6, output_dim=2)
+    assert got.asnumpy().tolist() == dense.asnumpy().tolist() == \
+        [[[8, 9], [0, 0]], [[2, 3], [0, 0]]]

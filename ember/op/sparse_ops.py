@@ -534,6 +534,31 @@ storage_rule('_backward_dot', _backward_dot_infer, _backward_dot_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
+# Embedding of a row_sparse table (a Parameter(stype='row_sparse') after row_sparse_data): each
+# index looks its row up among the stored ones; a row not stored reads as zeros (MXNet's
+# lookup), so the rows a batch pulled are enough and the table is never made dense.
+
+def _embedding_rsp_infer(attrs, stypes, shapes):
+    return (DEFAULT,) if stypes == (DEFAULT, ROW_SPARSE) else None
+
+
+def _embedding_rsp_kernel(attrs, ins, outs, ctx):
+    data, table = ins
+    xp, out = ctx.xp, outs[0]
+    index = xp.clip(data.reshape(-1).astype(INDEX_DTYPE), 0, attrs['input_dim'] - 1)
+    rows = out.reshape(-1, attrs['output_dim'])
+    if not table.nnz:
+        rows.fill(0)
+        return
+    place = xp.minimum(xp.searchsorted(table.indices, index), table.nnz - 1)
+    xp.take(table.data, place, axis=0, out=rows)
+    rows[table.indices[place] != index] = 0
+
+
+storage_rule('Embedding', _embedding_rsp_infer, _embedding_rsp_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
 # Embedding's gradient with sparse_grad: the rows that the indices name, summed (row_sparse).
 
 def _embedding_grad_infer(attrs, stypes, shapes):

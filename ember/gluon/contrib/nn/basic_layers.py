@@ -185,13 +185,15 @@ class SyncBatchNorm(BatchNorm):
 
 
 class SparseEmbedding(Block):
-    """An embedding whose weight gradient is row_sparse (the rows a batch names), for tables
-    too large to update whole; imperative only, as MXNet's. The weight is stored dense here
-    (MXNet stores it row_sparse and pulls the batch's rows).
+    """An embedding for tables too large to update whole, as MXNet's: the weight is a
+    row_sparse parameter that lives in a Trainer's store, a forward pass pulls the rows its
+    indices name, and the gradient is row_sparse (those rows). Imperative only; create a
+    Trainer with its parameters before the first forward pass.
 
     >>> import ember as mx
     >>> emb = SparseEmbedding(10, 2)
     >>> emb.initialize(mx.init.One())
+    >>> trainer = mx.gluon.Trainer(emb.collect_params(), 'sgd', kvstore='local')
     >>> emb.weight.grad().stype, emb(mx.nd.array([[1, 7]])).shape
     ('row_sparse', (1, 2, 2))
     """
@@ -203,10 +205,11 @@ class SparseEmbedding(Block):
                         'sparse_grad': True}
         self.weight = self.params.get('weight', shape=(input_dim, output_dim),
                                       init=weight_initializer, dtype=dtype,
-                                      grad_stype='row_sparse')
+                                      grad_stype='row_sparse', stype='row_sparse')
 
     def forward(self, x):
-        return ndarray.Embedding(x, self.weight.data(x.context), name='fwd', **self._kwargs)
+        weight = self.weight.row_sparse_data(x)
+        return ndarray.Embedding(x, weight, name='fwd', **self._kwargs)
 
     def __repr__(self):
         kw = self._kwargs
