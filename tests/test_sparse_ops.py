@@ -218,7 +218,7 @@ def layer_rows():
             kernel=False),
         Row('FullyConnected', (CSR, RSP, DNS), (DNS,), {'num_hidden': 3}, fc_shapes,
             kernel=False),
-        Row('Embedding', (DNS, RSP), (DNS,), embedding, kernel=False, draw=_indices_and_rows),
+        Row('Embedding', (DNS, RSP), (DNS,), embedding, draw=_indices_and_rows),
         Row('Embedding', (DNS, DNS), (DNS,), dict(embedding, sparse_grad=True),
             draw=_indices_and_rows, tag='sparse_grad'),
     ]
