@@ -839,8 +839,9 @@ class PCC(EvalMetric):
 
 @register
 @alias('nll_loss')
-class NegativeLogLikelihood(EvalMetric):
-    """Mean of -log(probability of the label) over the examples; `eps` keeps it finite.
+class NegativeLogLikelihood(CrossEntropy):
+    """Mean of -log(probability of the label) over the examples; `eps` keeps it finite
+    (CrossEntropy under MXNet's other name).
 
     >>> nll = NegativeLogLikelihood()
     >>> nll.update([numpy.array([0, 1, 1])], [numpy.array([[0.3, 0.7], [0, 1.], [0.4, 0.6]])])
@@ -849,18 +850,8 @@ class NegativeLogLikelihood(EvalMetric):
     """
 
     def __init__(self, eps=1e-12, name='nll-loss', output_names=None, label_names=None):
-        super().__init__(name, eps=eps, output_names=output_names, label_names=label_names,
-                         has_global_stats=True)
-        self.eps = eps
-
-    def update(self, labels, preds):
-        labels, preds = check_label_shapes(labels, preds, True)
-        for label, pred in zip(labels, preds):
-            label, pred = _as_numpy(label).ravel(), _as_numpy(pred)
-            if label.shape[0] != pred.shape[0]:
-                raise ValueError(f'{label.shape[0]} labels for {pred.shape[0]} predictions')
-            prob = pred[numpy.arange(pred.shape[0]), label.astype(numpy.int64)]
-            self._accumulate(float((-numpy.log(prob + self.eps)).sum()), pred.shape[0])
+        super().__init__(eps=eps, name=name, output_names=output_names,
+                         label_names=label_names)
 
 
 @register
