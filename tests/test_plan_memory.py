@@ -182,3 +182,39 @@ def test_unknown_shapes_are_reported():
                            Options(dtypes={'x': 'float32'}))
     with pytest.raises(EmberError, match="entry '_mulscalar"):
         plan_memory.run(graph)
+
+
+def test_bf16_storage_plans_each_nodes_full_precision_copies_over_dead_buffers(monkeypatch):
+    from ember.op import precision
+    monkeypatch.setattr(precision, '_map', {np.dtype(np.float32): precision.BFLOAT16})
+    net = mx.sym.var('x')
+    for k in range(4):
+        net = mx.sym.relu(mx.sym.FullyConnected(net, num_hidden=256, name=f'fc{k}'))
+    graph = typed(net, x=(64, 256), **{f'fc{k}_{p}': s for k in range(4)
+                                      for p, s in (('weight', (256, 256)), ('bias', (256,)))})
+    plan = plan_of(graph)
+    ranges = _live_ranges(graph)
+    wide = 4 * (64 * 256 + 256 * 256 + 256 + 64 * 256)      # x, weight, bias, output in float32
+    for position, sid in enumerate(plan.workspaces):
+        if graph.nodes[position].op is None:
+            assert sid == EXTERNAL
+            continue
+        assert plan.sizes[sid] == (wide if graph.nodes[position].op.name == 'FullyConnected'
+                                   else 4 * 2 * 64 * 256)
+        start, end = plan.offsets[sid], plan.offsets[sid] + plan.sizes[sid]
+        for eid, (first, last) in ranges.items():
+            other = plan.storage[eid]
+            if other == EXTERNAL or not first <= position <= last:
+                continue
+            # nothing alive at its node lies in its bytes
+            assert end <= plan.offsets[other] or plan.offsets[other] + plan.sizes[other] <= start
+        for other in range(len(plan.sizes)):     # what shares its bytes shares its variable
+            if start < plan.offsets[other] + plan.sizes[other] and plan.offsets[other] < end:
+                assert plan.groups[other] == plan.groups[sid]
+    # the copies reuse the bytes of dead activations: less than a buffer of their own each
+    workspaces = [sid for sid in plan.workspaces if sid != EXTERNAL]
+    assert plan.planned_bytes < plan.entry_bytes + sum(plan.sizes[s] for s in workspaces)
+    # no sharing at all: no workspaces (each node then uses its thread's scratch)
+    assert set(plan_of(graph, NNVM_EXEC_MATCH_RANGE=0).workspaces) == {EXTERNAL}
+    monkeypatch.setattr(precision, '_map', {})
+    assert set(plan_of(graph).workspaces) == {EXTERNAL}

@@ -83,6 +83,69 @@ def test_casts_in_a_graph_round_stochastically_per_node_and_call():
 
 
 # ----------------------------------------------------------------------------------------------
+# Kernels over narrow storage (precision.widened), on bfloat16 arrays made by hand
+
+class _View:
+    def __init__(self, array):
+        self.shape, self.dtype, self.stored = array.shape, np.dtype(np.float32), array.dtype
+
+
+def _multi_sgd_mom(arrays, lrs, sliceable):
+    """multi_sgd_mom_update over bfloat16 (weight, grad, mom) triples, rounded to nearest."""
+    from ember.op import registry
+    op = registry.get('multi_sgd_mom_update')
+    attrs = op.parse_attrs({'num_weights': len(lrs), 'lrs': lrs, 'wds': [1e-4] * len(lrs),
+                            'momentum': 0.9})
+    ins = [a for triple in arrays for a in triple]
+    outs = [triple[0] for triple in arrays]
+    views = [_View(a) for a in ins]
+    kernel = precision.widened(op.kernel, views, [_View(o) for o in outs],
+                               op.mutate_indices(attrs), sliceable=sliceable)
+    kernel(attrs, ins, outs, registry.KernelContext(mx.cpu()))
+
+
+def test_a_sliceable_update_runs_in_slices_with_the_same_result(monkeypatch):
+    rng = np.random.default_rng(0)
+    shapes = [(300, 7), (5,), (1000,)]
+    made = [[rng.standard_normal(shape).astype(precision.BFLOAT16) for _ in range(3)]
+            for shape in shapes]
+    whole = [[a.copy() for a in triple] for triple in made]
+    sliced = [[a.copy() for a in triple] for triple in made]
+    _multi_sgd_mom(whole, [0.1, 0.2, 0.3], sliceable=False)
+    calls = []
+    real = precision._scratch
+
+    def counted(needed, workspace=None):
+        calls.append(needed)
+        return real(needed, workspace)
+    monkeypatch.setattr(precision, '_scratch', counted)
+    monkeypatch.setattr(precision, 'SLICE_BYTES', 4096)
+    _multi_sgd_mom(sliced, [0.1, 0.2, 0.3], sliceable=True)
+    # the copies' 3 x 4 x 3105 x 4 bytes in ten slices: the 5-element weight bounds the count
+    assert len(calls) == 5 and max(calls) <= 3 * 4 * 3105 * 4 // 5 + 12 * 64
+    for a, b in zip(itertools.chain(*whole), itertools.chain(*sliced)):
+        assert a.tobytes() == b.tobytes()
+    assert any(a.tobytes() != b.tobytes() for a, b in zip(itertools.chain(*whole),
+                                                           itertools.chain(*made)))
+
+
+def test_a_call_larger_than_the_kept_scratch_frees_its_copies(monkeypatch):
+    from ember.op import registry
+    monkeypatch.setattr(precision, 'KEPT_SCRATCH', 1 << 16)
+    double = precision.widened(lambda attrs, ins, outs, ctx: np.multiply(ins[0], 2, out=outs[0]),
+                               [_View(np.zeros(1, precision.BFLOAT16))],
+                               [_View(np.zeros(1, precision.BFLOAT16))])
+    for size in (1000, 100_000, 1000):
+        x = np.arange(size).astype(precision.BFLOAT16)
+        out = np.zeros(size, precision.BFLOAT16)
+        double({}, [x], [out], registry.KernelContext(mx.cpu()))
+        assert np.array_equal(out.astype(np.float32), 2 * x.astype(np.float32))
+        kept = precision._local.scratch.buffer.size
+        assert kept <= 1 << 16          # 800 KB of copies were not kept by this thread
+    assert precision.scratch_bytes() >= 2 * 4 * 100_000
+
+
+# ----------------------------------------------------------------------------------------------
 # bf16 storage, in new processes
 
 CHILD = '''
@@ -102,12 +165,19 @@ exe = net.simple_bind(mx.cpu(), x=(8, 4))
 exe.arg_dict['x'][:] = 1
 exe.arg_dict['fc_weight'][:] = 0.25
 out = exe.forward()[0]
+from ember.op import precision
+big = net.simple_bind(mx.cpu(), x=(64, 128))
+big.arg_dict['x'][:] = 1
+big.forward()[0].wait_to_read()
 print(json.dumps({
+    'scratch': precision.scratch_bytes(),
     'acc': float(acc.asscalar()), 'dtype': acc.dtype.__name__,
     'stored': str(acc._view.stored), 'nbytes': acc._view.nbytes,
     'float64_stored': str(wide._view.stored), 'float64_reads': str(wide.asnumpy().dtype),
     'cast_digest': hashlib.sha256(cast.tobytes()).hexdigest(),
-    'planned': g.attrs['memory_plan'].planned_bytes, 'out': out.asnumpy()[0, :2].tolist(),
+    'planned': g.attrs['memory_plan'].entry_bytes, 'out': out.asnumpy()[0, :2].tolist(),
+    'workspaces': [g.attrs['memory_plan'].sizes[s] for s in g.attrs['memory_plan'].workspaces
+                   if s >= 0],
     'out_dtype': str(out.asnumpy().dtype)}))
 '''
 
@@ -128,6 +198,12 @@ def test_xla_use_bf16_stores_narrow_reads_wide_and_rounds_stochastically():
     assert bf16['float64_stored'] == 'bfloat16' and bf16['float64_reads'] == 'float64'
     assert abs(bf16['acc'] - 556.0) < 45          # stochastic rounding is on by default
     assert bf16['planned'] * 2 == plain['planned']
+    # the full-precision copies of a node's arrays have their place in the plan: those of
+    # FullyConnected (relu fused into it): x, weight, bias and output
+    assert plain['workspaces'] == []
+    assert bf16['workspaces'] == [4 * (64 * 128 + 256 * 128 + 256 + 64 * 256)]
+    # and the executor runs the node there: no thread's scratch grew to those copies' size
+    assert plain['scratch'] == 0 and 0 < bf16['scratch'] < bf16['workspaces'][0]
     assert bf16["out"] == [1.0, 1.0] and bf16["out_dtype"] == "float32"
     nearest = run_child(XLA_USE_BF16=1, NEURON_RT_STOCHASTIC_ROUNDING_EN=0)
     assert nearest['acc'] == 256.0

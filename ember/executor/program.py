@@ -143,6 +143,7 @@ class Program:
         group_vars = {group: new_var() for group in set(plan.groups)}
         buffer_vars = [group_vars[group] for group in plan.groups] if plan.groups \
             else [new_var() for _ in plan.sizes]
+        self._buffer_vars = buffer_vars
         stypes = graph.attrs.get('stype')
         arrays = []
         for eid in range(graph.num_entries):
@@ -189,14 +190,28 @@ class Program:
                          for mode in (False, True))
         kernel = _kernel_for(node, inputs, outputs)
         if not any(map(is_sparse, (*inputs, *outputs))):
+            workspace = self._workspace(position)
+            if workspace is not None:
+                writes.append(workspace._var)
             kernel = precision.widened(kernel, [x._view for x in inputs],
                                        [x._view for x in outputs],
-                                       node.op.mutate_indices(node.attrs))
+                                       node.op.mutate_indices(node.attrs),
+                                       workspace=None if workspace is None else
+                                       workspace._data())
         if self._stochastic:
             kernel = precision.keyed_per_call(kernel, node.name)
         return _Step(position, f'{node.name}({node.op.name})', kernel, node.attrs,
                      tuple(x._data() for x in inputs), tuple(x._data() for x in outputs),
                      contexts, tuple(x._var for x in inputs), tuple(writes))
+
+    def _workspace(self, position):
+        """The bytes the plan set aside at node `position` for full-precision copies under
+        bf16 storage, as an array of the arena with its buffer's variable, or None."""
+        sid = self._plan.workspaces[position] if self._plan.workspaces else EXTERNAL
+        if sid == EXTERNAL:
+            return None
+        view = view_of((self._plan.sizes[sid],), np.dtype(np.uint8), self._plan.offsets[sid])
+        return NDArray(self.arena, view, self._buffer_vars[sid], self.device)
 
     def _with_commits(self, backward, commits):
         """Backward pushes with the add/copy steps of the gradients placed after the step

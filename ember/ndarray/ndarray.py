@@ -487,7 +487,7 @@ _finished = collections.deque()
 class _OpInfo:
     """Per-operator facts that invoke needs on every call, computed once."""
 
-    __slots__ = ('op', 'kernel', 'name', 'resources', 'mutate', 'fixed_outputs')
+    __slots__ = ('op', 'kernel', 'name', 'resources', 'mutate', 'fixed_outputs', 'sliceable')
 
     def __init__(self, op):
         self.op = op
@@ -496,6 +496,7 @@ class _OpInfo:
         self.resources = tuple(op.resources)
         self.mutate = op.mutate if callable(op.mutate) else tuple(op.mutate)
         self.fixed_outputs = None if callable(op.outputs) else len(op.outputs)
+        self.sliceable = op.sliceable
 
 
 _INFO: dict = {}
@@ -587,7 +588,7 @@ def invoke(op, inputs, attrs, out=None, device=None) -> list:
         writes.extend(inputs[i]._var for i in mutate)
     if extra_writes:
         writes.extend(extra_writes)
-    kernel = _rounding(info.kernel, inputs, outputs, mutate)
+    kernel = _rounding(info.kernel, inputs, outputs, mutate, info.sliceable)
 
     def run():
         try:
@@ -611,7 +612,7 @@ def _push_device(info, device, inputs):
     return device
 
 
-def _rounding(kernel, inputs, outputs, mutate=()):
+def _rounding(kernel, inputs, outputs, mutate=(), sliceable=False):
     """`kernel` as this call runs it: on full-precision copies of narrowly stored arrays
     (:func:`precision.widened`), and in the next stream of stochastic rounding when that is
     on (what the configuration says at the push, not when a worker runs it)."""
@@ -619,7 +620,8 @@ def _rounding(kernel, inputs, outputs, mutate=()):
         return kernel
     if precision.storage_map():
         kernel = precision.widened(kernel, [x._view for x in inputs],
-                                   [o._view for o in outputs], mutate or ())
+                                   [o._view for o in outputs], mutate or (),
+                                   sliceable=sliceable)
     if precision.stochastic():
         kernel = precision.keyed(kernel, precision.next_key())
     return kernel

@@ -426,7 +426,7 @@ def _declare(name, step, inputs, params, doc, infer_type=same_type, infer_shape=
         mutate = tuple(i for i in range(2, len(inputs)) if inputs[i] != 'rescale_grad')
     op = register(name, _update_kernel(step), inputs=tuple(inputs), params=tuple(params),
                   mutate=mutate, inplace=((0, 0),), infer_shape=infer_shape,
-                  infer_type=infer_type, doc=doc, aliases=aliases)
+                  infer_type=infer_type, doc=doc, aliases=aliases, sliceable=True)
     UPDATE_OPS.append(op)
     return op
 
@@ -452,7 +452,7 @@ def _declare_multi(name, step, state_names, extra_params, doc, infer_type=same_t
     op = register(name, _multi_kernel(step, group), inputs=inputs, outputs=outputs,
                   params=_multi_params(*extra_params), mutate=mutate, inplace=inplace,
                   infer_shape=_per_group(same_shape, group),
-                  infer_type=_per_group(infer_type, group), doc=doc)
+                  infer_type=_per_group(infer_type, group), doc=doc, sliceable=True)
     UPDATE_OPS.append(op)
     return op
 

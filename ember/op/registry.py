@@ -304,6 +304,10 @@ class OpDef:
     aux: tuple = ()                   # names of inputs that are auxiliary states
     random: bool = False              # draws random numbers: never merged by CSE
     elemwise: bool = False            # element-wise: candidate for fusion
+    # works element by element on arrays of equal size (inputs and outputs), so that it may
+    # run on the k-th of n slices of each array in turn (bf16 storage widens a large call a
+    # slice at a time); every array must have a partner of its size (no scalar tensors)
+    sliceable: bool = False
     doc: str = ''
     aliases: tuple = ()
     variadic: str | None = None       # the param that counts the inputs (e.g. 'num_args')
