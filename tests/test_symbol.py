@@ -572,3 +572,20 @@ def test_no_warnings_for_complete_inference():
         warnings.simplefilter('error')
         mlp().infer_shape(data=(2, 3))
         mlp().infer_type(data='float32')
+
+
+def test_to_graph_is_built_once_and_again_after_a_change():
+    x = sym.var('x')
+    net = sym.relu(sym.FullyConnected(x, num_hidden=4, name='fc'), name='act')
+    graph = net.to_graph()
+    assert net.to_graph() is graph and net.list_arguments() == ['x', 'fc_weight', 'fc_bias']
+    fc = net.get_internals()['fc_output']
+    fc._set_attr(name='dense')              # renames a node `net` shares
+    assert net.to_graph() is not graph
+    assert net.list_arguments() == ['x', 'fc_weight', 'fc_bias']
+    assert [n.name for n in net.to_graph().nodes][-2:] == ['dense', 'act']
+    y = sym.var('y')
+    composed = sym.exp(x, name='e')
+    before = composed.to_graph()
+    composed._compose(x=y * 2)
+    assert composed.to_graph() is not before and 'y' in composed.list_arguments()
