@@ -22,6 +22,48 @@
 #endif
 #define AHEAD 8
 
+/* The kernels whose inner loops run along rows (the products, the optimizer steps) are built
+ * three times: for the architecture's baseline (SSE2 on x86-64), for AVX2 and for AVX-512,
+ * each a wrapper of one inlined body with its own target; the widest that the CPU runs is
+ * chosen at import (or by use_instruction_set, as ONEDNN_MAX_CPU_ISA caps it), so the module
+ * needs no -march flag. Every build rounds alike: a multiply then an add, never fused
+ * (-ffp-contract=off), and square roots and quotients are exact to the rounding anyway. */
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HAVE_ISA_BUILDS 1
+#define ISA_BUILDS(type, name, params, args)                                                  \
+    static type name##_baseline params { return name args; }                                   \
+    __attribute__((target("avx2"))) static type name##_avx2 params { return name args; }       \
+    __attribute__((target("avx512f"))) static type name##_avx512 params { return name args; }
+#else
+#define HAVE_ISA_BUILDS 0
+#define ISA_BUILDS(type, name, params, args)                                                  \
+    static type name##_baseline params { return name args; }
+#endif
+
+enum { BASELINE, AVX2, AVX512 };
+static const char *const build_names[] = {"baseline", "avx2", "avx512"};
+static int build = BASELINE;
+
+#if HAVE_ISA_BUILDS
+#define DISPATCH(name, ...) (build == AVX512 ? name##_avx512(__VA_ARGS__)                      \
+                             : build == AVX2 ? name##_avx2(__VA_ARGS__)                        \
+                             : name##_baseline(__VA_ARGS__))
+#else
+#define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
+#endif
+
+/* Whether `level`'s build exists here and the CPU runs it. */
+static int supported(int level) {
+#if HAVE_ISA_BUILDS
+    __builtin_cpu_init();
+    return level == BASELINE || (level == AVX2 && __builtin_cpu_supports("avx2"))
+           || (level == AVX512 && __builtin_cpu_supports("avx512f"));
+#else
+    return level == BASELINE;
+#endif
+}
+
 /* `obj` as a C-contiguous int64 array of at least one dimension, held in `b`; its element
  * count in *count. NULL with an exception naming `name` otherwise. */
 static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
@@ -55,6 +97,17 @@ static float *borrow_values(Buffers *b, PyObject *obj, const char *name, int wri
     return (float *)view->buf;
 }
 
+/* 1 if indptr (rows + 1 entries) never decreases, else 0: the kernels walk a row's entries
+ * from indptr[i] to indptr[i + 1], which stays within the data only when it ascends. */
+static int indptr_ascends(const int64_t *indptr, Py_ssize_t rows) {
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (indptr[i] > indptr[i + 1]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* First row of team part t: rows split so that each part holds about as many stored
  * entries (indptr ascending, rows + 1 entries). */
 static Py_ssize_t balanced_row(const int64_t *indptr, Py_ssize_t rows, int t, int parts) {
@@ -73,7 +126,7 @@ static Py_ssize_t balanced_row(const int64_t *indptr, Py_ssize_t rows, int t, in
 
 /* out[i] = sum over row i's entries k of data[k] * rhs[indices[k]], rows [r0, r1); 0 if
  * every index lies below k_rows, else 1 (the rows from the bad one on are left unwritten). */
-static int csr_rows(const float *data, const int64_t *indices, const int64_t *indptr,
+INLINE int csr_rows(const float *data, const int64_t *indices, const int64_t *indptr,
                     const float *rhs, float *out, Py_ssize_t width, Py_ssize_t k_rows,
                     Py_ssize_t r0, Py_ssize_t r1) {
     for (Py_ssize_t i = r0; i < r1; i++) {
@@ -99,6 +152,11 @@ static int csr_rows(const float *data, const int64_t *indices, const int64_t *in
     return 0;
 }
 
+ISA_BUILDS(int, csr_rows, (const float *data, const int64_t *indices, const int64_t *indptr,
+                           const float *rhs, float *out, Py_ssize_t width, Py_ssize_t k_rows,
+                           Py_ssize_t r0, Py_ssize_t r1),
+           (data, indices, indptr, rhs, out, width, k_rows, r0, r1))
+
 /* csr_dot(data, indices, indptr, rhs, out, width, *, threads, cores) */
 static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
@@ -121,7 +179,8 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     float *out = rhs ? borrow_values(&b, objs[4], "out", 1, &n_out) : NULL;
     Py_ssize_t rows = out ? n_ptr - 1 : 0;
     if (out != NULL && (width < 1 || rows < 0 || n_data != n_indices || n_rhs % width
-                        || n_out != rows * width || indptr[0] != 0 || indptr[rows] != n_data)) {
+                        || n_out != rows * width || indptr[0] != 0 || indptr[rows] != n_data
+                        || !indptr_ascends(indptr, rows))) {
         PyErr_SetString(PyExc_ValueError, "csr_dot: the parts, rhs and out do not fit together");
         out = NULL;
     }
@@ -136,7 +195,7 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     {
         int t = TEAM_THREAD(), size = TEAM_SIZE();
         team_pin(core_list, t);
-        bad |= csr_rows(data, indices, indptr, rhs, out, width, n_rhs / width,
+        bad |= DISPATCH(csr_rows, data, indices, indptr, rhs, out, width, n_rhs / width,
                         balanced_row(indptr, rows, t, size),
                         t + 1 == size ? rows : balanced_row(indptr, rows, t + 1, size));
     }
@@ -157,7 +216,7 @@ typedef struct {
     float lr, wd, rescale, clip, momentum, beta1, beta2, one_beta1, one_beta2, epsilon, decay;
 } Step;
 
-static inline float clipped(float g, float bound) {
+INLINE float clipped(float g, float bound) {
     if (bound >= 0) {
         g = g < -bound ? -bound : (g > bound ? bound : g);
     }
@@ -165,14 +224,14 @@ static inline float clipped(float g, float bound) {
 }
 
 /* sgd: w = (1 - lr*wd) * w - lr * clip(rescale * g) */
-static void sgd_row(float *w, const float *g, Py_ssize_t n, const Step *s) {
+INLINE void sgd_row(float *w, const float *g, Py_ssize_t n, const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         w[j] = s->decay * w[j] - s->lr * clipped(s->rescale * g[j], s->clip);
     }
 }
 
 /* sgd with momentum: mom = momentum*mom - (lr*wd)*w - lr*clip(rescale*g); w = w + mom */
-static void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, const Step *s) {
+INLINE void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         float step = clipped(s->rescale * g[j], s->clip) * s->lr;
         float m = mom[j] * s->momentum;
@@ -184,7 +243,7 @@ static void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, cons
 }
 
 /* adam: g = clip(rescale*g + wd*w); mean, var decayed; w -= lr * mean / (sqrt(var) + eps) */
-static void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize_t n,
+INLINE void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize_t n,
                      const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         float grad = clipped(s->rescale * g[j] + s->wd * w[j], s->clip);
@@ -197,6 +256,40 @@ static void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize
 }
 
 enum { SGD, SGD_MOM, ADAM };
+
+/* Gradient rows [from, to) step their weight and state rows, each fetched a few rows ahead
+ * (every cache line of it: the rows are far apart). */
+INLINE int update_rows(int kind, float *weight, const float *grad, const int64_t *rows,
+                       float *const *states, Py_ssize_t width, Py_ssize_t from, Py_ssize_t to,
+                       const Step *s) {
+    const int want_states = kind == ADAM ? 2 : (kind == SGD_MOM ? 1 : 0);
+    for (Py_ssize_t k = from; k < to; k++) {
+        Py_ssize_t at = (Py_ssize_t)rows[k] * width;
+        const float *g = grad + k * width;
+        if (k + AHEAD < to) {
+            Py_ssize_t ahead = (Py_ssize_t)rows[k + AHEAD] * width;
+            for (Py_ssize_t j = 0; j < width; j += 64 / (Py_ssize_t)sizeof(float)) {
+                PREFETCH(weight + ahead + j, 1);
+                for (int state = 0; state < want_states; state++) {
+                    PREFETCH(states[state] + ahead + j, 1);
+                }
+            }
+        }
+        if (kind == SGD) {
+            sgd_row(weight + at, g, width, s);
+        } else if (kind == SGD_MOM) {
+            sgd_mom_row(weight + at, g, states[0] + at, width, s);
+        } else {
+            adam_row(weight + at, g, states[0] + at, states[1] + at, width, s);
+        }
+    }
+    return 0;
+}
+
+ISA_BUILDS(int, update_rows, (int kind, float *weight, const float *grad, const int64_t *rows,
+                              float *const *states, Py_ssize_t width, Py_ssize_t from,
+                              Py_ssize_t to, const Step *s),
+           (kind, weight, grad, rows, states, width, from, to, s))
 
 /* lazy_update(kind, weight, grad, rows, states, lr, wd, rescale, clip, momentum, beta1,
  *             beta2, epsilon, *, threads, cores) */
@@ -262,29 +355,38 @@ static PyObject *lazy_update(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_ssize_t from, to;
         team_pin(core_list, t);
         team_part(0, n_rows, t, TEAM_SIZE(), &from, &to);
-        for (Py_ssize_t k = from; k < to; k++) {
-            Py_ssize_t at = (Py_ssize_t)rows[k] * width;
-            const float *g = grad + k * width;
-            if (k + AHEAD < to) {
-                Py_ssize_t ahead = (Py_ssize_t)rows[k + AHEAD] * width;
-                PREFETCH(weight + ahead, 1);
-                for (int state = 0; state < want_states; state++) {
-                    PREFETCH(states[state] + ahead, 1);
-                }
-            }
-            if (kind == SGD) {
-                sgd_row(weight + at, g, width, &s);
-            } else if (kind == SGD_MOM) {
-                sgd_mom_row(weight + at, g, states[0] + at, width, &s);
-            } else {
-                adam_row(weight + at, g, states[0] + at, states[1] + at, width, &s);
-            }
-        }
+        DISPATCH(update_rows, kind, weight, grad, rows, states, width, from, to, &s);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
+}
+
+static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(build_names[build]);
+}
+
+/* Tests run every build that the CPU has. */
+static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
+        return NULL;
+    }
+    for (int level = BASELINE; level <= AVX512; level++) {
+        if (strcmp(name, build_names[level]) == 0) {
+            if (!supported(level)) {
+                PyErr_Format(PyExc_ValueError, "instruction set '%s': this build or CPU does "
+                             "not have it; '%s' runs", name, build_names[build]);
+                return NULL;
+            }
+            build = level;
+            Py_RETURN_NONE;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx512', 'avx2' or "
+                 "'baseline'", name);
+    return NULL;
 }
 
 #define TEAM_DOC                                                                               \
@@ -304,6 +406,11 @@ static PyMethodDef methods[] = {
      "(mom,)), 2 adam (states: (mean, var)); row k of grad steps row rows[k] of weight and "
      "states (float32, C-contiguous, rows of grad's width) in place; clip < 0: none. The team "
      "splits the rows." TEAM_DOC},
+    {"instruction_set", instruction_set, METH_NOARGS,
+     "The build that runs csr_dot and lazy_update: 'avx512', 'avx2' or "
+     "'baseline'."},
+    {"use_instruction_set", use_instruction_set, METH_VARARGS,
+     "use_instruction_set('avx512', 'avx2' or 'baseline'): the build that runs from now on."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -316,6 +423,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__sparse(void) {
+    build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
         Py_DECREF(m);

@@ -9,6 +9,8 @@ without a row here (the optimizers' rules are checked in test_lazy_updates below
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 import ember as mx
+from ember import config
 from ember.ndarray.ndarray import invoke
 from ember.op import registry
 from ember.op import sparse as sp
@@ -438,6 +441,21 @@ needs_compiled = pytest.mark.skipif(_sparse_ops._compiled is None,
                                     reason='ember._sparse is not built (no C compiler)')
 
 
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def sparse_build(request):
+    """Each build of ember._sparse in turn (AVX-512 and AVX2 where the CPU has them)."""
+    module = _sparse_ops._compiled
+    if module is None:
+        pytest.skip('ember._sparse is not built')
+    before = module.instruction_set()
+    try:
+        module.use_instruction_set(request.param)
+    except ValueError:
+        pytest.skip(f'{request.param} does not run here')
+    yield request.param
+    module.use_instruction_set(before)
+
+
 def _random_csr(rng, rows, cols, density):
     """A float32 csr of about `density` stored entries."""
     import scipy.sparse
@@ -448,7 +466,7 @@ def _random_csr(rng, rows, cols, density):
 
 @needs_compiled
 @pytest.mark.parametrize('threads', [1, 3])
-def test_compiled_csr_dot_matches_scipy(threads):
+def test_compiled_csr_dot_matches_scipy(threads, sparse_build):
     rng = np.random.default_rng(threads)
     dense = _random_csr(rng, 37, 50, 0.2).to_dense(np)
     dense[5:9] = 0                                        # empty rows stay empty
@@ -479,16 +497,18 @@ def test_compiled_csr_dot_refuses_bad_indices():
 @needs_compiled
 @pytest.mark.parametrize('name,states', [('sgd_update', 0), ('sgd_mom_update', 1),
                                          ('adam_update', 2)])
-def test_compiled_lazy_update_rounds_as_numpy(name, states):
+@pytest.mark.parametrize('width', [5, 37])       # 37: whole vectors of every build, and a tail
+def test_compiled_lazy_update_rounds_as_numpy(name, states, width, sparse_build):
     from ember.op import sparse_optimizer
     rng = np.random.default_rng(len(name))
     attrs = registry.get(name).parse_attrs(
         {'lr': 0.1, 'wd': 0.01, 'rescale_grad': 0.5, 'clip_gradient': 0.4,
          **({'momentum': 0.9} if states == 1 else {})})
-    weight = rng.standard_normal((9, 5)).astype(np.float32)
-    arrays = [np.abs(rng.standard_normal((9, 5))).astype(np.float32) for _ in range(states)]
+    weight = rng.standard_normal((9, width)).astype(np.float32)
+    arrays = [np.abs(rng.standard_normal((9, width))).astype(np.float32)
+              for _ in range(states)]
     rows = np.array([1, 4, 8])
-    grad = rng.standard_normal((3, 5)).astype(np.float32)
+    grad = rng.standard_normal((3, width)).astype(np.float32)
     step = sparse_optimizer.LAZY_OPS[name][0]
     want_states = [a[rows].copy() for a in arrays]
     want = step(np, attrs, weight[rows].copy(), grad, *want_states)
@@ -501,6 +521,24 @@ def test_compiled_lazy_update_rounds_as_numpy(name, states):
     np.testing.assert_array_equal(weight[rows], want)
     for got, expected in zip(arrays, want_states):
         np.testing.assert_array_equal(got[rows], expected)
+
+
+@needs_compiled
+@pytest.mark.parametrize('isa,build', [('AVX2', 'avx2'), ('SSE41', 'baseline')])
+def test_max_cpu_isa_caps_the_sparse_build(isa, build):
+    module = _sparse_ops._compiled
+    before = module.instruction_set()
+    try:
+        module.use_instruction_set(build)
+    except ValueError:
+        pytest.skip(f'this CPU does not run the {build} build')
+    finally:
+        module.use_instruction_set(before)
+    code = 'from ember.op import sparse_ops as s; print(s._compiled.instruction_set())'
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          env=config.child_environ(ONEDNN_MAX_CPU_ISA=isa), check=True,
+                          timeout=120)
+    assert done.stdout.split()[-1] == build
 
 
 # The sparse namespaces' functions these tests run by name, for `python -m ember api-coverage`.
