@@ -1,8 +1,9 @@
 /* Compiled sparse kernels (see ember/op/sparse_ops.py and ember/op/sparse_optimizer.py):
- * a float32 csr matrix times a dense matrix, and the lazy SGD and Adam steps of the rows a
- * row_sparse gradient stores. Their work splits over the calling thread's OpenMP team
- * (ember/_team.h): the product by rows of equal numbers of stored entries, the updates by
- * gradient rows. Each step rounds as NumPy's float32 calls of the same step round it.
+ * a float32 csr matrix times a dense matrix, the wanted rows of a row_sparse array, and the
+ * lazy SGD and Adam steps of the rows a row_sparse gradient stores. Their work splits over the
+ * calling thread's OpenMP team (ember/_team.h): the product by rows of equal numbers of stored
+ * entries, retain by wanted rows, the updates by gradient rows. Each step rounds as NumPy's
+ * float32 calls of the same step round it.
  * Indices are checked against the arrays' sizes: a bad one raises, it is never followed. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -210,6 +211,100 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * retain: the wanted rows of a row_sparse array, both index lists ascending. */
+
+/* The first position at or after `from` whose stored index is >= `want`: a galloping search
+ * (steps doubling from `from`, then halving), so a walk over ascending wanted indices costs
+ * the log of the gaps between them rather than a full search each. */
+static Py_ssize_t gallop(const int64_t *stored, Py_ssize_t n, Py_ssize_t from, int64_t want) {
+    Py_ssize_t lo = from, step = 1;
+    while (lo + step < n && stored[lo + step] < want) {
+        lo += step;
+        step *= 2;
+    }
+    Py_ssize_t hi = lo + step < n ? lo + step : n;
+    if (lo < n && stored[lo] >= want) {
+        return lo;
+    }
+    while (lo + 1 < hi) {          /* stored[lo] < want <= stored[hi] (or hi = n) */
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (stored[mid] < want) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return hi;
+}
+
+/* Rows wanted[from:to] of the output: the stored row's values, or zeros. */
+static void retain_part(const int64_t *stored, Py_ssize_t n_stored, const float *data,
+                        const int64_t *wanted, Py_ssize_t from, Py_ssize_t to, float *out,
+                        Py_ssize_t width) {
+    Py_ssize_t at = from < to ? gallop(stored, n_stored, 0, wanted[from]) : 0;
+    for (Py_ssize_t k = from; k < to; k++) {
+        at = gallop(stored, n_stored, at, wanted[k]);
+        float *o = out + k * width;
+        if (at < n_stored && stored[at] == wanted[k]) {
+            memcpy(o, data + at * width, (size_t)width * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)width * sizeof(float));
+        }
+    }
+}
+
+/* retain_rows(stored, data, wanted, out, width, rows, *, threads, cores) */
+static PyObject *retain_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[4], *cores = Py_None;
+    Py_ssize_t width, rows, threads = 1, n_stored, n_data, n_wanted, n_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOnn|$nO:retain_rows", keywords,
+                                     &objs[0], &objs[1], &objs[2], &objs[3], &width, &rows,
+                                     &threads, &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const int64_t *stored = borrow_int64(&b, objs[0], "stored", &n_stored);
+    const float *data = stored ? borrow_values(&b, objs[1], "data", 0, &n_data) : NULL;
+    const int64_t *wanted = data ? borrow_int64(&b, objs[2], "wanted", &n_wanted) : NULL;
+    float *out = wanted ? borrow_values(&b, objs[3], "out", 1, &n_out) : NULL;
+    if (out != NULL && (width < 1 || n_data != n_stored * width || n_out != n_wanted * width)) {
+        PyErr_SetString(PyExc_ValueError, "retain_rows: stored, data, wanted and out do not "
+                        "fit together");
+        out = NULL;
+    }
+    for (Py_ssize_t k = 0; out != NULL && k < n_wanted; k++) {
+        if (wanted[k] < 0 || wanted[k] >= rows || (k && wanted[k] <= wanted[k - 1])) {
+            PyErr_Format(PyExc_ValueError, "retain_rows: wanted[%zd] = %lld: expected "
+                         "ascending distinct indices below %zd", k, (long long)wanted[k], rows);
+            out = NULL;
+        }
+    }
+    if (out == NULL || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL
+                        && asked)) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(0, n_wanted, t, TEAM_SIZE(), &from, &to);
+        retain_part(stored, n_stored, data, wanted, from, to, out, width);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Lazy updates: row k of the gradient steps row rows[k] of the weight and states. */
 
 typedef struct {
@@ -406,6 +501,11 @@ static PyMethodDef methods[] = {
      "(mom,)), 2 adam (states: (mean, var)); row k of grad steps row rows[k] of weight and "
      "states (float32, C-contiguous, rows of grad's width) in place; clip < 0: none. The team "
      "splits the rows." TEAM_DOC},
+    {"retain_rows", (PyCFunction)(void (*)(void))retain_rows, METH_VARARGS | METH_KEYWORDS,
+     "retain_rows(stored, data, wanted, out, width, rows, *, threads=1, cores=None): row k of "
+     "out = the row of data (float32, `width` values a row) whose index in `stored` (int64, "
+     "ascending) is wanted[k], or zeros where none is; `wanted` must ascend strictly and lie "
+     "below `rows`. The team splits the wanted rows." TEAM_DOC},
     {"instruction_set", instruction_set, METH_NOARGS,
      "The build that runs csr_dot and lazy_update: 'avx512', 'avx2' or "
      "'baseline'."},
@@ -416,7 +516,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember._sparse",
-    "Compiled sparse kernels: csr x dense, and the lazy SGD and Adam updates (see "
+    "Compiled sparse kernels: csr x dense, retain of row_sparse rows, and the "
+    "lazy SGD and Adam updates (see "
     "ember/op/sparse_ops.py and ember/op/sparse_optimizer.py).",
     -1,
     methods,

@@ -20,6 +20,7 @@ import pytest
 
 import ember as mx
 from ember import config
+from ember.base import MXNetError
 from ember.ndarray.ndarray import invoke
 from ember.op import registry
 from ember.op import sparse as sp
@@ -521,6 +522,57 @@ def test_compiled_lazy_update_rounds_as_numpy(name, states, width, sparse_build)
     np.testing.assert_array_equal(weight[rows], want)
     for got, expected in zip(arrays, want_states):
         np.testing.assert_array_equal(got[rows], expected)
+
+
+def _rsp_rows(stored, width, table, rng):
+    values = rng.standard_normal((len(stored), width)).astype(np.float32)
+    return sp.from_dense(_dense_rows(values, stored, table), RSP), values
+
+
+def _dense_rows(values, stored, table):
+    dense = np.zeros((table, values.shape[1]), np.float32)
+    dense[stored] = values
+    return dense
+
+
+@needs_compiled
+@pytest.mark.parametrize('case', ['mixed', 'none stored', 'all stored', 'empty', 'large'])
+@pytest.mark.parametrize('threads', [1, 3])
+def test_compiled_retain_matches_the_dense_rows(case, threads, monkeypatch):
+    rng = np.random.default_rng(len(case))
+    table, width = (60_000, 64) if case == 'large' else (50, 3)
+    stored = np.sort(rng.choice(table, table // 5, replace=False))
+    wanted = {'mixed': lambda: np.sort(rng.choice(table, table // 4, replace=False)),
+              'none stored': lambda: np.setdiff1d(np.arange(table), stored)[::3],
+              'all stored': lambda: stored, 'empty': lambda: np.zeros(0, np.int64),
+              'large': lambda: np.sort(rng.choice(table, 20_000, replace=False))}[case]()
+    assert case != 'large' or wanted.size * width >= 1 << 20      # over the team's threshold
+    parts, values = _rsp_rows(stored, width, table, rng)
+    monkeypatch.setattr(_sparse_ops, '_team', lambda work: {'threads': threads, 'cores': None})
+    rows = _sparse_ops._retained_rows(parts, wanted, np)
+    np.testing.assert_array_equal(rows, _dense_rows(values, stored, table)[wanted])
+    kept = mx.nd.sparse.retain(mx.nd.sparse.row_sparse_array((values, stored), shape=(
+        table, width)), mx.nd.array(wanted[::-1], dtype='int64'))   # any order is sorted
+    assert kept.indices.asnumpy().tolist() == wanted.tolist()
+    np.testing.assert_array_equal(kept.data.asnumpy(), rows)
+
+
+@pytest.mark.parametrize('wanted', [[3, 50], [-1, 2]])
+def test_retain_of_row_sparse_refuses_indices_out_of_range(wanted):
+    rsp = mx.nd.sparse.row_sparse_array((np.ones((2, 2), np.float32), [1, 3]), shape=(50, 2))
+    with pytest.raises(MXNetError, match='fall outside the 50 rows of data'):
+        mx.nd.sparse.retain(rsp, mx.nd.array(wanted, dtype='int64')).wait_to_read()
+
+
+@needs_compiled
+def test_compiled_retain_refuses_unsorted_or_out_of_range_wanted():
+    stored, data = np.array([1, 3]), np.ones((2, 2), np.float32)
+    kernel = _sparse_ops._compiled.retain_rows
+    for wanted in ([3, 1], [1, 1], [1, 5], [-2, 1]):
+        with pytest.raises(ValueError, match='ascending distinct indices below 5'):
+            kernel(stored, data, np.array(wanted), np.empty((2, 2), np.float32), 2, 5)
+    with pytest.raises(ValueError, match='do not fit'):
+        kernel(stored, data, np.array([1]), np.empty((2, 2), np.float32), 2, 5)
 
 
 @needs_compiled

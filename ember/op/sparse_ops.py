@@ -629,28 +629,38 @@ def _retain_dense_kernel(attrs, ins, outs, ctx):
 
 def _retain_kernel(attrs, ins, outs, ctx):
     """Each wanted index is looked up among the stored rows: the cost follows the wanted
-    indices (times the log of the stored rows); wanted rows not stored come out as zeros.
-    Dense data (MXNet refuses it) gives its
-    wanted rows as row_sparse, as a KVStore's row_sparse_pull takes them."""
+    indices (times the log of the stored rows); wanted rows not stored come out as zeros (as
+    MXNet 1.9.1 gives them). Dense data (MXNet refuses it) gives its wanted rows as
+    row_sparse, as a KVStore's row_sparse_pull takes them."""
     data, indices = ins
     xp = ctx.xp
     wanted = indices.astype(INDEX_DTYPE, copy=False).reshape(-1)
     if wanted.shape[0] > 1 and not bool((wanted[1:] > wanted[:-1]).all()):
         wanted = xp.unique(wanted)
-    if not is_parts(data):
-        if wanted.shape[0] and (int(wanted[0]) < 0 or int(wanted[-1]) >= data.shape[0]):
-            raise ValueError(f'_sparse_retain: indices {int(wanted[0])}..{int(wanted[-1])} '
-                             f'fall outside the {data.shape[0]} rows of data')
-        outs[0].set(data[wanted], wanted)
-        return
-    # every wanted row is kept, zeros where none is stored (as MXNet 1.9.1 gives it)
-    stored = data.indices
+    if wanted.shape[0] and (int(wanted[0]) < 0 or int(wanted[-1]) >= data.shape[0]):
+        raise ValueError(f'_sparse_retain: indices {int(wanted[0])}..{int(wanted[-1])} '
+                         f'fall outside the {data.shape[0]} rows of data')
+    rows = _retained_rows(data, wanted, xp) if is_parts(data) else data[wanted]
+    outs[0].set(rows, wanted)
+
+
+def _retained_rows(parts, wanted, xp):
+    """The rows `wanted` (ascending, distinct) of row_sparse `parts`, zeros where none is
+    stored: one merge of the two ascending lists in C for float32, searches in NumPy else."""
+    width = int(np.prod(parts.shape[1:], dtype=np.int64))
+    if _compiled is not None and xp is np and parts.dtype == np.float32 and width:
+        rows = np.empty((wanted.shape[0],) + tuple(parts.shape[1:]), np.float32)
+        _compiled.retain_rows(parts.indices, np.ascontiguousarray(parts.data),
+                              np.ascontiguousarray(wanted), rows, width, parts.shape[0],
+                              **_team(wanted.shape[0] * width))
+        return rows
+    stored = parts.indices
     position = xp.searchsorted(stored, wanted)
     found = position < stored.shape[0]
     found[found] = stored[position[found]] == wanted[found]
-    rows = xp.zeros((wanted.shape[0],) + tuple(data.shape[1:]), dtype=data.data.dtype)
-    rows[found] = data.data[position[found]]
-    outs[0].set(rows, wanted)
+    rows = xp.zeros((wanted.shape[0],) + tuple(parts.shape[1:]), dtype=parts.data.dtype)
+    rows[found] = parts.data[position[found]]
+    return rows
 
 
 register('_sparse_retain', _retain_dense_kernel, inputs=('data', 'indices'),
