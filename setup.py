@@ -3,7 +3,7 @@
 ``ember._accel`` (shape arithmetic), ``ember._kernels`` (BatchNorm's CPU kernels, and the
 residual add and relu chains of fused element-wise graphs),
 ``ember._winograd`` (Winograd F(4x4, 3x3) convolution) and ``ember._sparse`` (csr x dense,
-retain and the lazy optimizer updates) are ``optional=True``: without a C
+csr^T x dense, retain and the lazy optimizer updates) are ``optional=True``: without a C
 compiler the build skips them and Ember runs the Python and NumPy implementations. Build in place for development with ``python setup.py build_ext
 --inplace`` (``pip install -e .`` builds them too).
 """

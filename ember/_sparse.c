@@ -1,9 +1,10 @@
 /* Compiled sparse kernels (see ember/op/sparse_ops.py and ember/op/sparse_optimizer.py):
- * a float32 csr matrix times a dense matrix, the wanted rows of a row_sparse array, and the
- * lazy SGD and Adam steps of the rows a row_sparse gradient stores. Their work splits over the
- * calling thread's OpenMP team (ember/_team.h): the product by rows of equal numbers of stored
- * entries, retain by wanted rows, the updates by gradient rows. Each step rounds as NumPy's
- * float32 calls of the same step round it.
+ * a float32 csr matrix (or its transpose) times a dense matrix, the wanted rows of a
+ * row_sparse array, and the lazy SGD and Adam steps of the rows a row_sparse gradient stores.
+ * Their work splits over the calling thread's OpenMP team (ember/_team.h): the product by rows
+ * of equal numbers of stored entries, the transposed product by output rows, retain by wanted
+ * rows, the updates by gradient rows. Each step rounds as NumPy's float32 calls of the same
+ * step round it.
  * Indices are checked against the arrays' sizes: a bad one raises, it is never followed. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -65,12 +66,13 @@ static int supported(int level) {
 #endif
 }
 
-/* `obj` as a C-contiguous int64 array of at least one dimension, held in `b`; its element
- * count in *count. NULL with an exception naming `name` otherwise. */
-static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
-                                   Py_ssize_t *count) {
+/* `obj` as a C-contiguous int64 array of at least one dimension (writable when asked), held
+ * in `b`; its element count in *count. NULL with an exception naming `name` otherwise. */
+static int64_t *borrow_int64_view(Buffers *b, PyObject *obj, const char *name, int writable,
+                                  Py_ssize_t *count) {
     Py_buffer *view = next_view(b, name);
-    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (view == NULL || PyObject_GetBuffer(obj, view, flags) < 0) {
         return NULL;
     }
     b->count++;
@@ -84,7 +86,13 @@ static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
         return NULL;
     }
     *count = view->len / 8;
-    return (const int64_t *)view->buf;
+    return (int64_t *)view->buf;
+}
+
+/* `obj` as read-only int64 indices (see borrow_int64_view). */
+static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
+                                   Py_ssize_t *count) {
+    return borrow_int64_view(b, obj, name, 0, count);
 }
 
 /* `obj` as C-contiguous float32 values, their count in *count. */
@@ -205,6 +213,217 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     release_all(&b);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "csr_dot: a column index is out of range for rhs");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * csr^T x dense at the stored columns: each stored column c becomes row remap[c] of the
+ * output, in ascending order of c, so the product never transposes the csr. */
+
+/* mark_columns(indices, columns, remap): the distinct values of `indices` (each below
+ * len(remap)) written ascending to `columns`, their count returned; remap[c] = the position of
+ * stored column c among them (the other entries of remap are left as they were). A byte per
+ * column marks the stored ones, so the cost is the entries plus the columns. */
+static PyObject *mark_columns(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    Py_ssize_t n_indices, n_columns, width;
+    if (!PyArg_ParseTuple(args, "OOO:mark_columns", &objs[0], &objs[1], &objs[2])) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const int64_t *indices = borrow_int64(&b, objs[0], "indices", &n_indices);
+    int64_t *columns = indices ? borrow_int64_view(&b, objs[1], "columns", 1, &n_columns)
+                               : NULL;
+    int64_t *remap = columns ? borrow_int64_view(&b, objs[2], "remap", 1, &width) : NULL;
+    unsigned char *seen = remap ? PyMem_Calloc((size_t)width + 1, 1) : NULL;
+    if (remap != NULL && seen == NULL) {
+        PyErr_NoMemory();
+    }
+    Py_ssize_t count = -1, bad = -1;
+    if (seen != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n_indices && bad < 0; k++) {
+            if ((uint64_t)indices[k] >= (uint64_t)width) {
+                bad = k;
+            } else {
+                seen[indices[k]] = 1;
+            }
+        }
+        count = 0;
+        for (Py_ssize_t c = 0; bad < 0 && c < width; c++) {
+            if (seen[c]) {
+                if (count == n_columns) {
+                    bad = -2;
+                    break;
+                }
+                remap[c] = count;
+                columns[count++] = c;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (bad >= 0) {
+            PyErr_Format(PyExc_ValueError, "mark_columns: column index %lld is out of range "
+                         "for %zd columns", (long long)indices[bad], width);
+        } else if (bad == -2) {
+            PyErr_Format(PyExc_ValueError, "mark_columns: columns holds %zd values, fewer than "
+                         "the stored columns", n_columns);
+        }
+    }
+    PyMem_Free(seen);
+    release_all(&b);
+    return seen == NULL || bad != -1 ? NULL : PyLong_FromSsize_t(count);
+}
+
+/* The output's rows are taken in blocks of about BLOCK_BYTES, small enough to stay in a core's
+ * L2 cache while their terms are added. For each block, each csr row adds the run of its
+ * entries whose columns map into the block: a run, since a row's columns ascend and remap
+ * keeps their order. So the rows of rhs are read in order, each output row sums its terms in
+ * the csr's row order, and no transposed copy is made; adding each entry into an output of
+ * many megabytes directly costs a cache miss per entry. */
+#define BLOCK_BYTES (512 * 1024)
+
+typedef struct {
+    const float *data, *rhs;
+    const int64_t *indices, *indptr, *remap;
+    float *out;
+    Py_ssize_t rows, n_remap, out_rows, width, block_rows;
+} Transposed;
+
+/* The first entry of row i whose output row is `at` or more, the row's output rows ascending
+ * (an index out of range of remap counts as past every row: the walk reports it). */
+static int64_t first_at_or_after(const Transposed *p, Py_ssize_t i, Py_ssize_t at) {
+    int64_t lo = p->indptr[i], hi = p->indptr[i + 1];
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2, column = p->indices[mid];
+        if ((uint64_t)column < (uint64_t)p->n_remap && p->remap[column] < at) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Output rows [lo, hi) of csr^T x rhs, the entries of row i walked from start[i] to end[i]
+ * (start is advanced as they are added). 0, or 1 where an index is out of range of remap, a
+ * row's columns descend, or one maps outside [lo, hi): the entries of each row split over the
+ * team by the same searches, each entry is added by one thread exactly, into its own rows. */
+INLINE int transposed_part(const Transposed *p, int64_t *start, int64_t *end, Py_ssize_t lo,
+                           Py_ssize_t hi) {
+    const Py_ssize_t width = p->width;
+    for (Py_ssize_t i = 0; i < p->rows; i++) {
+        start[i] = lo == 0 ? p->indptr[i] : first_at_or_after(p, i, lo);
+        end[i] = hi == p->out_rows ? p->indptr[i + 1] : first_at_or_after(p, i, hi);
+    }
+    for (Py_ssize_t block = lo; block < hi; block += p->block_rows) {
+        const Py_ssize_t block_end = block + p->block_rows < hi ? block + p->block_rows : hi;
+        memset(p->out + block * width, 0, (size_t)((block_end - block) * width) * sizeof(float));
+        for (Py_ssize_t i = 0; i < p->rows; i++) {
+            if (i + AHEAD < p->rows) {
+                PREFETCH(p->indices + start[i + AHEAD], 0);
+                PREFETCH(p->data + start[i + AHEAD], 0);
+                PREFETCH(p->rhs + (i + AHEAD) * width, 0);
+            }
+            int64_t k = start[i];
+            int64_t previous = k > p->indptr[i] ? p->indices[k - 1] : -1;
+            const float *r = p->rhs + i * width;
+            for (; k < end[i]; k++) {
+                const int64_t column = p->indices[k];
+                if (column < previous || (uint64_t)column >= (uint64_t)p->n_remap) {
+                    return 1;
+                }
+                const int64_t at = p->remap[column];
+                if (at >= block_end) {
+                    break;
+                }
+                if (at < block) {
+                    return 1;
+                }
+                const float v = p->data[k];
+                float *o = p->out + at * width;
+                for (Py_ssize_t j = 0; j < width; j++) {
+                    o[j] += v * r[j];
+                }
+                previous = column;
+            }
+            start[i] = k;
+        }
+    }
+    for (Py_ssize_t i = 0; i < p->rows; i++) {
+        if (start[i] != end[i]) {
+            return 1;               /* entries mapped past hi: in another thread's rows */
+        }
+    }
+    return 0;
+}
+
+ISA_BUILDS(int, transposed_part, (const Transposed *p, int64_t *start, int64_t *end,
+                                  Py_ssize_t lo, Py_ssize_t hi), (p, start, end, lo, hi))
+
+/* csr_t_dot(data, indices, indptr, rhs, remap, out, width, *, threads, cores) */
+static PyObject *csr_t_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[6], *cores = Py_None;
+    Py_ssize_t width, threads = 1, n_data, n_indices, n_ptr, n_rhs, n_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOn|$nO:csr_t_dot", keywords,
+                                     &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                                     &objs[5], &width, &threads, &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    Transposed p = {.width = width};
+    p.data = borrow_values(&b, objs[0], "data", 0, &n_data);
+    p.indices = p.data ? borrow_int64(&b, objs[1], "indices", &n_indices) : NULL;
+    p.indptr = p.indices ? borrow_int64(&b, objs[2], "indptr", &n_ptr) : NULL;
+    p.rhs = p.indptr ? borrow_values(&b, objs[3], "rhs", 0, &n_rhs) : NULL;
+    p.remap = p.rhs ? borrow_int64(&b, objs[4], "remap", &p.n_remap) : NULL;
+    p.out = p.remap ? borrow_values(&b, objs[5], "out", 1, &n_out) : NULL;
+    p.rows = p.out ? n_ptr - 1 : 0;
+    p.out_rows = p.out && width > 0 ? n_out / width : 0;
+    p.block_rows = width > 0 && BLOCK_BYTES / width / 4 > 0 ? BLOCK_BYTES / width / 4 : 1;
+    if (p.out != NULL && (width < 1 || p.rows < 0 || n_data != n_indices
+                          || n_rhs != p.rows * width || n_out % width || p.indptr[0] != 0
+                          || p.indptr[p.rows] != n_data || !indptr_ascends(p.indptr, p.rows))) {
+        PyErr_SetString(PyExc_ValueError, "csr_t_dot: the parts, rhs and out do not fit "
+                        "together");
+        p.out = NULL;
+    }
+    /* each thread's start and end entry of every row */
+    int64_t *bounds = p.out ? PyMem_Malloc((size_t)(2 * parts * p.rows + 1) * sizeof(int64_t))
+                            : NULL;
+    if (p.out != NULL && bounds == NULL) {
+        PyErr_NoMemory();
+    }
+    if (bounds == NULL || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL
+                           && asked)) {
+        PyMem_Free(bounds);
+        release_all(&b);
+        return NULL;
+    }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1) reduction(| : bad)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t lo, hi;
+        int64_t *start = bounds + 2 * t * p.rows;
+        team_pin(core_list, t);
+        team_part(0, p.out_rows, t, TEAM_SIZE(), &lo, &hi);
+        bad |= DISPATCH(transposed_part, &p, start, start + p.rows, lo, hi);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    PyMem_Free(bounds);
+    release_all(&b);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "csr_t_dot: a column index is out of range for remap "
+                        "or remaps outside out, or a row's columns descend");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -501,13 +720,22 @@ static PyMethodDef methods[] = {
      "(mom,)), 2 adam (states: (mean, var)); row k of grad steps row rows[k] of weight and "
      "states (float32, C-contiguous, rows of grad's width) in place; clip < 0: none. The team "
      "splits the rows." TEAM_DOC},
+    {"mark_columns", (PyCFunction)mark_columns, METH_VARARGS,
+     "mark_columns(indices, columns, remap) -> count: the distinct values of the int64 "
+     "`indices` (each below len(remap)) written ascending to columns[:count], and remap[c] = "
+     "the position of stored column c among them (other entries untouched)."},
+    {"csr_t_dot", (PyCFunction)(void (*)(void))csr_t_dot, METH_VARARGS | METH_KEYWORDS,
+     "csr_t_dot(data, indices, indptr, rhs, remap, out, width, *, threads=1, cores=None): "
+     "out = the float32 csr's transpose times rhs (a C-contiguous float32 matrix of the csr's "
+     "rows x `width`), column c of the csr giving row remap[c] of out (rows not named stay "
+     "zero). The team splits the rows of out; each thread walks every entry." TEAM_DOC},
     {"retain_rows", (PyCFunction)(void (*)(void))retain_rows, METH_VARARGS | METH_KEYWORDS,
      "retain_rows(stored, data, wanted, out, width, rows, *, threads=1, cores=None): row k of "
      "out = the row of data (float32, `width` values a row) whose index in `stored` (int64, "
      "ascending) is wanted[k], or zeros where none is; `wanted` must ascend strictly and lie "
      "below `rows`. The team splits the wanted rows." TEAM_DOC},
     {"instruction_set", instruction_set, METH_NOARGS,
-     "The build that runs csr_dot and lazy_update: 'avx512', 'avx2' or "
+     "The build that runs csr_dot, csr_t_dot and lazy_update: 'avx512', 'avx2' or "
      "'baseline'."},
     {"use_instruction_set", use_instruction_set, METH_VARARGS,
      "use_instruction_set('avx512', 'avx2' or 'baseline'): the build that runs from now on."},
@@ -516,7 +744,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember._sparse",
-    "Compiled sparse kernels: csr x dense, retain of row_sparse rows, and the "
+    "Compiled sparse kernels: csr x dense, csr^T x dense, retain of row_sparse rows, and the "
     "lazy SGD and Adam updates (see "
     "ember/op/sparse_ops.py and ember/op/sparse_optimizer.py).",
     -1,

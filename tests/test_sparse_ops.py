@@ -524,6 +524,83 @@ def test_compiled_lazy_update_rounds_as_numpy(name, states, width, sparse_build)
         np.testing.assert_array_equal(got[rows], expected)
 
 
+def _csr_with_gaps(rng, rows, cols, density):
+    """A float32 csr with empty rows and columns stored by no row."""
+    dense = _random_csr(rng, rows, cols, density).to_dense(np)
+    dense[rows // 3:rows // 3 + 2] = 0
+    dense[:, cols // 2:cols // 2 + 5] = 0
+    return sp.from_dense(dense, CSR)
+
+
+def _scipy_transposed_times(csr, right):
+    """transposed_times on the SciPy path (the fallback without the compiled module)."""
+    compiled = _sparse_ops._compiled
+    try:
+        _sparse_ops._compiled = None
+        return _sparse_ops.transposed_times(csr, right, np)
+    finally:
+        _sparse_ops._compiled = compiled
+
+
+@needs_compiled
+@pytest.mark.parametrize('shape,width,density', [
+    ((30, 40), 6, 0.2),
+    ((60, 3000), 256, 0.05),        # several blocks of output rows, a team split inside one
+    ((9, 400_000), 3, 2e-5),        # far more columns than entries: found by sorting
+    ((5, 7), 2, 0.0),
+], ids=['small', 'blocks', 'wide', 'empty'])
+@pytest.mark.parametrize('threads', [1, 3])
+def test_compiled_transposed_times_matches_scipy(shape, width, density, threads, sparse_build,
+                                                 monkeypatch):
+    rng = np.random.default_rng(width)
+    csr = _csr_with_gaps(rng, *shape, density)
+    right = rng.standard_normal((shape[0], width)).astype(np.float32)
+    monkeypatch.setattr(_sparse_ops, '_team', lambda work: {'threads': threads, 'cores': None})
+    columns, values = _sparse_ops.transposed_times(csr, right, np)
+    want_columns, want_values = _scipy_transposed_times(csr, right)
+    assert columns.tolist() == want_columns.tolist() == sorted(set(csr.indices.tolist()))
+    assert values.dtype == np.float32 and values.shape == (columns.size, width)
+    magnitude = abs(csr.scipy()).T.astype(np.float64) @ np.abs(right).astype(np.float64)
+    assert_sums_close(values, want_values, magnitude[columns], shape[0])
+
+
+@needs_compiled
+def test_dot_transposed_float32_gives_the_dense_product():
+    """dot(csr, dense, transpose_a=True) in float32 (the compiled kernel, its work over the
+    team's threshold) against NumPy's product of the dense copies."""
+    rng = np.random.default_rng(7)
+    csr = _csr_with_gaps(rng, 400, 500, 0.05)
+    right = rng.standard_normal((400, 128)).astype(np.float32)
+    assert csr.nnz * 128 >= 1 << 20
+    x = mx.nd.sparse.csr_matrix((csr.data, csr.indices, csr.indptr), shape=(400, 500))
+    got = mx.nd.dot(x, mx.nd.array(right), transpose_a=True)
+    assert got.stype == RSP
+    dense = csr.to_dense(np).astype(np.float64)
+    assert_sums_close(got.asnumpy(), dense.T @ right, np.abs(dense).T @ np.abs(right), 400)
+
+
+@needs_compiled
+def test_compiled_transposed_product_refuses_bad_parts():
+    csr = sp.from_dense(np.eye(3, dtype=np.float32), CSR)
+    right, out = np.ones((3, 2), np.float32), np.empty((3, 2), np.float32)
+    remap = np.arange(3, dtype=np.int64)
+    kernel = _sparse_ops._compiled.csr_t_dot
+    bad = csr.indices.copy()
+    bad[1] = 7                                              # past the columns
+    with pytest.raises(ValueError, match='out of range'):
+        kernel(csr.data, bad, csr.indptr, right, remap, out, 2, threads=2, cores=None)
+    with pytest.raises(ValueError, match='out of range'):  # remapped past out's rows
+        kernel(csr.data, csr.indices, csr.indptr, right, np.array([0, 1, 3]), out, 2)
+    two = sp.from_dense(np.array([[1, 1, 0], [0, 0, 0], [0, 0, 1]], np.float32), CSR)
+    descending = two.indices[[1, 0, 2]].copy()
+    with pytest.raises(ValueError, match='descend'):
+        kernel(two.data, descending, two.indptr, right, remap, out, 2)
+    with pytest.raises(ValueError, match='do not fit'):
+        kernel(csr.data, csr.indices, csr.indptr[::-1].copy(), right, remap, out, 2)
+    with pytest.raises(ValueError, match='column index 7 is out of range for 3 columns'):
+        _sparse_ops._compiled.mark_columns(bad, np.empty(3, np.int64), np.empty(3, np.int64))
+
+
 def _rsp_rows(stored, width, table, rng):
     values = rng.standard_normal((len(stored), width)).astype(np.float32)
     return sp.from_dense(_dense_rows(values, stored, table), RSP), values

@@ -377,7 +377,7 @@ def stored_columns(csr, xp):
     each entry's column among them; counted where the columns are few against the entries,
     sorted otherwise, so that the cost follows the entries."""
     indices, width = csr.indices, csr.shape[1]
-    if width <= 16 * max(indices.shape[0], 1):
+    if _columns_are_few(csr):
         columns = xp.flatnonzero(xp.bincount(indices, minlength=width))
         remap = xp.empty(width, INDEX_DTYPE)
         remap[columns] = xp.arange(columns.shape[0])
@@ -386,11 +386,18 @@ def stored_columns(csr, xp):
     return columns, local.reshape(-1)
 
 
+def _columns_are_few(csr):
+    return csr.shape[1] <= 16 * max(csr.indices.shape[0], 1)
+
+
 def transposed_times(csr, right, xp):
     """(columns, values): csr^T x right at the columns csr stores, the other rows of the
-    product being zero. csr^T, restricted to those columns, is made as a csr (a counting
-    transposition in SciPy) and multiplied as :func:`times_dense` multiplies."""
+    product being zero. Compiled for float32 (each stored column an output row, the output's
+    rows split over the team, no transposition); else csr^T restricted to those columns is
+    made as a csr (a counting transposition in SciPy) and multiplied by :func:`times_dense`."""
     _host(xp)
+    if _compiled is not None and csr.dtype == right.dtype == np.float32 and right.shape[1]:
+        return _compiled_transposed_times(csr, np.ascontiguousarray(right))
     import scipy.sparse
     columns, local = stored_columns(csr, xp)
     compact = scipy.sparse.csr_matrix((csr.data, local, csr.indptr),
@@ -399,6 +406,23 @@ def transposed_times(csr, right, xp):
     transposed = parts_for(CSR_TYPE, flipped.shape, csr.dtype, xp)
     transposed.set(flipped.data, flipped.indices, flipped.indptr)
     return columns, times_dense(transposed, right, xp)
+
+
+def _compiled_transposed_times(csr, right):
+    indices = csr.indices
+    if _columns_are_few(csr):       # a byte a column marks the stored ones
+        remap = np.empty(csr.shape[1], INDEX_DTYPE)
+        found = np.empty(min(indices.shape[0], csr.shape[1]), INDEX_DTYPE)
+        columns = found[:_compiled.mark_columns(indices, found, remap)].copy()
+    else:                           # far more columns than entries: sorted instead
+        columns, indices = np.unique(indices, return_inverse=True)
+        indices = indices.reshape(-1)
+        remap = np.arange(columns.shape[0], dtype=INDEX_DTYPE)
+    width = right.shape[1]
+    values = np.empty((columns.shape[0], width), np.float32)
+    _compiled.csr_t_dot(csr.data, indices, csr.indptr, right, remap, values, width,
+                        **_team(csr.nnz * width))
+    return columns, values
 
 
 def _natural_dot_stype(stypes, transpose_a, transpose_b):
