@@ -1,7 +1,7 @@
 """Sparse kernels side by side: Ember, MXNet 1.9.1, SciPy/NumPy and PyTorch 2.13 on the same
-data, in milliseconds per call (median of --repeat calls after one warm-up).
+data, in milliseconds per call.
 
-    python benchmarks/sparse.py [--repeat 20] [--scale 1.0] [--only dot,retain,adam]
+    python benchmarks/sparse.py [--rounds 3] [--repeat 20] [--scale 1.0] [--only dot,retain]
 
 Workloads (``--scale`` multiplies the row counts; 0.05 checks the program quickly):
 
@@ -16,8 +16,12 @@ Workloads (``--scale`` multiplies the row counts; 0.05 checks the program quickl
 
 Each framework runs in its own process (MXNet and PyTorch in their environments under
 ``~/.cache/ember-bench``, built by ``benchmarks/peers/envs.py``) with OMP_NUM_THREADS set to
-the cores, and makes the data from the same seed with NumPy. The last column is MXNet's time
-over Ember's (the goal is 1.0 or more).
+the cores, and makes the data from the same seed with NumPy; a process times each workload
+as the median of --repeat calls after one warm-up. The processes run in --rounds interleaved
+rounds (Ember, MXNet, SciPy, PyTorch, Ember, MXNet, ...), so that a slow spell of the machine
+falls on every framework alike rather than on whichever ran then. The table gives each
+framework's median over the rounds; the MXNet/Ember column is the ratio of those medians
+(the goal is 1.0 or more) and "spread" the lowest and highest ratio of a single round.
 """
 from __future__ import annotations
 
@@ -178,6 +182,9 @@ def runner(kind, repeat, scale, only):
 # ----------------------------------------------------------------------------------------------
 # Driver.
 
+FRAMEWORKS = ('ember', 'mxnet', 'scipy', 'torch')
+
+
 def measure(kind, args):
     python = PYTHONS[kind]
     if not Path(python).exists():
@@ -191,8 +198,37 @@ def measure(kind, args):
     return json.loads(done.stdout.strip().splitlines()[-1]), None
 
 
+def interleaved_rounds(args):
+    """{framework: [one {workload: ms} per round]}: the frameworks in turn, `args.rounds`
+    times; one that fails is reported once and left out of the later rounds."""
+    rounds = {kind: [] for kind in FRAMEWORKS}
+    failed = set()
+    for _ in range(args.rounds):
+        for kind in FRAMEWORKS:
+            if kind in failed:
+                continue
+            result, problem_text = measure(kind, args)
+            if problem_text:
+                print(f'{kind}: {problem_text}')
+                failed.add(kind)
+            else:
+                rounds[kind].append(result)
+    return rounds
+
+
+def summary_row(rounds, name):
+    """(median ms of each framework, or nan; lowest and highest MXNet/Ember ratio of a
+    round) for workload `name`."""
+    medians = [float(np.median([r[name] for r in rounds[k]])) if rounds[k] else float('nan')
+               for k in FRAMEWORKS]
+    ratios = [m[name] / e[name] for e, m in zip(rounds['ember'], rounds['mxnet'])]
+    spread = (min(ratios), max(ratios)) if ratios else (float('nan'), float('nan'))
+    return medians, spread
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--repeat', type=int, default=20)
     parser.add_argument('--scale', type=float, default=1.0)
     parser.add_argument('--only', default=','.join(WORKLOADS))
@@ -202,18 +238,16 @@ def main():
     if args.runner:
         print(json.dumps(runner(args.runner, args.repeat, args.scale, args.only)))
         return
-    results = {}
-    for kind in ('ember', 'mxnet', 'scipy', 'torch'):
-        results[kind], problem_text = measure(kind, args)
-        if problem_text:
-            print(f'{kind}: {problem_text}')
+    if args.rounds < 1:
+        parser.error(f'--rounds {args.rounds}: expected 1 or more')
+    rounds = interleaved_rounds(args)
     print(f'\n{"workload":10s} {"Ember":>9s} {"MXNet":>9s} {"SciPy/NumPy":>12s} '
-          f'{"PyTorch":>9s} {"MXNet/Ember":>12s}   (ms per call)')
+          f'{"PyTorch":>9s} {"MXNet/Ember":>12s} {"spread":>13s}   (ms per call, median of '
+          f'{args.rounds} rounds)')
     for name in args.only:
-        row = [results[k][name] if results[k] else float('nan')
-               for k in ('ember', 'mxnet', 'scipy', 'torch')]
+        row, (low, high) = summary_row(rounds, name)
         print(f'{name:10s} {row[0]:9.3f} {row[1]:9.3f} {row[2]:12.3f} {row[3]:9.3f} '
-              f'{row[1] / row[0]:11.2f}x')
+              f'{row[1] / row[0]:11.2f}x {low:6.2f}-{high:.2f}x')
 
 
 if __name__ == '__main__':

@@ -1,8 +1,10 @@
 /* Compiled sparse kernels (see ember/op/sparse_ops.py and ember/op/sparse_optimizer.py):
- * a float32 csr matrix times a dense matrix, and the lazy SGD and Adam steps of the rows a
- * row_sparse gradient stores. Their work splits over the calling thread's OpenMP team
- * (ember/_team.h): the product by rows of equal numbers of stored entries, the updates by
- * gradient rows. Each step rounds as NumPy's float32 calls of the same step round it.
+ * a float32 csr matrix (or its transpose) times a dense matrix, the wanted rows of a
+ * row_sparse array, and the lazy SGD and Adam steps of the rows a row_sparse gradient stores.
+ * Their work splits over the calling thread's OpenMP team (ember/_team.h): the product by rows
+ * of equal numbers of stored entries, the transposed product by output rows, retain by wanted
+ * rows, the updates by gradient rows. Each step rounds as NumPy's float32 calls of the same
+ * step round it.
  * Indices are checked against the arrays' sizes: a bad one raises, it is never followed. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,12 +24,55 @@
 #endif
 #define AHEAD 8
 
-/* `obj` as a C-contiguous int64 array of at least one dimension, held in `b`; its element
- * count in *count. NULL with an exception naming `name` otherwise. */
-static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
-                                   Py_ssize_t *count) {
+/* The kernels whose inner loops run along rows (the products, the optimizer steps) are built
+ * three times: for the architecture's baseline (SSE2 on x86-64), for AVX2 and for AVX-512,
+ * each a wrapper of one inlined body with its own target; the widest that the CPU runs is
+ * chosen at import (or by use_instruction_set, as ONEDNN_MAX_CPU_ISA caps it), so the module
+ * needs no -march flag. Every build rounds alike: a multiply then an add, never fused
+ * (-ffp-contract=off), and square roots and quotients are exact to the rounding anyway. */
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HAVE_ISA_BUILDS 1
+#define ISA_BUILDS(type, name, params, args)                                                  \
+    static type name##_baseline params { return name args; }                                   \
+    __attribute__((target("avx2"))) static type name##_avx2 params { return name args; }       \
+    __attribute__((target("avx512f"))) static type name##_avx512 params { return name args; }
+#else
+#define HAVE_ISA_BUILDS 0
+#define ISA_BUILDS(type, name, params, args)                                                  \
+    static type name##_baseline params { return name args; }
+#endif
+
+enum { BASELINE, AVX2, AVX512 };
+static const char *const build_names[] = {"baseline", "avx2", "avx512"};
+static int build = BASELINE;
+
+#if HAVE_ISA_BUILDS
+#define DISPATCH(name, ...) (build == AVX512 ? name##_avx512(__VA_ARGS__)                      \
+                             : build == AVX2 ? name##_avx2(__VA_ARGS__)                        \
+                             : name##_baseline(__VA_ARGS__))
+#else
+#define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
+#endif
+
+/* Whether `level`'s build exists here and the CPU runs it. */
+static int supported(int level) {
+#if HAVE_ISA_BUILDS
+    __builtin_cpu_init();
+    return level == BASELINE || (level == AVX2 && __builtin_cpu_supports("avx2"))
+           || (level == AVX512 && __builtin_cpu_supports("avx512f"));
+#else
+    return level == BASELINE;
+#endif
+}
+
+/* `obj` as a C-contiguous int64 array of at least one dimension (writable when asked), held
+ * in `b`; its element count in *count. NULL with an exception naming `name` otherwise. */
+static int64_t *borrow_int64_view(Buffers *b, PyObject *obj, const char *name, int writable,
+                                  Py_ssize_t *count) {
     Py_buffer *view = next_view(b, name);
-    if (view == NULL || PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (view == NULL || PyObject_GetBuffer(obj, view, flags) < 0) {
         return NULL;
     }
     b->count++;
@@ -41,7 +86,13 @@ static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
         return NULL;
     }
     *count = view->len / 8;
-    return (const int64_t *)view->buf;
+    return (int64_t *)view->buf;
+}
+
+/* `obj` as read-only int64 indices (see borrow_int64_view). */
+static const int64_t *borrow_int64(Buffers *b, PyObject *obj, const char *name,
+                                   Py_ssize_t *count) {
+    return borrow_int64_view(b, obj, name, 0, count);
 }
 
 /* `obj` as C-contiguous float32 values, their count in *count. */
@@ -53,6 +104,17 @@ static float *borrow_values(Buffers *b, PyObject *obj, const char *name, int wri
     }
     *count = view->len / (Py_ssize_t)sizeof(float);
     return (float *)view->buf;
+}
+
+/* 1 if indptr (rows + 1 entries) never decreases, else 0: the kernels walk a row's entries
+ * from indptr[i] to indptr[i + 1], which stays within the data only when it ascends. */
+static int indptr_ascends(const int64_t *indptr, Py_ssize_t rows) {
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (indptr[i] > indptr[i + 1]) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* First row of team part t: rows split so that each part holds about as many stored
@@ -73,7 +135,7 @@ static Py_ssize_t balanced_row(const int64_t *indptr, Py_ssize_t rows, int t, in
 
 /* out[i] = sum over row i's entries k of data[k] * rhs[indices[k]], rows [r0, r1); 0 if
  * every index lies below k_rows, else 1 (the rows from the bad one on are left unwritten). */
-static int csr_rows(const float *data, const int64_t *indices, const int64_t *indptr,
+INLINE int csr_rows(const float *data, const int64_t *indices, const int64_t *indptr,
                     const float *rhs, float *out, Py_ssize_t width, Py_ssize_t k_rows,
                     Py_ssize_t r0, Py_ssize_t r1) {
     for (Py_ssize_t i = r0; i < r1; i++) {
@@ -99,6 +161,11 @@ static int csr_rows(const float *data, const int64_t *indices, const int64_t *in
     return 0;
 }
 
+ISA_BUILDS(int, csr_rows, (const float *data, const int64_t *indices, const int64_t *indptr,
+                           const float *rhs, float *out, Py_ssize_t width, Py_ssize_t k_rows,
+                           Py_ssize_t r0, Py_ssize_t r1),
+           (data, indices, indptr, rhs, out, width, k_rows, r0, r1))
+
 /* csr_dot(data, indices, indptr, rhs, out, width, *, threads, cores) */
 static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
@@ -121,7 +188,8 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     float *out = rhs ? borrow_values(&b, objs[4], "out", 1, &n_out) : NULL;
     Py_ssize_t rows = out ? n_ptr - 1 : 0;
     if (out != NULL && (width < 1 || rows < 0 || n_data != n_indices || n_rhs % width
-                        || n_out != rows * width || indptr[0] != 0 || indptr[rows] != n_data)) {
+                        || n_out != rows * width || indptr[0] != 0 || indptr[rows] != n_data
+                        || !indptr_ascends(indptr, rows))) {
         PyErr_SetString(PyExc_ValueError, "csr_dot: the parts, rhs and out do not fit together");
         out = NULL;
     }
@@ -136,7 +204,7 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
     {
         int t = TEAM_THREAD(), size = TEAM_SIZE();
         team_pin(core_list, t);
-        bad |= csr_rows(data, indices, indptr, rhs, out, width, n_rhs / width,
+        bad |= DISPATCH(csr_rows, data, indices, indptr, rhs, out, width, n_rhs / width,
                         balanced_row(indptr, rows, t, size),
                         t + 1 == size ? rows : balanced_row(indptr, rows, t + 1, size));
     }
@@ -151,13 +219,318 @@ static PyObject *csr_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * csr^T x dense at the stored columns: each stored column c becomes row remap[c] of the
+ * output, in ascending order of c, so the product never transposes the csr. */
+
+/* mark_columns(indices, columns, remap): the distinct values of `indices` (each below
+ * len(remap)) written ascending to `columns`, their count returned; remap[c] = the position of
+ * stored column c among them (the other entries of remap are left as they were). A byte per
+ * column marks the stored ones, so the cost is the entries plus the columns. */
+static PyObject *mark_columns(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    Py_ssize_t n_indices, n_columns, width;
+    if (!PyArg_ParseTuple(args, "OOO:mark_columns", &objs[0], &objs[1], &objs[2])) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const int64_t *indices = borrow_int64(&b, objs[0], "indices", &n_indices);
+    int64_t *columns = indices ? borrow_int64_view(&b, objs[1], "columns", 1, &n_columns)
+                               : NULL;
+    int64_t *remap = columns ? borrow_int64_view(&b, objs[2], "remap", 1, &width) : NULL;
+    unsigned char *seen = remap ? PyMem_Calloc((size_t)width + 1, 1) : NULL;
+    if (remap != NULL && seen == NULL) {
+        PyErr_NoMemory();
+    }
+    Py_ssize_t count = -1, bad = -1;
+    if (seen != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n_indices && bad < 0; k++) {
+            if ((uint64_t)indices[k] >= (uint64_t)width) {
+                bad = k;
+            } else {
+                seen[indices[k]] = 1;
+            }
+        }
+        count = 0;
+        for (Py_ssize_t c = 0; bad < 0 && c < width; c++) {
+            if (seen[c]) {
+                if (count == n_columns) {
+                    bad = -2;
+                    break;
+                }
+                remap[c] = count;
+                columns[count++] = c;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (bad >= 0) {
+            PyErr_Format(PyExc_ValueError, "mark_columns: column index %lld is out of range "
+                         "for %zd columns", (long long)indices[bad], width);
+        } else if (bad == -2) {
+            PyErr_Format(PyExc_ValueError, "mark_columns: columns holds %zd values, fewer than "
+                         "the stored columns", n_columns);
+        }
+    }
+    PyMem_Free(seen);
+    release_all(&b);
+    return seen == NULL || bad != -1 ? NULL : PyLong_FromSsize_t(count);
+}
+
+/* The output's rows are taken in blocks of about BLOCK_BYTES, small enough to stay in a core's
+ * L2 cache while their terms are added. For each block, each csr row adds the run of its
+ * entries whose columns map into the block: a run, since a row's columns ascend and remap
+ * keeps their order. So the rows of rhs are read in order, each output row sums its terms in
+ * the csr's row order, and no transposed copy is made; adding each entry into an output of
+ * many megabytes directly costs a cache miss per entry. */
+#define BLOCK_BYTES (512 * 1024)
+
+typedef struct {
+    const float *data, *rhs;
+    const int64_t *indices, *indptr, *remap;
+    float *out;
+    Py_ssize_t rows, n_remap, out_rows, width, block_rows;
+} Transposed;
+
+/* The first entry of row i whose output row is `at` or more, the row's output rows ascending
+ * (an index out of range of remap counts as past every row: the walk reports it). */
+static int64_t first_at_or_after(const Transposed *p, Py_ssize_t i, Py_ssize_t at) {
+    int64_t lo = p->indptr[i], hi = p->indptr[i + 1];
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2, column = p->indices[mid];
+        if ((uint64_t)column < (uint64_t)p->n_remap && p->remap[column] < at) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Output rows [lo, hi) of csr^T x rhs, the entries of row i walked from start[i] to end[i]
+ * (start is advanced as they are added). 0, or 1 where an index is out of range of remap, a
+ * row's columns descend, or one maps outside [lo, hi): the entries of each row split over the
+ * team by the same searches, each entry is added by one thread exactly, into its own rows. */
+INLINE int transposed_part(const Transposed *p, int64_t *start, int64_t *end, Py_ssize_t lo,
+                           Py_ssize_t hi) {
+    const Py_ssize_t width = p->width;
+    for (Py_ssize_t i = 0; i < p->rows; i++) {
+        start[i] = lo == 0 ? p->indptr[i] : first_at_or_after(p, i, lo);
+        end[i] = hi == p->out_rows ? p->indptr[i + 1] : first_at_or_after(p, i, hi);
+    }
+    for (Py_ssize_t block = lo; block < hi; block += p->block_rows) {
+        const Py_ssize_t block_end = block + p->block_rows < hi ? block + p->block_rows : hi;
+        memset(p->out + block * width, 0, (size_t)((block_end - block) * width) * sizeof(float));
+        for (Py_ssize_t i = 0; i < p->rows; i++) {
+            if (i + AHEAD < p->rows) {
+                PREFETCH(p->indices + start[i + AHEAD], 0);
+                PREFETCH(p->data + start[i + AHEAD], 0);
+                PREFETCH(p->rhs + (i + AHEAD) * width, 0);
+            }
+            int64_t k = start[i];
+            int64_t previous = k > p->indptr[i] ? p->indices[k - 1] : -1;
+            const float *r = p->rhs + i * width;
+            for (; k < end[i]; k++) {
+                const int64_t column = p->indices[k];
+                if (column < previous || (uint64_t)column >= (uint64_t)p->n_remap) {
+                    return 1;
+                }
+                const int64_t at = p->remap[column];
+                if (at >= block_end) {
+                    break;
+                }
+                if (at < block) {
+                    return 1;
+                }
+                const float v = p->data[k];
+                float *o = p->out + at * width;
+                for (Py_ssize_t j = 0; j < width; j++) {
+                    o[j] += v * r[j];
+                }
+                previous = column;
+            }
+            start[i] = k;
+        }
+    }
+    for (Py_ssize_t i = 0; i < p->rows; i++) {
+        if (start[i] != end[i]) {
+            return 1;               /* entries mapped past hi: in another thread's rows */
+        }
+    }
+    return 0;
+}
+
+ISA_BUILDS(int, transposed_part, (const Transposed *p, int64_t *start, int64_t *end,
+                                  Py_ssize_t lo, Py_ssize_t hi), (p, start, end, lo, hi))
+
+/* csr_t_dot(data, indices, indptr, rhs, remap, out, width, *, threads, cores) */
+static PyObject *csr_t_dot(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[6], *cores = Py_None;
+    Py_ssize_t width, threads = 1, n_data, n_indices, n_ptr, n_rhs, n_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOn|$nO:csr_t_dot", keywords,
+                                     &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                                     &objs[5], &width, &threads, &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    Transposed p = {.width = width};
+    p.data = borrow_values(&b, objs[0], "data", 0, &n_data);
+    p.indices = p.data ? borrow_int64(&b, objs[1], "indices", &n_indices) : NULL;
+    p.indptr = p.indices ? borrow_int64(&b, objs[2], "indptr", &n_ptr) : NULL;
+    p.rhs = p.indptr ? borrow_values(&b, objs[3], "rhs", 0, &n_rhs) : NULL;
+    p.remap = p.rhs ? borrow_int64(&b, objs[4], "remap", &p.n_remap) : NULL;
+    p.out = p.remap ? borrow_values(&b, objs[5], "out", 1, &n_out) : NULL;
+    p.rows = p.out ? n_ptr - 1 : 0;
+    p.out_rows = p.out && width > 0 ? n_out / width : 0;
+    p.block_rows = width > 0 && BLOCK_BYTES / width / 4 > 0 ? BLOCK_BYTES / width / 4 : 1;
+    if (p.out != NULL && (width < 1 || p.rows < 0 || n_data != n_indices
+                          || n_rhs != p.rows * width || n_out % width || p.indptr[0] != 0
+                          || p.indptr[p.rows] != n_data || !indptr_ascends(p.indptr, p.rows))) {
+        PyErr_SetString(PyExc_ValueError, "csr_t_dot: the parts, rhs and out do not fit "
+                        "together");
+        p.out = NULL;
+    }
+    /* each thread's start and end entry of every row */
+    int64_t *bounds = p.out ? PyMem_Malloc((size_t)(2 * parts * p.rows + 1) * sizeof(int64_t))
+                            : NULL;
+    if (p.out != NULL && bounds == NULL) {
+        PyErr_NoMemory();
+    }
+    if (bounds == NULL || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL
+                           && asked)) {
+        PyMem_Free(bounds);
+        release_all(&b);
+        return NULL;
+    }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1) reduction(| : bad)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t lo, hi;
+        int64_t *start = bounds + 2 * t * p.rows;
+        team_pin(core_list, t);
+        team_part(0, p.out_rows, t, TEAM_SIZE(), &lo, &hi);
+        bad |= DISPATCH(transposed_part, &p, start, start + p.rows, lo, hi);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    PyMem_Free(bounds);
+    release_all(&b);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "csr_t_dot: a column index is out of range for remap "
+                        "or remaps outside out, or a row's columns descend");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * retain: the wanted rows of a row_sparse array, both index lists ascending. */
+
+/* The first position at or after `from` whose stored index is >= `want`: a galloping search
+ * (steps doubling from `from`, then halving), so a walk over ascending wanted indices costs
+ * the log of the gaps between them rather than a full search each. */
+static Py_ssize_t gallop(const int64_t *stored, Py_ssize_t n, Py_ssize_t from, int64_t want) {
+    Py_ssize_t lo = from, step = 1;
+    while (lo + step < n && stored[lo + step] < want) {
+        lo += step;
+        step *= 2;
+    }
+    Py_ssize_t hi = lo + step < n ? lo + step : n;
+    if (lo < n && stored[lo] >= want) {
+        return lo;
+    }
+    while (lo + 1 < hi) {          /* stored[lo] < want <= stored[hi] (or hi = n) */
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (stored[mid] < want) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return hi;
+}
+
+/* Rows wanted[from:to] of the output: the stored row's values, or zeros. */
+static void retain_part(const int64_t *stored, Py_ssize_t n_stored, const float *data,
+                        const int64_t *wanted, Py_ssize_t from, Py_ssize_t to, float *out,
+                        Py_ssize_t width) {
+    Py_ssize_t at = from < to ? gallop(stored, n_stored, 0, wanted[from]) : 0;
+    for (Py_ssize_t k = from; k < to; k++) {
+        at = gallop(stored, n_stored, at, wanted[k]);
+        float *o = out + k * width;
+        if (at < n_stored && stored[at] == wanted[k]) {
+            memcpy(o, data + at * width, (size_t)width * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)width * sizeof(float));
+        }
+    }
+}
+
+/* retain_rows(stored, data, wanted, out, width, rows, *, threads, cores) */
+static PyObject *retain_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "", "threads", "cores", NULL};
+    PyObject *objs[4], *cores = Py_None;
+    Py_ssize_t width, rows, threads = 1, n_stored, n_data, n_wanted, n_out;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOnn|$nO:retain_rows", keywords,
+                                     &objs[0], &objs[1], &objs[2], &objs[3], &width, &rows,
+                                     &threads, &cores)) {
+        return NULL;
+    }
+    int parts = team_size(threads), asked = 0, *core_list = NULL;
+    if (parts < 0) {
+        return NULL;
+    }
+    Buffers b = {.count = 0};
+    const int64_t *stored = borrow_int64(&b, objs[0], "stored", &n_stored);
+    const float *data = stored ? borrow_values(&b, objs[1], "data", 0, &n_data) : NULL;
+    const int64_t *wanted = data ? borrow_int64(&b, objs[2], "wanted", &n_wanted) : NULL;
+    float *out = wanted ? borrow_values(&b, objs[3], "out", 1, &n_out) : NULL;
+    if (out != NULL && (width < 1 || n_data != n_stored * width || n_out != n_wanted * width)) {
+        PyErr_SetString(PyExc_ValueError, "retain_rows: stored, data, wanted and out do not "
+                        "fit together");
+        out = NULL;
+    }
+    for (Py_ssize_t k = 0; out != NULL && k < n_wanted; k++) {
+        if (wanted[k] < 0 || wanted[k] >= rows || (k && wanted[k] <= wanted[k - 1])) {
+            PyErr_Format(PyExc_ValueError, "retain_rows: wanted[%zd] = %lld: expected "
+                         "ascending distinct indices below %zd", k, (long long)wanted[k], rows);
+            out = NULL;
+        }
+    }
+    if (out == NULL || ((core_list = team_cores(cores, parts, "threads", &asked)) == NULL
+                        && asked)) {
+        release_all(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    {
+        int t = TEAM_THREAD();
+        Py_ssize_t from, to;
+        team_pin(core_list, t);
+        team_part(0, n_wanted, t, TEAM_SIZE(), &from, &to);
+        retain_part(stored, n_stored, data, wanted, from, to, out, width);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(core_list);
+    release_all(&b);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Lazy updates: row k of the gradient steps row rows[k] of the weight and states. */
 
 typedef struct {
     float lr, wd, rescale, clip, momentum, beta1, beta2, one_beta1, one_beta2, epsilon, decay;
 } Step;
 
-static inline float clipped(float g, float bound) {
+INLINE float clipped(float g, float bound) {
     if (bound >= 0) {
         g = g < -bound ? -bound : (g > bound ? bound : g);
     }
@@ -165,14 +538,14 @@ static inline float clipped(float g, float bound) {
 }
 
 /* sgd: w = (1 - lr*wd) * w - lr * clip(rescale * g) */
-static void sgd_row(float *w, const float *g, Py_ssize_t n, const Step *s) {
+INLINE void sgd_row(float *w, const float *g, Py_ssize_t n, const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         w[j] = s->decay * w[j] - s->lr * clipped(s->rescale * g[j], s->clip);
     }
 }
 
 /* sgd with momentum: mom = momentum*mom - (lr*wd)*w - lr*clip(rescale*g); w = w + mom */
-static void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, const Step *s) {
+INLINE void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         float step = clipped(s->rescale * g[j], s->clip) * s->lr;
         float m = mom[j] * s->momentum;
@@ -184,7 +557,7 @@ static void sgd_mom_row(float *w, const float *g, float *mom, Py_ssize_t n, cons
 }
 
 /* adam: g = clip(rescale*g + wd*w); mean, var decayed; w -= lr * mean / (sqrt(var) + eps) */
-static void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize_t n,
+INLINE void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize_t n,
                      const Step *s) {
     for (Py_ssize_t j = 0; j < n; j++) {
         float grad = clipped(s->rescale * g[j] + s->wd * w[j], s->clip);
@@ -197,6 +570,40 @@ static void adam_row(float *w, const float *g, float *mean, float *var, Py_ssize
 }
 
 enum { SGD, SGD_MOM, ADAM };
+
+/* Gradient rows [from, to) step their weight and state rows, each fetched a few rows ahead
+ * (every cache line of it: the rows are far apart). */
+INLINE int update_rows(int kind, float *weight, const float *grad, const int64_t *rows,
+                       float *const *states, Py_ssize_t width, Py_ssize_t from, Py_ssize_t to,
+                       const Step *s) {
+    const int want_states = kind == ADAM ? 2 : (kind == SGD_MOM ? 1 : 0);
+    for (Py_ssize_t k = from; k < to; k++) {
+        Py_ssize_t at = (Py_ssize_t)rows[k] * width;
+        const float *g = grad + k * width;
+        if (k + AHEAD < to) {
+            Py_ssize_t ahead = (Py_ssize_t)rows[k + AHEAD] * width;
+            for (Py_ssize_t j = 0; j < width; j += 64 / (Py_ssize_t)sizeof(float)) {
+                PREFETCH(weight + ahead + j, 1);
+                for (int state = 0; state < want_states; state++) {
+                    PREFETCH(states[state] + ahead + j, 1);
+                }
+            }
+        }
+        if (kind == SGD) {
+            sgd_row(weight + at, g, width, s);
+        } else if (kind == SGD_MOM) {
+            sgd_mom_row(weight + at, g, states[0] + at, width, s);
+        } else {
+            adam_row(weight + at, g, states[0] + at, states[1] + at, width, s);
+        }
+    }
+    return 0;
+}
+
+ISA_BUILDS(int, update_rows, (int kind, float *weight, const float *grad, const int64_t *rows,
+                              float *const *states, Py_ssize_t width, Py_ssize_t from,
+                              Py_ssize_t to, const Step *s),
+           (kind, weight, grad, rows, states, width, from, to, s))
 
 /* lazy_update(kind, weight, grad, rows, states, lr, wd, rescale, clip, momentum, beta1,
  *             beta2, epsilon, *, threads, cores) */
@@ -262,29 +669,38 @@ static PyObject *lazy_update(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_ssize_t from, to;
         team_pin(core_list, t);
         team_part(0, n_rows, t, TEAM_SIZE(), &from, &to);
-        for (Py_ssize_t k = from; k < to; k++) {
-            Py_ssize_t at = (Py_ssize_t)rows[k] * width;
-            const float *g = grad + k * width;
-            if (k + AHEAD < to) {
-                Py_ssize_t ahead = (Py_ssize_t)rows[k + AHEAD] * width;
-                PREFETCH(weight + ahead, 1);
-                for (int state = 0; state < want_states; state++) {
-                    PREFETCH(states[state] + ahead, 1);
-                }
-            }
-            if (kind == SGD) {
-                sgd_row(weight + at, g, width, &s);
-            } else if (kind == SGD_MOM) {
-                sgd_mom_row(weight + at, g, states[0] + at, width, &s);
-            } else {
-                adam_row(weight + at, g, states[0] + at, states[1] + at, width, &s);
-            }
-        }
+        DISPATCH(update_rows, kind, weight, grad, rows, states, width, from, to, &s);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(core_list);
     release_all(&b);
     Py_RETURN_NONE;
+}
+
+static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(build_names[build]);
+}
+
+/* Tests run every build that the CPU has. */
+static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
+        return NULL;
+    }
+    for (int level = BASELINE; level <= AVX512; level++) {
+        if (strcmp(name, build_names[level]) == 0) {
+            if (!supported(level)) {
+                PyErr_Format(PyExc_ValueError, "instruction set '%s': this build or CPU does "
+                             "not have it; '%s' runs", name, build_names[build]);
+                return NULL;
+            }
+            build = level;
+            Py_RETURN_NONE;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx512', 'avx2' or "
+                 "'baseline'", name);
+    return NULL;
 }
 
 #define TEAM_DOC                                                                               \
@@ -304,18 +720,39 @@ static PyMethodDef methods[] = {
      "(mom,)), 2 adam (states: (mean, var)); row k of grad steps row rows[k] of weight and "
      "states (float32, C-contiguous, rows of grad's width) in place; clip < 0: none. The team "
      "splits the rows." TEAM_DOC},
+    {"mark_columns", (PyCFunction)mark_columns, METH_VARARGS,
+     "mark_columns(indices, columns, remap) -> count: the distinct values of the int64 "
+     "`indices` (each below len(remap)) written ascending to columns[:count], and remap[c] = "
+     "the position of stored column c among them (other entries untouched)."},
+    {"csr_t_dot", (PyCFunction)(void (*)(void))csr_t_dot, METH_VARARGS | METH_KEYWORDS,
+     "csr_t_dot(data, indices, indptr, rhs, remap, out, width, *, threads=1, cores=None): "
+     "out = the float32 csr's transpose times rhs (a C-contiguous float32 matrix of the csr's "
+     "rows x `width`), column c of the csr giving row remap[c] of out (rows not named stay "
+     "zero). The team splits the rows of out; each thread walks every entry." TEAM_DOC},
+    {"retain_rows", (PyCFunction)(void (*)(void))retain_rows, METH_VARARGS | METH_KEYWORDS,
+     "retain_rows(stored, data, wanted, out, width, rows, *, threads=1, cores=None): row k of "
+     "out = the row of data (float32, `width` values a row) whose index in `stored` (int64, "
+     "ascending) is wanted[k], or zeros where none is; `wanted` must ascend strictly and lie "
+     "below `rows`. The team splits the wanted rows." TEAM_DOC},
+    {"instruction_set", instruction_set, METH_NOARGS,
+     "The build that runs csr_dot, csr_t_dot and lazy_update: 'avx512', 'avx2' or "
+     "'baseline'."},
+    {"use_instruction_set", use_instruction_set, METH_VARARGS,
+     "use_instruction_set('avx512', 'avx2' or 'baseline'): the build that runs from now on."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember._sparse",
-    "Compiled sparse kernels: csr x dense, and the lazy SGD and Adam updates (see "
+    "Compiled sparse kernels: csr x dense, csr^T x dense, retain of row_sparse rows, and the "
+    "lazy SGD and Adam updates (see "
     "ember/op/sparse_ops.py and ember/op/sparse_optimizer.py).",
     -1,
     methods,
 };
 
 PyMODINIT_FUNC PyInit__sparse(void) {
+    build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
         Py_DECREF(m);

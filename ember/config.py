@@ -452,8 +452,9 @@ ONEDNN_ISAS = ('SSE41', 'AVX', 'AVX2', 'AVX2_VNNI', 'AVX2_VNNI_2', 'AVX512_CORE'
                'AVX512_CORE_VNNI', 'AVX512_CORE_BF16', 'AVX512_CORE_FP16', 'AVX512_CORE_AMX',
                'AVX512_CORE_AMX_FP16', 'ALL')
 enum_var('ONEDNN_MAX_CPU_ISA', 'ALL', ONEDNN_ISAS, 'Widest instruction set the CPU kernels may '
-         "use: oneDNN reads it itself, and Ember's compiled kernels (ember._winograd) take "
-         'their widest build within it, so one machine can run the kernels of a narrower CPU '
+         "use: oneDNN reads it itself, and Ember's compiled kernels (ember._winograd, "
+         'ember._sparse) take their widest build within it, so one machine can run the kernels '
+         'of a narrower CPU '
          '(Ember extension).', 'environment', 'backend', read='startup', extension=True,
          default_doc='all the CPU has')
 

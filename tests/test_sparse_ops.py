@@ -9,6 +9,8 @@ without a row here (the optimizers' rules are checked in test_lazy_updates below
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -17,6 +19,8 @@ import numpy as np
 import pytest
 
 import ember as mx
+from ember import config
+from ember.base import MXNetError
 from ember.ndarray.ndarray import invoke
 from ember.op import registry
 from ember.op import sparse as sp
@@ -438,6 +442,21 @@ needs_compiled = pytest.mark.skipif(_sparse_ops._compiled is None,
                                     reason='ember._sparse is not built (no C compiler)')
 
 
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def sparse_build(request):
+    """Each build of ember._sparse in turn (AVX-512 and AVX2 where the CPU has them)."""
+    module = _sparse_ops._compiled
+    if module is None:
+        pytest.skip('ember._sparse is not built')
+    before = module.instruction_set()
+    try:
+        module.use_instruction_set(request.param)
+    except ValueError:
+        pytest.skip(f'{request.param} does not run here')
+    yield request.param
+    module.use_instruction_set(before)
+
+
 def _random_csr(rng, rows, cols, density):
     """A float32 csr of about `density` stored entries."""
     import scipy.sparse
@@ -448,7 +467,7 @@ def _random_csr(rng, rows, cols, density):
 
 @needs_compiled
 @pytest.mark.parametrize('threads', [1, 3])
-def test_compiled_csr_dot_matches_scipy(threads):
+def test_compiled_csr_dot_matches_scipy(threads, sparse_build):
     rng = np.random.default_rng(threads)
     dense = _random_csr(rng, 37, 50, 0.2).to_dense(np)
     dense[5:9] = 0                                        # empty rows stay empty
@@ -479,16 +498,18 @@ def test_compiled_csr_dot_refuses_bad_indices():
 @needs_compiled
 @pytest.mark.parametrize('name,states', [('sgd_update', 0), ('sgd_mom_update', 1),
                                          ('adam_update', 2)])
-def test_compiled_lazy_update_rounds_as_numpy(name, states):
+@pytest.mark.parametrize('width', [5, 37])       # 37: whole vectors of every build, and a tail
+def test_compiled_lazy_update_rounds_as_numpy(name, states, width, sparse_build):
     from ember.op import sparse_optimizer
     rng = np.random.default_rng(len(name))
     attrs = registry.get(name).parse_attrs(
         {'lr': 0.1, 'wd': 0.01, 'rescale_grad': 0.5, 'clip_gradient': 0.4,
          **({'momentum': 0.9} if states == 1 else {})})
-    weight = rng.standard_normal((9, 5)).astype(np.float32)
-    arrays = [np.abs(rng.standard_normal((9, 5))).astype(np.float32) for _ in range(states)]
+    weight = rng.standard_normal((9, width)).astype(np.float32)
+    arrays = [np.abs(rng.standard_normal((9, width))).astype(np.float32)
+              for _ in range(states)]
     rows = np.array([1, 4, 8])
-    grad = rng.standard_normal((3, 5)).astype(np.float32)
+    grad = rng.standard_normal((3, width)).astype(np.float32)
     step = sparse_optimizer.LAZY_OPS[name][0]
     want_states = [a[rows].copy() for a in arrays]
     want = step(np, attrs, weight[rows].copy(), grad, *want_states)
@@ -501,6 +522,152 @@ def test_compiled_lazy_update_rounds_as_numpy(name, states):
     np.testing.assert_array_equal(weight[rows], want)
     for got, expected in zip(arrays, want_states):
         np.testing.assert_array_equal(got[rows], expected)
+
+
+def _csr_with_gaps(rng, rows, cols, density):
+    """A float32 csr with empty rows and columns stored by no row."""
+    dense = _random_csr(rng, rows, cols, density).to_dense(np)
+    dense[rows // 3:rows // 3 + 2] = 0
+    dense[:, cols // 2:cols // 2 + 5] = 0
+    return sp.from_dense(dense, CSR)
+
+
+def _scipy_transposed_times(csr, right):
+    """transposed_times on the SciPy path (the fallback without the compiled module)."""
+    compiled = _sparse_ops._compiled
+    try:
+        _sparse_ops._compiled = None
+        return _sparse_ops.transposed_times(csr, right, np)
+    finally:
+        _sparse_ops._compiled = compiled
+
+
+@needs_compiled
+@pytest.mark.parametrize('shape,width,density', [
+    ((30, 40), 6, 0.2),
+    ((60, 3000), 256, 0.05),        # several blocks of output rows, a team split inside one
+    ((9, 400_000), 3, 2e-5),        # far more columns than entries: found by sorting
+    ((5, 7), 2, 0.0),
+], ids=['small', 'blocks', 'wide', 'empty'])
+@pytest.mark.parametrize('threads', [1, 3])
+def test_compiled_transposed_times_matches_scipy(shape, width, density, threads, sparse_build,
+                                                 monkeypatch):
+    rng = np.random.default_rng(width)
+    csr = _csr_with_gaps(rng, *shape, density)
+    right = rng.standard_normal((shape[0], width)).astype(np.float32)
+    monkeypatch.setattr(_sparse_ops, '_team', lambda work: {'threads': threads, 'cores': None})
+    columns, values = _sparse_ops.transposed_times(csr, right, np)
+    want_columns, want_values = _scipy_transposed_times(csr, right)
+    assert columns.tolist() == want_columns.tolist() == sorted(set(csr.indices.tolist()))
+    assert values.dtype == np.float32 and values.shape == (columns.size, width)
+    magnitude = abs(csr.scipy()).T.astype(np.float64) @ np.abs(right).astype(np.float64)
+    assert_sums_close(values, want_values, magnitude[columns], shape[0])
+
+
+@needs_compiled
+def test_dot_transposed_float32_gives_the_dense_product():
+    """dot(csr, dense, transpose_a=True) in float32 (the compiled kernel, its work over the
+    team's threshold) against NumPy's product of the dense copies."""
+    rng = np.random.default_rng(7)
+    csr = _csr_with_gaps(rng, 400, 500, 0.05)
+    right = rng.standard_normal((400, 128)).astype(np.float32)
+    assert csr.nnz * 128 >= 1 << 20
+    x = mx.nd.sparse.csr_matrix((csr.data, csr.indices, csr.indptr), shape=(400, 500))
+    got = mx.nd.dot(x, mx.nd.array(right), transpose_a=True)
+    assert got.stype == RSP
+    dense = csr.to_dense(np).astype(np.float64)
+    assert_sums_close(got.asnumpy(), dense.T @ right, np.abs(dense).T @ np.abs(right), 400)
+
+
+@needs_compiled
+def test_compiled_transposed_product_refuses_bad_parts():
+    csr = sp.from_dense(np.eye(3, dtype=np.float32), CSR)
+    right, out = np.ones((3, 2), np.float32), np.empty((3, 2), np.float32)
+    remap = np.arange(3, dtype=np.int64)
+    kernel = _sparse_ops._compiled.csr_t_dot
+    bad = csr.indices.copy()
+    bad[1] = 7                                              # past the columns
+    with pytest.raises(ValueError, match='out of range'):
+        kernel(csr.data, bad, csr.indptr, right, remap, out, 2, threads=2, cores=None)
+    with pytest.raises(ValueError, match='out of range'):  # remapped past out's rows
+        kernel(csr.data, csr.indices, csr.indptr, right, np.array([0, 1, 3]), out, 2)
+    two = sp.from_dense(np.array([[1, 1, 0], [0, 0, 0], [0, 0, 1]], np.float32), CSR)
+    descending = two.indices[[1, 0, 2]].copy()
+    with pytest.raises(ValueError, match='descend'):
+        kernel(two.data, descending, two.indptr, right, remap, out, 2)
+    with pytest.raises(ValueError, match='do not fit'):
+        kernel(csr.data, csr.indices, csr.indptr[::-1].copy(), right, remap, out, 2)
+    with pytest.raises(ValueError, match='column index 7 is out of range for 3 columns'):
+        _sparse_ops._compiled.mark_columns(bad, np.empty(3, np.int64), np.empty(3, np.int64))
+
+
+def _rsp_rows(stored, width, table, rng):
+    values = rng.standard_normal((len(stored), width)).astype(np.float32)
+    return sp.from_dense(_dense_rows(values, stored, table), RSP), values
+
+
+def _dense_rows(values, stored, table):
+    dense = np.zeros((table, values.shape[1]), np.float32)
+    dense[stored] = values
+    return dense
+
+
+@needs_compiled
+@pytest.mark.parametrize('case', ['mixed', 'none stored', 'all stored', 'empty', 'large'])
+@pytest.mark.parametrize('threads', [1, 3])
+def test_compiled_retain_matches_the_dense_rows(case, threads, monkeypatch):
+    rng = np.random.default_rng(len(case))
+    table, width = (60_000, 64) if case == 'large' else (50, 3)
+    stored = np.sort(rng.choice(table, table // 5, replace=False))
+    wanted = {'mixed': lambda: np.sort(rng.choice(table, table // 4, replace=False)),
+              'none stored': lambda: np.setdiff1d(np.arange(table), stored)[::3],
+              'all stored': lambda: stored, 'empty': lambda: np.zeros(0, np.int64),
+              'large': lambda: np.sort(rng.choice(table, 20_000, replace=False))}[case]()
+    assert case != 'large' or wanted.size * width >= 1 << 20      # over the team's threshold
+    parts, values = _rsp_rows(stored, width, table, rng)
+    monkeypatch.setattr(_sparse_ops, '_team', lambda work: {'threads': threads, 'cores': None})
+    rows = _sparse_ops._retained_rows(parts, wanted, np)
+    np.testing.assert_array_equal(rows, _dense_rows(values, stored, table)[wanted])
+    kept = mx.nd.sparse.retain(mx.nd.sparse.row_sparse_array((values, stored), shape=(
+        table, width)), mx.nd.array(wanted[::-1], dtype='int64'))   # any order is sorted
+    assert kept.indices.asnumpy().tolist() == wanted.tolist()
+    np.testing.assert_array_equal(kept.data.asnumpy(), rows)
+
+
+@pytest.mark.parametrize('wanted', [[3, 50], [-1, 2]])
+def test_retain_of_row_sparse_refuses_indices_out_of_range(wanted):
+    rsp = mx.nd.sparse.row_sparse_array((np.ones((2, 2), np.float32), [1, 3]), shape=(50, 2))
+    with pytest.raises(MXNetError, match='fall outside the 50 rows of data'):
+        mx.nd.sparse.retain(rsp, mx.nd.array(wanted, dtype='int64')).wait_to_read()
+
+
+@needs_compiled
+def test_compiled_retain_refuses_unsorted_or_out_of_range_wanted():
+    stored, data = np.array([1, 3]), np.ones((2, 2), np.float32)
+    kernel = _sparse_ops._compiled.retain_rows
+    for wanted in ([3, 1], [1, 1], [1, 5], [-2, 1]):
+        with pytest.raises(ValueError, match='ascending distinct indices below 5'):
+            kernel(stored, data, np.array(wanted), np.empty((2, 2), np.float32), 2, 5)
+    with pytest.raises(ValueError, match='do not fit'):
+        kernel(stored, data, np.array([1]), np.empty((2, 2), np.float32), 2, 5)
+
+
+@needs_compiled
+@pytest.mark.parametrize('isa,build', [('AVX2', 'avx2'), ('SSE41', 'baseline')])
+def test_max_cpu_isa_caps_the_sparse_build(isa, build):
+    module = _sparse_ops._compiled
+    before = module.instruction_set()
+    try:
+        module.use_instruction_set(build)
+    except ValueError:
+        pytest.skip(f'this CPU does not run the {build} build')
+    finally:
+        module.use_instruction_set(before)
+    code = 'from ember.op import sparse_ops as s; print(s._compiled.instruction_set())'
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          env=config.child_environ(ONEDNN_MAX_CPU_ISA=isa), check=True,
+                          timeout=120)
+    assert done.stdout.split()[-1] == build
 
 
 # The sparse namespaces' functions these tests run by name, for `python -m ember api-coverage`.

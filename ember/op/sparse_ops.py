@@ -377,7 +377,7 @@ def stored_columns(csr, xp):
     each entry's column among them; counted where the columns are few against the entries,
     sorted otherwise, so that the cost follows the entries."""
     indices, width = csr.indices, csr.shape[1]
-    if width <= 16 * max(indices.shape[0], 1):
+    if _columns_are_few(csr):
         columns = xp.flatnonzero(xp.bincount(indices, minlength=width))
         remap = xp.empty(width, INDEX_DTYPE)
         remap[columns] = xp.arange(columns.shape[0])
@@ -386,11 +386,18 @@ def stored_columns(csr, xp):
     return columns, local.reshape(-1)
 
 
+def _columns_are_few(csr):
+    return csr.shape[1] <= 16 * max(csr.indices.shape[0], 1)
+
+
 def transposed_times(csr, right, xp):
     """(columns, values): csr^T x right at the columns csr stores, the other rows of the
-    product being zero. csr^T, restricted to those columns, is made as a csr (a counting
-    transposition in SciPy) and multiplied as :func:`times_dense` multiplies."""
+    product being zero. Compiled for float32 (each stored column an output row, the output's
+    rows split over the team, no transposition); else csr^T restricted to those columns is
+    made as a csr (a counting transposition in SciPy) and multiplied by :func:`times_dense`."""
     _host(xp)
+    if _compiled is not None and csr.dtype == right.dtype == np.float32 and right.shape[1]:
+        return _compiled_transposed_times(csr, np.ascontiguousarray(right))
     import scipy.sparse
     columns, local = stored_columns(csr, xp)
     compact = scipy.sparse.csr_matrix((csr.data, local, csr.indptr),
@@ -399,6 +406,23 @@ def transposed_times(csr, right, xp):
     transposed = parts_for(CSR_TYPE, flipped.shape, csr.dtype, xp)
     transposed.set(flipped.data, flipped.indices, flipped.indptr)
     return columns, times_dense(transposed, right, xp)
+
+
+def _compiled_transposed_times(csr, right):
+    indices = csr.indices
+    if _columns_are_few(csr):       # a byte a column marks the stored ones
+        remap = np.empty(csr.shape[1], INDEX_DTYPE)
+        found = np.empty(min(indices.shape[0], csr.shape[1]), INDEX_DTYPE)
+        columns = found[:_compiled.mark_columns(indices, found, remap)].copy()
+    else:                           # far more columns than entries: sorted instead
+        columns, indices = np.unique(indices, return_inverse=True)
+        indices = indices.reshape(-1)
+        remap = np.arange(columns.shape[0], dtype=INDEX_DTYPE)
+    width = right.shape[1]
+    values = np.empty((columns.shape[0], width), np.float32)
+    _compiled.csr_t_dot(csr.data, indices, csr.indptr, right, remap, values, width,
+                        **_team(csr.nnz * width))
+    return columns, values
 
 
 def _natural_dot_stype(stypes, transpose_a, transpose_b):
@@ -629,28 +653,38 @@ def _retain_dense_kernel(attrs, ins, outs, ctx):
 
 def _retain_kernel(attrs, ins, outs, ctx):
     """Each wanted index is looked up among the stored rows: the cost follows the wanted
-    indices (times the log of the stored rows); wanted rows not stored come out as zeros.
-    Dense data (MXNet refuses it) gives its
-    wanted rows as row_sparse, as a KVStore's row_sparse_pull takes them."""
+    indices (times the log of the stored rows); wanted rows not stored come out as zeros (as
+    MXNet 1.9.1 gives them). Dense data (MXNet refuses it) gives its wanted rows as
+    row_sparse, as a KVStore's row_sparse_pull takes them."""
     data, indices = ins
     xp = ctx.xp
     wanted = indices.astype(INDEX_DTYPE, copy=False).reshape(-1)
     if wanted.shape[0] > 1 and not bool((wanted[1:] > wanted[:-1]).all()):
         wanted = xp.unique(wanted)
-    if not is_parts(data):
-        if wanted.shape[0] and (int(wanted[0]) < 0 or int(wanted[-1]) >= data.shape[0]):
-            raise ValueError(f'_sparse_retain: indices {int(wanted[0])}..{int(wanted[-1])} '
-                             f'fall outside the {data.shape[0]} rows of data')
-        outs[0].set(data[wanted], wanted)
-        return
-    # every wanted row is kept, zeros where none is stored (as MXNet 1.9.1 gives it)
-    stored = data.indices
+    if wanted.shape[0] and (int(wanted[0]) < 0 or int(wanted[-1]) >= data.shape[0]):
+        raise ValueError(f'_sparse_retain: indices {int(wanted[0])}..{int(wanted[-1])} '
+                         f'fall outside the {data.shape[0]} rows of data')
+    rows = _retained_rows(data, wanted, xp) if is_parts(data) else data[wanted]
+    outs[0].set(rows, wanted)
+
+
+def _retained_rows(parts, wanted, xp):
+    """The rows `wanted` (ascending, distinct) of row_sparse `parts`, zeros where none is
+    stored: one merge of the two ascending lists in C for float32, searches in NumPy else."""
+    width = int(np.prod(parts.shape[1:], dtype=np.int64))
+    if _compiled is not None and xp is np and parts.dtype == np.float32 and width:
+        rows = np.empty((wanted.shape[0],) + tuple(parts.shape[1:]), np.float32)
+        _compiled.retain_rows(parts.indices, np.ascontiguousarray(parts.data),
+                              np.ascontiguousarray(wanted), rows, width, parts.shape[0],
+                              **_team(wanted.shape[0] * width))
+        return rows
+    stored = parts.indices
     position = xp.searchsorted(stored, wanted)
     found = position < stored.shape[0]
     found[found] = stored[position[found]] == wanted[found]
-    rows = xp.zeros((wanted.shape[0],) + tuple(data.shape[1:]), dtype=data.data.dtype)
-    rows[found] = data.data[position[found]]
-    outs[0].set(rows, wanted)
+    rows = xp.zeros((wanted.shape[0],) + tuple(parts.shape[1:]), dtype=parts.data.dtype)
+    rows[found] = parts.data[position[found]]
+    return rows
 
 
 register('_sparse_retain', _retain_dense_kernel, inputs=('data', 'indices'),

@@ -50,8 +50,9 @@ LAZY_OPS = {
 # the operators ember._sparse.lazy_update runs, by its kind number
 _COMPILED_KINDS = {'sgd_update': 0, 'sgd_mom_update': 1, 'adam_update': 2}
 _compiled = native.compiled_module('_sparse')
-# gradient values from which the rows are split over the team (about a millisecond of work on
-# one thread; waking the team costs tens of microseconds, more on a busy machine)
+# gradient values from which the rows are split over the team (a few hundred microseconds of
+# work on one thread, the rows being far apart in memory; waking the team costs tens of
+# microseconds, more on a busy machine)
 _SPLIT_FROM = 1 << 17
 
 
