@@ -4,8 +4,8 @@ Allreduce of the same buffers and beside torch.distributed (gloo) from the peers
     python benchmarks/allreduce.py                       # ranks 2,4; 1K..256M
     python benchmarks/allreduce.py --ranks 2 --sizes 1K,1M,64M --seconds 1
 
-Ember and raw MPI run in the same ranks (``python -m ember launch``), taking turns size by
-size, so drift hits both alike. Each call all-reduces ``--arrays`` arrays of the size (fewer
+Ember and raw MPI run in the same ranks (``python -m ember launch``), taking turns call by
+call, so that the machine's drift (four ranks on two cores) hits both alike. Each call all-reduces ``--arrays`` arrays of the size (fewer
 past 256 MB in all), as a training step all-reduces several gradients: Ember with one
 ``kv.pushpull(keys, arrays)`` on a ``dist_sync`` store (no optimizer: the path a Trainer takes
 with ``update_on_kvstore=False``), then a wait for the arrays; MPI with one
@@ -50,22 +50,25 @@ def default_sizes():
     return [1024 * 4 ** k for k in range(10)]       # 1K, 4K, ..., 256M
 
 
-def timed(call, seconds, min_calls, agree=lambda count: count):
-    """Median seconds of one call: warm up once, time `min_calls` calls, then as many more as
-    fill `seconds`; `agree` makes every rank take the same count (rank 0's)."""
-    call()
-    times = []
+def timed(calls, seconds, min_calls, agree=lambda count: count):
+    """Median seconds of one call of each of `calls`, taking turns call by call (so that the
+    machine's drift hits each alike): warm up once, run `min_calls` rounds, then as many more
+    as fill `seconds`; `agree` makes every rank take the same count (rank 0's)."""
+    for call in calls:
+        call()
+    times = [[] for _ in calls]
+
+    def one_round():
+        for call, kept in zip(calls, times):
+            start = time.perf_counter()
+            call()
+            kept.append(time.perf_counter() - start)
     for _ in range(min_calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    more = agree(int(seconds / max(sorted(times)[len(times) // 2], 1e-6)))
-    for _ in range(more):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2]
+        one_round()
+    per_round = sum(sorted(kept)[len(kept) // 2] for kept in times)
+    for _ in range(agree(int(seconds / max(per_round, 1e-6)))):
+        one_round()
+    return [sorted(kept)[len(kept) // 2] for kept in times]
 
 
 def bus_bandwidth(nbytes, ranks, seconds):
@@ -107,9 +110,8 @@ def ember_and_mpi_worker(args):
             for raw in raws:
                 comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)
         comm.Barrier()
-        ember_time = timed(ember_call, args.seconds, args.min_calls, agree) / many
-        comm.Barrier()
-        mpi_time = timed(mpi_call, args.seconds, args.min_calls, agree) / many
+        ember_time, mpi_time = (t / many for t in timed(
+            [ember_call, mpi_call], args.seconds * 2, args.min_calls, agree))
         times = comm.gather((ember_time, mpi_time), root=0)
         if comm.rank == 0:
             rows.append({'bytes': nbytes, 'arrays': many, 'ember': max(t[0] for t in times),
@@ -138,7 +140,7 @@ def gloo_worker(args):
             for tensor in tensors:
                 dist.all_reduce(tensor)
         dist.barrier()
-        seconds = timed(call, args.seconds, args.min_calls, agree) / many
+        seconds = timed([call], args.seconds, args.min_calls, agree)[0] / many
         gathered = [None] * args.world
         dist.all_gather_object(gathered, seconds)
         rows.append({'bytes': nbytes, 'gloo': max(gathered)})

@@ -249,6 +249,42 @@ def scenario_keep():
     return found
 
 
+def scenario_repeat():
+    """A training loop's pushpull: the same keys and arrays each step (planned once, run on
+    the calling thread when the arrays are ready), then new arrays under the same keys, an
+    `out`, and a changed bucket cap: every call sums what it was given."""
+    kv = mx.kv.create('dist_sync')
+    kv.init(['a', 'b'], [mx.nd.zeros((5,)), mx.nd.zeros((3,))])
+    seen, threads = [], set()
+    original = dist._run_bucket
+
+    def spy(world, items):
+        threads.add(threading.current_thread() is threading.main_thread())
+        original(world, items)
+    dist._run_bucket = spy
+    try:
+        for step in range(3):
+            a, b = mx.nd.ones((5,)) * (kv.rank + step), mx.nd.ones((3,)) * step
+            for _ in range(2):      # the same arrays twice: the second sums the first's sum
+                mx.nd.waitall()     # ready: the all-reduce runs on this thread
+                kv.pushpull(['a', 'b'], [a, b])
+            seen.append([a.asnumpy()[0].item(), b.asnumpy()[0].item()])
+            del a, b                # new arrays may take the old ones' ids
+        value, out = mx.nd.ones((5,)), mx.nd.zeros((5,))
+        mx.nd.waitall()
+        if kv.rank == 1:        # not ready here: an engine worker runs it, against rank 0's
+            gate = threading.Timer(0.2, lambda: None)                   # calling thread
+            gate.start()
+            engine.get().push(gate.join, writes=[value._var], name='slow_backward')
+        kv.pushpull('a', value, out=out)
+        seen.append(out.asnumpy().tolist())
+        with config.override(BUCKET_CAP_MB=16 / 2**20):       # 4 floats: one key a bucket
+            kv.pushpull(['a', 'b'], [mx.nd.ones((5,)), mx.nd.ones((3,))])
+    finally:
+        dist._run_bucket = original
+    return {'sums': seen, 'on_main_thread': sorted(threads)}
+
+
 def scenario_raise():
     kv = mx.kv.create('dist_sync')
     kv.init(0, mx.nd.zeros((4,)))
@@ -294,7 +330,7 @@ SCENARIOS = {
     'buckets': scenario_buckets, 'module': scenario_module, 'async': scenario_async,
     'compression': scenario_compression, 'bigarray': scenario_bigarray,
     'bad_input': scenario_bad_input, 'overlap': scenario_overlap, 'keep': scenario_keep,
-    'raise': scenario_raise,
+    'raise': scenario_raise, 'repeat': scenario_repeat,
     'exit_early': scenario_exit_early, 'die': scenario_die,
 }
 

@@ -577,3 +577,33 @@ def test_independent_operators_overlap():
         eng.wait_all()
     (begin0, end0), (begin1, end1) = spans
     assert begin0 < end1 and begin1 < end0
+
+
+def test_an_inline_push_runs_on_the_pushing_thread_only_when_its_vars_are_free(threaded):
+    where = []
+
+    def record():
+        where.append(threading.current_thread() is threading.main_thread())
+    a, b = threaded.new_var(), threaded.new_var()
+    threaded.push(record, [a], [b], device.cpu(0), inline=True)
+    assert where == [True] and b.version == 1          # done before push returned
+    gate = threading.Event()
+    threaded.push(lambda: gate.wait(10), [], [a], device.cpu(0))
+    threaded.push(record, [a], [b], device.cpu(0), inline=True)   # a is being written
+    assert where == [True]
+    gate.set()
+    threaded.wait_for_var(b)
+    assert where == [True, False]
+
+    def fail():
+        raise ValueError('inline failure')
+    threaded.push(fail, [], [b], device.cpu(0), inline=True)
+    with pytest.raises(EmberError, match='inline failure'):
+        threaded.wait_for_var(b)                       # it surfaces where the user waits
+    # an operation that pushes from a worker never runs there inline
+    outer = threaded.new_var()
+    threaded.push(lambda: threaded.push(record, [], [a], device.cpu(0), inline=True),
+                  [], [outer], device.cpu(0))
+    threaded.wait_for_var(outer)
+    threaded.wait_for_var(a)
+    assert where == [True, False, False]

@@ -63,7 +63,8 @@ def scenarios(tmp_path_factory, ranks, names, pin=False):
 def two(tmp_path_factory):
     return scenarios(tmp_path_factory, 2, ['where', 'dist_sync', 'dist_device_sync',
                                            'buckets', 'module', 'async', 'compression',
-                                           'bigarray', 'bad_input', 'overlap', 'keep'],
+                                           'bigarray', 'bad_input', 'overlap', 'keep',
+                                           'repeat'],
                      pin=PINNED)
 
 
@@ -137,6 +138,19 @@ def test_a_pull_after_an_all_reduce_serves_the_sum_while_it_is_there(two):
         assert found['keep']['pulled'] == [total] * 6
         # key 's' lives on rank 0, whose array changed: every rank hears why
         assert 'rank 0 no longer has its last pushpull sum' in found['keep']['error']
+
+
+def test_a_repeated_pushpull_sums_what_each_call_gives(two):
+    ranks = len(two)
+    for rank, found in enumerate(two):
+        sums = found['repeat']['sums']
+        for step in range(3):
+            once = sum(rank + step for rank in range(ranks))
+            assert sums[step] == [once * ranks, step * ranks * ranks]
+        assert sums[3] == [float(ranks)] * 5
+        # ready arrays all-reduce on the thread that asks, others on an engine worker, and
+        # the two agree (rank 1's `out` call waited for a slow write)
+        assert found['repeat']['on_main_thread'] == ([False, True] if rank else [True])
 
 
 def test_a_raising_rank_stops_every_rank_and_is_named(tmp_path):

@@ -137,20 +137,24 @@ class Engine:
         return Var(carries_errors)
 
     def push(self, fn, reads=(), writes=(), device=None, priority=0, name=None, symbolic=False,
-             copy=False):
+             copy=False, inline=False):
         """Schedule ``fn()`` after the earlier operations on its vars (see ``ember.engine``).
 
         `reads` and `writes` are sequences of Vars. `copy=True`, or a name starting with
-        '_copyto', sends a GPU push to the device's copy workers.
+        '_copyto', sends a GPU push to the device's copy workers. `inline=True` runs a CPU
+        operation whose vars are all free on the pushing thread, before push returns (a
+        worker would only take it over: the KVStore's collectives, whose MPI calls also run
+        slower off the thread that waits for them).
         """
         depth = config.get('DMLC_LOG_STACK_TRACE_DEPTH')
         stack = push_site(depth) if depth else None
         if _segment.active_threads and _segment.append(
                 self, fn, reads, writes, device, priority, name, symbolic, copy, stack):
             return
-        self.submit(fn, reads, writes, device, priority, name, symbolic, copy, stack, 1)
+        self.submit(fn, reads, writes, device, priority, name, symbolic, copy, stack, 1, inline)
 
-    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count):
+    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count,
+               inline=False):
         """One engine operation standing for `count` pushed operations."""
         raise NotImplementedError
 
@@ -285,7 +289,8 @@ class NaiveEngine(Engine):
     Errors still surface at wait time, as with the threaded engines.
     """
 
-    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count):
+    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count,
+               inline=False):
         reads, writes = normalise(reads, writes)
         op = Op(fn, reads, writes, None, device, priority, name, symbolic, stack)
         with self._lock:

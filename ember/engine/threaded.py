@@ -144,8 +144,10 @@ class ThreadedEngine(Engine):
         total = self.settings.cpu_workers + self.settings.cpu_priority_workers
         return self.affinity.core_for(index, total) if self.affinity else None
 
-    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count):
+    def submit(self, fn, reads, writes, device, priority, name, symbolic, copy, stack, count,
+               inline=False):
         reads, writes = normalise(reads, writes)
+        here = inline and not role.worker and (device is None or device.device_type != 'gpu')
         op = Op(fn, reads, writes, self.pool_for(device, priority, name, copy), device,
                 priority, name, symbolic, stack)
         lock = self._lock
@@ -172,11 +174,15 @@ class ThreadedEngine(Engine):
                 else:
                     var.writing = True
             op.wait = wait
-            if not wait:
+            here = here and not wait
+            if not wait and not here:
                 op.pool.put(op)
             pushes, inflight = self._pushes, self._inflight
         finally:
             lock.release()
+        if here:            # its vars are held as a worker would hold them: run it now
+            self._complete(op, self.run(op))
+            return
         if not pushes % _YIELD_EVERY and inflight >= _YIELD_EVERY and not role.worker:
             time.sleep(0)       # releases the GIL long enough for a worker to take it
 

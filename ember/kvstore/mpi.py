@@ -5,9 +5,10 @@
 writes the world's variable, so collectives run one at a time and in the order the program
 asked for them, which is the same order on every rank: that is what keeps them matched.
 
-Each collective starts with an *agreement*: a small non-blocking all-reduce of what every rank
-is about to do (operation, key, element count, dtype, shape), polled with short sleeps so that a
-rank waiting for a slower one does not spin on a core its own computation needs. Ranks that
+Each collective starts with an *agreement*: a non-blocking barrier, polled with short sleeps so
+that a rank waiting for a slower one does not spin on a core its own computation needs (waited
+inside MPI when the collective runs on the thread that pushed it), then a small all-reduce of
+what every rank is about to do (operation, key, element count, dtype, shape). Ranks that
 disagree (another key, another shape, or a rank that is exiting) all raise the same error
 naming the ranks and what each was doing, instead of hanging or summing garbage.
 
@@ -99,14 +100,20 @@ class World:
         self.closed = []                        # and after it
 
     # -- running collectives in order ---------------------------------------------------------
-    def push(self, step, fn, reads=(), writes=(), name='kvstore_collective'):
+    def push(self, step, fn, reads=(), writes=(), name='kvstore_collective', inline=False):
         """Run ``fn()`` after all ranks agree on `step`, in push order with every other
-        collective of this process."""
+        collective of this process; with `inline`, on this thread now when nothing it uses
+        is pending (see ``Engine.push``)."""
         def run():
-            self.agree(step)
+            # on the thread that pushed it (inline) nothing else would use this thread while
+            # it waits: wait for the agreement inside MPI, which progresses it without pause;
+            # an engine worker polls instead, sleeping, to leave the core to computation. Four
+            # ranks on two cores: 1.5 ms for a 1 MB all-reduce agreed by polling, 1.0 ms
+            # waiting inside MPI (the raw all-reduce 0.7 ms)
+            self.agree(step, blocking=not engine.in_worker())
             fn()
         engine.get().push(run, list(reads), [self.var] + list(writes), cpu(0), _PRIORITY,
-                          name)
+                          name, inline=inline)
 
     def call(self, step, fn=lambda: None):
         """:meth:`push`, then wait for it (raising its error)."""
@@ -117,14 +124,32 @@ class World:
         return box[0] if box else None
 
     # -- agreement --------------------------------------------------------------------------
-    def agree(self, step):
+    def agree(self, step, blocking=False):
         """Check that every rank is about to do `step`; raise the same error on every rank
-        where they differ."""
-        mine = step.signature()
-        both = np.concatenate([mine, -mine])
+        where they differ. `blocking`: wait inside MPI (which progresses it without pause)
+        rather than poll with sleeps (:meth:`wait`)."""
+        both = _signatures.get(step)
+        if both is None:
+            mine = step.signature()
+            both = np.concatenate([mine, -mine])
+            if len(_signatures) >= 256:
+                _signatures.clear()
+            _signatures[step] = both
         extremes = np.empty_like(both)
-        self.wait(self.comm.Iallreduce(both, extremes, op=self.MPI.MAX))
-        if np.array_equal(extremes[:len(mine)], -extremes[len(mine):]):
+        # Every rank first waits for the others in a non-blocking barrier (`blocking`: inside
+        # MPI, which progresses it without pause; else polling with sleeps, leaving the core
+        # to computation), then all-reduces the words in a blocking call. Each rank makes
+        # the same calls (a blocking collective never matches a non-blocking one), and the
+        # last collective before the data is a blocking one: after a non-blocking all-reduce
+        # MPICH's next 64 MB all-reduce took 106 ms instead of 81 (4 ranks on 2 cores).
+        barrier = self.comm.Ibarrier()
+        if blocking:
+            barrier.Wait()
+        else:
+            self.wait(barrier)
+        self.comm.Allreduce(both, extremes, op=self.MPI.MAX)
+        half = len(both) // 2
+        if not (extremes[:half] + extremes[half:]).any():     # every rank's max is its min
             return
         described = self.comm.allgather(step.describe())
         raise DisagreementError(_disagreement(described, self.rank))
@@ -152,6 +177,10 @@ class World:
     def abort(self, status=1):
         _flush_streams()
         self.MPI.COMM_WORLD.Abort(status)
+
+
+# Step -> the words an agreement all-reduces (a training loop agrees on the same steps)
+_signatures = {}
 
 
 def _disagreement(described, rank):
