@@ -3,8 +3,11 @@ its failure reports. Each run has a timeout, so that a hang fails instead of sta
 suite. The ranks run tests/kvstore_worker.py; most checks share one run per rank count."""
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -212,3 +215,38 @@ def test_launch_variables_are_checked_against_mpi(variables, message):
     done = subprocess.run([sys.executable, '-c', CREATE], env=environ, capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+    script = tmp_path / 'forever.py'
+    script.write_text('import os, time\n'
+                      f'open(os.path.join({str(tmp_path)!r}, f"pid-{{os.getpid()}}"), "w")\n'
+                      'time.sleep(600)\n')
+    environ = config.child_environ(PYTHONPATH=str(ROOT), MXNET_CORE_LOCK_DIR=str(tmp_path))
+    launcher = subprocess.Popen([sys.executable, '-m', 'ember', 'launch', '-n', '2',
+                                 str(script)], env=environ, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob('pid-*'))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.name[4:]) for p in tmp_path.glob('pid-*')]
+    assert len(pids) == 2
+    launcher.kill()                     # SIGKILL: no handler of the launcher runs
+    launcher.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    alive = [pid for pid in pids if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, 'ranks outlived their killed launcher'
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not reaped by its parent) is not running
+    with open(f'/proc/{pid}/stat') as stat:
+        return stat.read().split(')')[-1].split()[0] != 'Z'
