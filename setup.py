@@ -67,9 +67,9 @@ setup(cmdclass={'build_ext': BuildExt}, ext_modules=[
               depends=['ember/_buffers.h', 'ember/_team.h'],
               optional=True, extra_compile_args=KERNEL_FLAGS),
     Extension('ember._winograd', sources=['ember/_winograd.c'],
-              depends=['ember/_buffers.h', 'ember/_team.h'],
+              depends=['ember/_buffers.h', 'ember/_team.h', 'ember/_builds.h'],
               optional=True, extra_compile_args=WINOGRAD_FLAGS),
     Extension('ember._sparse', sources=['ember/_sparse.c'],
-              depends=['ember/_buffers.h', 'ember/_team.h'],
+              depends=['ember/_buffers.h', 'ember/_team.h', 'ember/_builds.h'],
               optional=True, extra_compile_args=SPARSE_FLAGS),
 ])

@@ -43,17 +43,8 @@
     static type name##_baseline params { return name args; }
 #endif
 
-enum { BASELINE, AVX2, AVX512 };
-static const char *const build_names[] = {"baseline", "avx2", "avx512"};
-static int build = BASELINE;
-
-#if HAVE_ISA_BUILDS
-#define DISPATCH(name, ...) (build == AVX512 ? name##_avx512(__VA_ARGS__)                      \
-                             : build == AVX2 ? name##_avx2(__VA_ARGS__)                        \
-                             : name##_baseline(__VA_ARGS__))
-#else
-#define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
-#endif
+#define EMBER_ISA_BUILDS HAVE_ISA_BUILDS
+#include "_builds.h"
 
 /* Whether `level`'s build exists here and the CPU runs it. */
 static int supported(int level) {
@@ -677,32 +668,6 @@ static PyObject *lazy_update(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
-static PyObject *instruction_set(PyObject *self, PyObject *unused) {
-    return PyUnicode_FromString(build_names[build]);
-}
-
-/* Tests run every build that the CPU has. */
-static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
-    const char *name;
-    if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
-        return NULL;
-    }
-    for (int level = BASELINE; level <= AVX512; level++) {
-        if (strcmp(name, build_names[level]) == 0) {
-            if (!supported(level)) {
-                PyErr_Format(PyExc_ValueError, "instruction set '%s': this build or CPU does "
-                             "not have it; '%s' runs", name, build_names[build]);
-                return NULL;
-            }
-            build = level;
-            Py_RETURN_NONE;
-        }
-    }
-    PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx512', 'avx2' or "
-                 "'baseline'", name);
-    return NULL;
-}
-
 #define TEAM_DOC                                                                               \
     " threads, cores (keyword-only): the work split into `threads` parts run on the calling " \
     "thread's OpenMP team (one after the other without OpenMP: `openmp` false); with cores, " \
@@ -752,7 +717,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__sparse(void) {
-    build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
+    build = widest_build();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
         Py_DECREF(m);

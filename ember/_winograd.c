@@ -244,18 +244,8 @@ static inline Py_ssize_t own_u_step(Py_ssize_t panels, Py_ssize_t channels) {
 #pragma GCC pop_options
 #endif
 
-/* The build that runs: the widest the CPU has, or the one use_instruction_set() chose. */
-enum { BASELINE, AVX2, AVX512 };
-static const char *const build_names[] = {"baseline", "avx2", "avx512"};
-static int build = BASELINE;
-
-#if HAVE_AVX2_BUILD
-#define DISPATCH(name, ...) (build == AVX512 ? name##_avx512(__VA_ARGS__)                      \
-                             : build == AVX2 ? name##_avx2(__VA_ARGS__)                        \
-                             : name##_baseline(__VA_ARGS__))
-#else
-#define DISPATCH(name, ...) name##_baseline(__VA_ARGS__)
-#endif
+#define EMBER_ISA_BUILDS HAVE_AVX2_BUILD
+#include "_builds.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Calls: one kernel call's arrays and arguments, run without the GIL; team() runs several */
@@ -1142,10 +1132,6 @@ static PyObject *tile_floats(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(POSITIONS * position_stride(count, row));
 }
 
-static PyObject *instruction_set(PyObject *self, PyObject *unused) {
-    return PyUnicode_FromString(build_names[build]);
-}
-
 /* Whether `level`'s build exists here and the CPU runs it. */
 static int supported(int level) {
 #if HAVE_AVX2_BUILD
@@ -1156,28 +1142,6 @@ static int supported(int level) {
 #else
     return level == BASELINE;
 #endif
-}
-
-/* Tests run every build that the CPU has. */
-static PyObject *use_instruction_set(PyObject *self, PyObject *args) {
-    const char *name;
-    if (!PyArg_ParseTuple(args, "s:use_instruction_set", &name)) {
-        return NULL;
-    }
-    for (int level = BASELINE; level <= AVX512; level++) {
-        if (strcmp(name, build_names[level]) == 0) {
-            if (!supported(level)) {
-                PyErr_Format(PyExc_ValueError, "instruction set '%s': this build or CPU does "
-                             "not have it; '%s' runs", name, build_names[build]);
-                return NULL;
-            }
-            build = level;
-            Py_RETURN_NONE;
-        }
-    }
-    PyErr_Format(PyExc_ValueError, "instruction set '%s': expected 'avx512', 'avx2' or "
-                 "'baseline'", name);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -1297,7 +1261,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__winograd(void) {
-    build = supported(AVX512) ? AVX512 : supported(AVX2) ? AVX2 : BASELINE;
+    build = widest_build();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "openmp", TEAM_OPENMP) < 0) {
         Py_DECREF(m);

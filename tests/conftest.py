@@ -97,13 +97,11 @@ def compiled_module(monkeypatch):
     return use
 
 
-@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
-def build(request):
-    """Each build of ember._winograd in turn (AVX-512 and AVX2 where the CPU has them)."""
-    from ember.op.nn.conv import compiled
-    module = compiled.MODULE
+def _each_build(request, module, name):
+    """Run the test on `module`'s build `request.param`, skipped where it does not exist or
+    the CPU does not run it, and put the module's build back afterwards."""
     if module is None:
-        pytest.skip('ember._winograd is not built')
+        pytest.skip(f'{name} is not built')
     before = module.instruction_set()
     try:
         module.use_instruction_set(request.param)
@@ -111,6 +109,20 @@ def build(request):
         pytest.skip(f'{request.param} does not run here')
     yield request.param
     module.use_instruction_set(before)
+
+
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def build(request):
+    """Each build of ember._winograd in turn (AVX-512 and AVX2 where the CPU has them)."""
+    from ember.op.nn.conv import compiled
+    yield from _each_build(request, compiled.MODULE, 'ember._winograd')
+
+
+@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
+def sparse_build(request):
+    """Each build of ember._sparse in turn (AVX-512 and AVX2 where the CPU has them)."""
+    from ember.op import sparse_ops
+    yield from _each_build(request, sparse_ops._compiled, 'ember._sparse')
 
 
 @pytest.fixture

@@ -442,21 +442,6 @@ needs_compiled = pytest.mark.skipif(_sparse_ops._compiled is None,
                                     reason='ember._sparse is not built (no C compiler)')
 
 
-@pytest.fixture(params=['avx512', 'avx2', 'baseline'])
-def sparse_build(request):
-    """Each build of ember._sparse in turn (AVX-512 and AVX2 where the CPU has them)."""
-    module = _sparse_ops._compiled
-    if module is None:
-        pytest.skip('ember._sparse is not built')
-    before = module.instruction_set()
-    try:
-        module.use_instruction_set(request.param)
-    except ValueError:
-        pytest.skip(f'{request.param} does not run here')
-    yield request.param
-    module.use_instruction_set(before)
-
-
 def _random_csr(rng, rows, cols, density):
     """A float32 csr of about `density` stored entries."""
     import scipy.sparse
