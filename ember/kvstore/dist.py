@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -125,7 +124,7 @@ class KVStoreDist(KVStoreBase):
         self._compression = None
         self._residuals = {}
         self._server = _AsyncServer(self) if 'async' in kind else None
-        self._plans = {}            # pushpull's buckets by _plan_signature
+        self._plans = {}            # _plan_signature -> (the arrays, pushpull's buckets)
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -377,16 +376,19 @@ class KVStoreDist(KVStoreBase):
             return
         signature = _plan_signature(key, value, out)
         found = self._plans.get(signature) if signature is not None else None
-        if found is not None and all(ref() is array for ref, array in
-                                     zip(found[0], _flat_arrays(value, out))):
+        arrays = _flat_arrays(value, out)
+        if found is not None and len(found[0]) == len(arrays) and all(
+                kept is array for kept, array in zip(found[0], arrays)):
             buckets = found[1]
         else:
             buckets = self._plan_allreduce(key, value, out, priority)
             if signature is not None:
+                # one plan per keys: new arrays replace the last ones (the store holds the
+                # last arrays of its keys anyway, as `latest`), at most _KEPT_PLANS plans
+                self._plans.pop(signature, None)
                 if len(self._plans) >= _KEPT_PLANS:
                     self._plans.pop(next(iter(self._plans)))
-                self._plans[signature] = ([weakref.ref(a) for a in _flat_arrays(value, out)],
-                                          buckets)
+                self._plans[signature] = (arrays, buckets)
         world = self._world
         for step, items, reads, writes in buckets:
             # a bucket whose gradients are ready all-reduces on this thread (it would wait
@@ -480,17 +482,18 @@ _KEPT_PLANS = 16
 
 
 def _plan_signature(key, value, out):
-    """What a pushpull's plan depends on: the keys, the identity of every array and the bucket
-    cap; None where a key has several values (their sum is pushed anew each call)."""
+    """Where a pushpull's plan is kept: its keys, whether it has outputs and the bucket cap
+    (the plan is used again for the same arrays); None where a key has several values (their
+    sum is pushed anew each call)."""
     keys = tuple(key) if isinstance(key, (list, tuple)) else (key,)
     if not all(type(k) in (int, str) for k in keys):
         return None
     values = value if isinstance(key, (list, tuple)) else [value]
     outs = () if out is None else (out if isinstance(key, (list, tuple)) else [out])
-    if not isinstance(values, (list, tuple)) or any(
+    if not isinstance(values, (list, tuple)) or not isinstance(outs, (list, tuple)) or any(
             isinstance(v, (list, tuple)) for v in (*values, *outs)):
         return None
-    return (keys, tuple(map(id, values)), tuple(map(id, outs)), config.get('BUCKET_CAP_MB'))
+    return keys, bool(outs), config.get('BUCKET_CAP_MB')
 
 
 def _flat_arrays(value, out):
