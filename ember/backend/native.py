@@ -261,3 +261,13 @@ def _is_loaded(soname: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def signal_on_parent_death(sig) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (``PR_SET_PDEATHSIG``);
+    nothing elsewhere. Called in a child between fork and exec (``preexec_fn``)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)            # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

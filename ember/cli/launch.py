@@ -12,7 +12,7 @@ answer, is an error naming it.
 """
 from __future__ import annotations
 
-import ctypes
+import functools
 import importlib.metadata
 import os
 import re
@@ -216,9 +216,14 @@ def _supervise(command, status_dir, kill_after):
     """Run mpiexec, passing its output on; once a rank has failed, end the job if it outlives
     `kill_after`. Returns (mpiexec's status, the pids mpiexec reported dead with their codes)."""
     from ember import config
+    from ember.backend import native
+    # mpiexec gets SIGTERM when this launcher dies, however it dies (a SIGKILL from a test's
+    # timeout included), so that it ends the ranks instead of leaving them running, holding
+    # their cores' locks
     process = subprocess.Popen(command, env=config.child_environ(), start_new_session=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               preexec_fn=_end_with_parent)
+                               preexec_fn=functools.partial(native.signal_on_parent_death,
+                                                            signal.SIGTERM))
     dead = {}
     pumps = [threading.Thread(target=_forward, args=(stream, target, dead), daemon=True)
              for stream, target in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))]
@@ -260,17 +265,6 @@ def _forward(stream, target, dead):
         if code and pid is not None:
             dead[pid] = int(code.group(1))
             pid = None
-
-
-def _end_with_parent():
-    """In mpiexec before it starts (Linux): SIGTERM it when this launcher dies, however it
-    dies (a SIGKILL from a test's timeout included), so that mpiexec ends the ranks instead
-    of leaving them running, holding their cores' locks."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)      # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _end(process):
