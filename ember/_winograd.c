@@ -252,6 +252,7 @@ static inline Py_ssize_t own_u_step(Py_ssize_t panels, Py_ssize_t channels) {
 
 typedef struct {
     const float *w;             /* OHWI 3x3, element [f, y, x, c] at f, y, x, c * steps */
+    const float *scale;         /* per filter, or NULL: w is transformed as it is */
     float *u;
     Py_ssize_t channels, filters, steps[4];
 } Weights;
@@ -334,7 +335,7 @@ static void run_dense(const Job *j) {
 
 static void run_weights(const Job *j) {
     const Weights *w = &j->k.weights;
-    DISPATCH(transform_weights, w->w, w->steps, NULL, w->channels, w->filters, w->u,
+    DISPATCH(transform_weights, w->w, w->steps, w->scale, w->channels, w->filters, w->u,
              (w->filters + PANEL - 1) / PANEL * PANEL * w->channels, 0, j->lo, j->hi);
 }
 
@@ -591,10 +592,12 @@ static int parse_convolve(PyObject *args, Job *j) {
 }
 
 static int parse_transform_weights(PyObject *args, Job *j) {
-    PyObject *w, *u;
+    PyObject *w, *u, *scale = Py_None;
     Py_ssize_t ws[4];
     Weights *k = &j->k.weights;
-    if (!PyArg_ParseTuple(args, "OO(nn):transform_weights", &w, &u, &j->lo, &j->hi) ||
+    k->scale = NULL;
+    if (!PyArg_ParseTuple(args, "OO(nn)|O:transform_weights", &w, &u, &j->lo, &j->hi,
+                          &scale) ||
         !(k->w = borrow_strided(&j->b, w, "w", ws, k->steps))) {
         return 0;
     }
@@ -603,7 +606,9 @@ static int parse_transform_weights(PyObject *args, Job *j) {
     j->run = run_weights;
     return valid_weights("w", ws, "panels", j->lo, j->hi, panels) &&
            (k->u = borrow(&j->b, u, "u", NULL, 0, POSITIONS * panels * PANEL * k->channels,
-                          1)) != NULL;
+                          1)) != NULL &&
+           (scale == Py_None ||
+            (k->scale = borrow(&j->b, scale, "scale", NULL, 0, k->filters, 0)) != NULL);
 }
 
 static int parse_weight_gradient(PyObject *args, Job *j) {
@@ -1163,10 +1168,12 @@ static PyMethodDef methods[] = {
      "during each item's products it fetches the weights of the item ahead_items on (0:\n"
      "none), the one it likely takes next where that many threads share the claim."},
     {"transform_weights", transform_weights, METH_VARARGS,
-     "transform_weights(w, u, (panel_lo, panel_hi))\n\n"
+     "transform_weights(w, u, (panel_lo, panel_hi), scale=None)\n\n"
      "u = G w G^T of OHWI 3x3 float32 weights of any strides (a view of OIHW weights, or\n"
      "one flipped) as (36, ceil(F / 16), C, 16), the panels of 16 filters\n"
-     "[panel_lo, panel_hi) only; zeros past the last filter."},
+     "[panel_lo, panel_hi) only; zeros past the last filter. scale: F float32 factors, each\n"
+     "filter's weights multiplied by its own before the transform (one rounding, as\n"
+     "NumPy's w * scale)."},
     {"weight_gradient", weight_gradient, METH_VARARGS,
      "weight_gradient(x, dy, du, (pad_top, pad_left), (tile_lo, tile_hi), (f_lo, f_hi),\n"
      "                chunk, v, m, zero=False)\n\n"

@@ -728,6 +728,31 @@ def test_a_scaled_weight_is_kept_scaled_and_follows_the_scale(layout, geometry):
 
 
 @needs_onednn
+@pytest.mark.parametrize('groups', [1, 2])
+def test_a_scaled_weight_is_scaled_by_its_reorder_with_the_bits_of_the_product(groups):
+    # the reorder into the kept copy multiplies as it reads (oneDNN's source scales), with
+    # no scaled temporary first: the output has the bits of the weight scaled beforehand
+    kwargs = dict(kernel=(3, 3), num_filter=8, num_group=groups, no_bias=True, pad=(1, 1))
+    data, weight = conv_inputs((2, 8, 9, 9), kwargs)
+    scale = np.random.default_rng(3).uniform(0.1, 3.0, 8).astype(np.float32)
+    attrs, (expected,) = numpy_outputs('Convolution', [data, weight * scale[:, None, None, None]],
+                                       **kwargs)
+    onednn.clear_cache()
+    outs, prepared = [], []
+    for w, s in ((weight, scale), (weight * scale[:, None, None, None], None)):
+        out = empty_like(expected)
+        prepared.append(provider.convolution_forward(attrs, data, w, None, out,
+                                                     weight_version=((engine.get().new_var(),
+                                                                      0),), weight_scale=s))
+        outs.append(out)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    np.testing.assert_allclose(outs[0], expected, rtol=RTOL, atol=ATOL)
+    bindings = prepared[0]._primitive().bindings
+    weights = next(b for b in bindings if b.arg == onednn.ARG_WEIGHTS)
+    assert weights.reorder is not None and weights.scaled[1 + (groups > 1)] is not None
+
+
+@needs_onednn
 def test_kept_weights_are_per_array_and_go_with_their_variable():
     # layers of one shape share a primitive; each weight keeps its own reordered copy
     onednn.clear_cache()

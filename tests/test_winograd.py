@@ -144,7 +144,7 @@ def test_threads_sharing_the_filters_take_all_the_tiles_in_one_chunk():
 
 def _convolve_args(c, chunk, width):
     """convolve()'s arguments for a whole case with fresh scratch, as lists to edit."""
-    u = winograd_compiled._packed_weights(c.w, None, 1)
+    u = winograd_compiled._packed_weights(c.w, None, None, 1)
     out = np.zeros(c.expected.shape, np.float32)
     tiles = c.x.shape[0] * int(np.prod(common.output_tiles(c.window, 4)))
     channels, filters = c.w.shape[-1], c.w.shape[0]
@@ -169,6 +169,32 @@ def test_weights_of_any_strides_transform_as_their_copies():
         assert strided.tobytes() == copied.tobytes(), name
     with pytest.raises(ValueError, match='w: expected a 4-D'):
         _winograd.transform_weights(ohwi[0], strided, (0, 1))
+
+
+@needs_module
+@pytest.mark.parametrize('filters, channels', [(16, 64), (40, 19), (7, 8)])
+def test_scaled_weights_transform_as_their_scaled_copies(build, filters, channels):
+    # a folded BatchNorm's scale is applied as the weights are read: the bits of NumPy's
+    # w * scale transformed, for every layout the fast paths take and every build
+    rng = np.random.default_rng(8)
+    ohwi = rng.standard_normal((filters, 3, 3, channels)).astype(np.float32)
+    scale = rng.uniform(0.1, 3.0, filters).astype(np.float32)
+    views = {'OHWI': ohwi,
+             'OIHW seen as OHWI': np.ascontiguousarray(ohwi.transpose(0, 3, 1, 2)).transpose(
+                 0, 2, 3, 1),
+             'every other filter': np.concatenate([ohwi, ohwi])[::2]}
+    shape = winograd_compiled.packed_shape(channels, filters)
+    for name, view in views.items():
+        scaled, want = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+        _winograd.transform_weights(view, scaled, (0, shape[1]), scale)
+        _winograd.transform_weights(view * scale[:, None, None, None], want, (0, shape[1]))
+        assert scaled.tobytes() == want.tobytes(), name
+    # the kernel's own caller: any float scale, the weights' filters split over two parts
+    kept = winograd_compiled._packed_weights(ohwi, scale.astype(np.float64), None, 2)
+    _winograd.transform_weights(ohwi * scale[:, None, None, None], want, (0, shape[1]))
+    assert kept.tobytes() == want.tobytes()
+    with pytest.raises(ValueError, match='scale: expected at least'):
+        _winograd.transform_weights(ohwi, scaled, (0, shape[1]), scale[:-1])
 
 
 @needs_module
@@ -280,7 +306,7 @@ def test_fused_weights_give_the_bits_of_transformed_ones(build, shape, layout):
     c = _fused_case(7, *shape, layout)
     channels, filters = c.w.shape[-1], c.w.shape[0]
     panels = -(-filters // 16)
-    u = winograd_compiled._packed_weights(c.w * c.scale[:, None, None, None], None, 1)
+    u = winograd_compiled._packed_weights(c.w * c.scale[:, None, None, None], None, None, 1)
     tiles = c.x.shape[0] * int(np.prod(common.output_tiles(c.window, 4)))
     for group, chunk, callers, ahead in [(1, tiles, 2, 2), (2, tiles, 1, 0),
                                          (panels, 5, 2, 1), (1, 3, 3, 0)]:
@@ -408,9 +434,9 @@ def transforms(compiled_module):
         pytest.skip('ember._winograd is not built')
     calls = []
 
-    def transform_weights(w, u, panels):
+    def transform_weights(w, u, panels, scale=None):
         calls.append(w.shape)
-        _winograd.transform_weights(w, u, panels)
+        _winograd.transform_weights(w, u, panels, scale)
 
     def convolve(*args):
         if len(args) > 14 and args[14] is not None:

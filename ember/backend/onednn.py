@@ -69,6 +69,7 @@ ARG_DIFF_SCALE, ARG_DIFF_SHIFT = 255, 256
 # recurrent layers: SRC/DST/WEIGHTS above are their LAYER arguments
 ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_DST_ITER, ARG_DST_ITER_C, ARG_WEIGHTS_ITER = 2, 3, 18, 19, 34
 _ARG_SCRATCHPAD = 80
+_ARG_ATTR_SCALES = 4096         # DNNL_ARG_ATTR_SCALES, or-ed with the argument it scales
 
 ELTWISE_ALGORITHMS = {'relu': 0x20, 'tanh': 0x21, 'elu': 0x22, 'square': 0x23, 'abs': 0x24,
                       'sqrt': 0x25, 'linear': 0x26, 'soft_relu': 0x27, 'logistic': 0x29,
@@ -134,6 +135,7 @@ _STATUS_FUNCTIONS = {
     'dnnl_primitive_attr_destroy': (_h,),
     'dnnl_primitive_attr_set_scratchpad_mode': (_h, _i),
     'dnnl_primitive_attr_set_post_ops': (_h, _h),
+    'dnnl_primitive_attr_set_scales_mask': (_h, _i, _i),
     'dnnl_post_ops_create': (_p,),
     'dnnl_post_ops_destroy': (_h,),
     'dnnl_post_ops_append_sum': (_h, _f, ctypes.c_int32, _i),
@@ -475,10 +477,14 @@ class _Binding:
     reorder: int | None            # user -> inner (inputs) or inner -> user (outputs)
     offset: int = 0                # where the inner buffer sits in the workspace
     is_output: bool = False
+    owned: object = None           # the primitive's _Handles, which own what is made later
 
     def __post_init__(self):
         # caller's address -> the kept copy this input last ran on (_Kept.stage)
         self.kept: dict = {}
+        # scaled dimensions -> the reorder that scales as it copies (_ScaledReorder), or None
+        # where oneDNN has none for these layouts
+        self.scaled: dict = {}
         # the reorder's two arguments never change: only their memory's data handles do
         source, target = self.user_memory, self.inner_memory
         if self.is_output:
@@ -548,10 +554,12 @@ class Primitive:
             versions: dict | None = None, plan: Plan | None = None) -> Plan | None:
         """Execute on `arrays` (argument id -> float32 array laid out as described at build
         time); `accumulate` is what a sum post-op adds to. `versions` maps input argument ids
-        to ``(token, prepare)``: such an input's reordered copy is kept and reused while its
+        to ``(token, scale)``: such an input's reordered copy is kept and reused while its
         address and token, ``((engine variable, version), ...)`` of what it is made from,
-        stay the same (weights in inference); `prepare`, None or a function returning the
-        array to reorder from instead (a scaled weight), runs only when it is reordered.
+        stay the same (weights in inference); `scale`, None or float32 factors shaped like
+        the input's leading dimensions (a folded BatchNorm's, per output channel), multiplies
+        the input as it is reordered (or first, where oneDNN cannot scale the reorder or the
+        input is not reordered).
 
         Returns a :class:`Plan` of this run where a later run on the same arrays can set the
         same data handles and execute (no reorder of an input or an addend each run), else
@@ -578,18 +586,18 @@ class Primitive:
             prepared = []           # arrays made for this run, alive until it ends
             for binding in self.bindings:
                 address = accel.data_address(arrays[binding.arg])
-                token, prepare = versions.get(binding.arg, _UNVERSIONED) if versions \
+                token, scale = versions.get(binding.arg, _UNVERSIONED) if versions \
                     else _UNVERSIONED
                 if token is not None and binding.reorder is not None:
-                    _kept.stage(library, stream, binding, address, token, prepare)
+                    _kept.stage(library, stream, binding, arrays[binding.arg], token, scale)
                     copy = binding.kept[address]
                     kept.append((binding, weakref.ref(copy)))
                     handles.append((binding.inner_memory, copy.address))
                     continue
-                if prepare is not None:
+                if scale is not None:
                     # the primitive reads the input as it is laid out: nothing to keep, but
-                    # it must read the prepared array, not the caller's
-                    prepared.append(prepare())
+                    # it must read the scaled array, not the caller's
+                    prepared.append(_scaled(arrays[binding.arg], scale))
                     address = accel.data_address(prepared[-1])
                     replayable = False
                 if binding.reorder is not None:
@@ -644,7 +652,8 @@ class Primitive:
                             None, None)
         source, target = (inner, user_md) if is_output else (user_md, inner)
         return _Binding(arg, user_md, inner, inner_memory, self._memory(user_md),
-                        self._reorder(source, target), is_output=is_output)
+                        self._reorder(source, target), is_output=is_output,
+                        owned=self._owned)
 
     def _accumulate(self, user_md: MemoryDesc) -> _Binding:
         """How the sum post-op's addend reaches the destination buffer, in its layout."""
@@ -781,11 +790,12 @@ class _Kept:
         self.copies: dict = {}
         self.lock = threading.Lock()
 
-    def stage(self, library, stream, binding, address, token, prepare=None):
-        """Point the primitive's input at the kept copy of the array at `address`, reordering
-        it again only when `token`, ``((engine variable, version), ...)``, is not the one
-        the copy was made from. `prepare()`, when given, returns the array to reorder from
-        (laid out like the one at `address`: the weight scaled by a folded BatchNorm)."""
+    def stage(self, library, stream, binding, array, token, scale=None):
+        """Point the primitive's input at the kept copy of `array`, reordering it again only
+        when `token`, ``((engine variable, version), ...)``, is not the one the copy was made
+        from. `scale`, when given, multiplies the array as it is reordered (factors over its
+        first dimensions: the weight scaled by a folded BatchNorm)."""
+        address = accel.data_address(array)
         copy = binding.kept.get(address)
         if copy is not None and copy.made_from(token):
             library.memory_set_data_handle(binding.inner_memory, copy.address)
@@ -805,11 +815,20 @@ class _Kept:
             copy.users.add(binding)
             library.memory_set_data_handle(binding.inner_memory, copy.address)
             if fresh:
-                source = prepare() if prepare is not None else None
-                library.memory_set_data_handle(
-                    binding.user_memory,
-                    address if source is None else accel.data_address(source))
-                _execute_reorder(library, stream, binding)
+                self._reorder(library, stream, binding, array, address, scale)
+
+    @staticmethod
+    def _reorder(library, stream, binding, array, address, scale):
+        scaled = None if scale is None else _ScaledReorder.of(library, binding, scale.ndim)
+        source = _scaled(array, scale) if scale is not None and scaled is None else None
+        library.memory_set_data_handle(
+            binding.user_memory, address if source is None else accel.data_address(source))
+        if scaled is None:
+            _execute_reorder(library, stream, binding)
+            return
+        scale = np.ascontiguousarray(scale, np.float32)
+        library.memory_set_data_handle(scaled.scale_memory, accel.data_address(scale))
+        library.primitive_execute(scaled.handle, stream, 3, scaled.args)
 
     def _drop_dead(self):
         """Copies of arrays whose variables are gone make room first."""
@@ -845,7 +864,58 @@ class _Kept:
 
 
 _kept = _Kept()
-_UNVERSIONED = (None, None)     # (token, prepare) of an input without a kept copy
+_UNVERSIONED = (None, None)     # (token, scale) of an input without a kept copy
+
+
+def _scaled(array, scale):
+    """`array` times `scale`, whose dimensions are the array's first ones."""
+    factors = scale.astype(np.float32, copy=False)
+    return np.multiply(array, factors.reshape(scale.shape + (1,) * (array.ndim - scale.ndim)))
+
+
+class _ScaledReorder:
+    """A binding's reorder that multiplies its source by factors over the source's first
+    `dims` dimensions as it copies (oneDNN's source scales): a weight scaled by a folded
+    BatchNorm is read once into its kept copy, with no scaled temporary first."""
+
+    __slots__ = ('handle', 'scale_memory', 'args')
+
+    def __init__(self, library, binding, dims):
+        attr = library.new_handle(library.primitive_attr_create)
+        try:
+            library.primitive_attr_set_scales_mask(attr, ARG_SRC, (1 << dims) - 1)
+            pd = library.new_handle(library.reorder_primitive_desc_create,
+                                    binding.user_md.handle, library.engine,
+                                    binding.inner_md.handle, library.engine, attr)
+        finally:
+            library.primitive_attr_destroy(attr)
+        owned = binding.owned.handles
+        try:
+            self.handle = library.new_handle(library.primitive_create, pd)
+            owned.append(('primitive', self.handle))
+        finally:
+            library.primitive_desc_destroy(pd)
+        count = 1
+        for extent in binding.user_md.dims[:dims]:
+            count *= extent
+        scale_md = MemoryDesc.plain((count,), (1,))
+        self.scale_memory = library.new_handle(library.memory_create, scale_md.handle,
+                                               library.engine, None)
+        owned.append(('memory', self.scale_memory))
+        self.args = (_ExecArg * 3)(_ExecArg(ARG_SRC, binding.user_memory),
+                                   _ExecArg(ARG_DST, binding.inner_memory),
+                                   _ExecArg(_ARG_ATTR_SCALES | ARG_SRC, self.scale_memory))
+
+    @staticmethod
+    def of(library, binding, dims):
+        """The binding's scaled reorder over `dims` leading dimensions, made on first use;
+        None where oneDNN has none for its layouts."""
+        if dims not in binding.scaled:
+            try:
+                binding.scaled[dims] = _ScaledReorder(library, binding, dims)
+            except OneDNNError:
+                binding.scaled[dims] = None
+        return binding.scaled[dims]
 
 
 class Plan:

@@ -144,11 +144,11 @@ class Prepared:
     kept copy is prepared. :meth:`run` takes the weight's current version, so a weight that
     changed is reordered again as in any call."""
 
-    __slots__ = ('_primitive', '_arrays', '_accumulate', '_prepare', '_plan')
+    __slots__ = ('_primitive', '_arrays', '_accumulate', '_scale', '_plan')
 
-    def __init__(self, primitive, arrays, accumulate, prepare):
+    def __init__(self, primitive, arrays, accumulate, scale):
         self._primitive = weakref.ref(primitive)
-        self._arrays, self._accumulate, self._prepare = arrays, accumulate, prepare
+        self._arrays, self._accumulate, self._scale = arrays, accumulate, scale
         self._plan = None           # the data handles of its last run (onednn.Plan)
 
     def run(self, weight_version) -> bool:
@@ -156,12 +156,12 @@ class Prepared:
         was switched off, or a scaled weight comes without a version (its scaled copy would
         be the first call's)."""
         primitive = self._primitive()
-        if primitive is None or (self._prepare is not None and weight_version is None) \
+        if primitive is None or (self._scale is not None and weight_version is None) \
                 or not enabled():
             return False
         onednn.set_num_threads(engine.kernel_threads())
         versions = None if weight_version is None \
-            else {ARG_WEIGHTS: (weight_version, self._prepare)}
+            else {ARG_WEIGHTS: (weight_version, self._scale)}
         self._plan = _execute(primitive, self._arrays, self._accumulate, versions, self._plan)
         return True
 
@@ -190,16 +190,15 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     if not _ready(data, weight, bias, out, residual, weight_scale):
         return False
     layout, groups = attrs['layout'], attrs['num_group']
-    prepare = None
+    scale = None
     if weight_scale is not None:
-        scale = weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-
-        def prepare():
-            # the product is laid out like the weight (order 'K'), so its descriptor is the
-            # weight's: the kept copy is made from it
-            return _conv_weight(np.multiply(weight, scale), layout, groups)
         if weight_version is None:
-            weight, prepare = np.multiply(weight, scale), None
+            weight = np.multiply(weight, weight_scale.reshape((-1,) + (1,) * (weight.ndim - 1)))
+        else:
+            # the weight's reorder into its kept copy scales it as it reads it, over the
+            # output channels ((groups, filters per group) for a grouped weight); a view,
+            # read when the copy is made
+            scale = weight_scale.reshape((groups, -1) if groups > 1 else (-1,))
     x, y = channel_first(np, data, layout), channel_first(np, out, layout)
     w = _conv_weight(weight, layout, groups)
     r = channel_first(np, residual, layout) if residual is not None else None
@@ -227,14 +226,14 @@ def convolution_forward(attrs, data, weight, bias, out, residual=None, act_type=
     arrays = {ARG_SRC: x, ARG_WEIGHTS: w, ARG_DST: y}
     if bias is not None:
         arrays[ARG_BIAS] = bias
-    versions = None if weight_version is None else {ARG_WEIGHTS: (weight_version, prepare)}
+    versions = None if weight_version is None else {ARG_WEIGHTS: (weight_version, scale)}
     primitive = onednn.cached(key, build)
     if primitive is None:
         return False
     _execute(primitive, arrays, r, versions)
     if weight_scale is not None and weight_version is None:
         return True         # `arrays` holds this call's scaled weight
-    return Prepared(primitive, arrays, r, prepare)
+    return Prepared(primitive, arrays, r, scale)
 
 
 def _conv_geometry(attrs, nd):

@@ -45,7 +45,7 @@ from ember.engine.threads import kernel_threads
 from ember.op.nn._common import make_window
 from ember.op.nn.conv import tuning
 from ember.op.nn.conv.common import (
-    default_alloc, finish, output_tiles, part_range, plain, run_parts)
+    default_alloc, finish, output_tiles, part_range, run_parts)
 from ember.op.nn.conv.compiled import MODULE, PANEL, Prepared, round_up, run_compiled
 from ember.op.nn.conv.kept import room_for
 from ember.op.nn.conv.state import STATE, TRANSFORMED
@@ -217,9 +217,9 @@ def convolve(x, w, bias, out, window, residual, act_type, budget, alloc, threads
         extra = (w, None if weight_scale is None else
                  np.ascontiguousarray(weight_scale, np.float32).reshape(-1), count)
     elif u is None:
-        # transform_weights reads OHWI views of any strides (OIHW weights, flipped ones)
-        u = _packed_weights(w if weight_scale is None else plain(w, weight_scale),
-                            weight_version, threads,
+        # transform_weights reads OHWI views of any strides (OIHW weights, flipped ones),
+        # scaling each filter as it reads it (no scaled copy of the weights first)
+        u = _packed_weights(w, weight_scale, weight_version, threads,
                             scratch[0] if scratch else None)
     relu = act_type == 'relu'
 
@@ -432,14 +432,17 @@ def packed_shape(channels, filters):
     return (36, -(-filters // PANEL), channels, PANEL)
 
 
-def _packed_weights(w, weight_version, threads, scratch=None):
-    """U = G g G^T of OHWI weights `w`, packed (zeros past the last filter), in `scratch`,
-    else in a new array kept for `weight_version`."""
+def _packed_weights(w, scale, weight_version, threads, scratch=None):
+    """U = G g G^T of OHWI weights `w`, each filter times its `scale` (None: 1), packed
+    (zeros past the last filter), in `scratch`, else in a new array kept for
+    `weight_version`."""
     shape = packed_shape(w.shape[-1], w.shape[0])
     u = np.empty(shape, np.float32) if scratch is None else scratch
     parts = min(max(1, threads or 1), shape[1])
+    if scale is not None:
+        scale = np.ascontiguousarray(scale, np.float32).reshape(-1)
     run_compiled(MODULE.transform_weights, u.size,
-                 [(w, u, part_range(i, parts, shape[1])) for i in range(parts)])
+                 [(w, u, part_range(i, parts, shape[1]), scale) for i in range(parts)])
     if weight_version is not None:
         _transformed.keep(weight_version, u)
     return u
