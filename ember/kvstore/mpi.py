@@ -98,6 +98,7 @@ class World:
         self.var = engine.get().new_var(carries_errors=False)
         self.closing = []                       # callbacks before the exit agreement
         self.closed = []                        # and after it
+        self._host = cpu(0)                     # where the collectives run
 
     # -- running collectives in order ---------------------------------------------------------
     def push(self, step, fn, reads=(), writes=(), name='kvstore_collective', inline=False):
@@ -112,7 +113,7 @@ class World:
             # waiting inside MPI (the raw all-reduce 0.7 ms)
             self.agree(step, blocking=not engine.in_worker())
             fn()
-        engine.get().push(run, list(reads), [self.var] + list(writes), cpu(0), _PRIORITY,
+        engine.get().push(run, list(reads), [self.var] + list(writes), self._host, _PRIORITY,
                           name, inline=inline)
 
     def call(self, step, fn=lambda: None):
@@ -128,13 +129,14 @@ class World:
         """Check that every rank is about to do `step`; raise the same error on every rank
         where they differ. `blocking`: wait inside MPI (which progresses it without pause)
         rather than poll with sleeps (:meth:`wait`)."""
-        both = _signatures.get(step)
-        if both is None:
+        found = _signatures.get(step)
+        if found is None:
             mine = step.signature()
             both = np.concatenate([mine, -mine])
             if len(_signatures) >= 256:
                 _signatures.clear()
-            _signatures[step] = both
+            found = _signatures[step] = (both, both.tobytes())
+        both, words = found
         extremes = np.empty_like(both)
         # Every rank first waits for the others in a non-blocking barrier (`blocking`: inside
         # MPI, which progresses it without pause; else polling with sleeps, leaving the core
@@ -148,8 +150,9 @@ class World:
         else:
             self.wait(barrier)
         self.comm.Allreduce(both, extremes, op=self.MPI.MAX)
-        half = len(both) // 2
-        if not (extremes[:half] + extremes[half:]).any():     # every rank's max is its min
+        # the maxima of the words and of their negations are this rank's own words only where
+        # every rank's maximum is its minimum: where all ranks sent the same words
+        if extremes.tobytes() == words:
             return
         described = self.comm.allgather(step.describe())
         raise DisagreementError(_disagreement(described, self.rank))
@@ -179,7 +182,8 @@ class World:
         self.MPI.COMM_WORLD.Abort(status)
 
 
-# Step -> the words an agreement all-reduces (a training loop agrees on the same steps)
+# Step -> (the words an agreement all-reduces, their bytes) (a training loop agrees on the
+# same steps)
 _signatures = {}
 
 
