@@ -121,6 +121,20 @@ def test_weights_are_packed_once_per_version_and_scaled(monkeypatch):
 
 
 @needs_module
+@pytest.mark.parametrize('filters, channels', [(32, 24), (40, 19), (7, 8)])
+def test_packed_weights_are_scaled_as_they_are_copied(filters, channels):
+    # panels of 16 filters, zeros past the last one, each row NumPy's w * scale bit for bit
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((filters, 1, 1, channels)).astype(np.float32)
+    scale = rng.uniform(0.5, 2.0, filters).astype(np.float32)
+    rows = w.reshape(filters, channels) * scale.reshape(-1, 1)
+    want = np.zeros((-(-filters // 16), channels, 16), np.float32)
+    for f in range(filters):
+        want[f // 16, :, f % 16] = rows[f]
+    assert pointwise._pack(w, scale).tobytes() == want.tobytes()
+    assert pointwise._pack(w, None)[0, :, 0].tobytes() == w[0].reshape(-1).tobytes()
+
+
 def test_errors_name_the_argument():
     x, out = np.zeros((1, 4, 4, 16), np.float32), np.zeros((1, 4, 4, 8), np.float32)
     u = np.zeros((1, 16, 16), np.float32)

@@ -140,16 +140,25 @@ def _pack(w, weight_scale, target=None):
     filters = w.shape[0]
     channels = prod(w.shape[1:])
     w = w.reshape(filters, channels)
-    if weight_scale is not None:
-        w = w * weight_scale.reshape(-1, 1)
     panels = -(-filters // PANEL)
     u = np.empty((panels, channels, PANEL), np.float32) if target is None else target
     whole = filters // PANEL
     by_filter = u.transpose(0, 2, 1)            # (panels, 16, C) view
-    np.copyto(by_filter[:whole], w[:whole * PANEL].reshape(whole, PANEL, channels))
+    scale = None if weight_scale is None else \
+        np.asarray(weight_scale, np.float32).reshape(-1, 1)
+
+    def put(target, rows, factors):
+        # scaled as it is copied: no scaled temporary of the whole weight first
+        if factors is None:
+            np.copyto(target, rows)
+        else:
+            np.multiply(rows, factors, out=target)
+    put(by_filter[:whole], w[:whole * PANEL].reshape(whole, PANEL, channels),
+        None if scale is None else scale[:whole * PANEL].reshape(whole, PANEL, 1))
     if whole < panels:
         by_filter[whole].fill(0)
-        np.copyto(by_filter[whole, :filters - whole * PANEL], w[whole * PANEL:])
+        put(by_filter[whole, :filters - whole * PANEL], w[whole * PANEL:],
+            None if scale is None else scale[whole * PANEL:])
     return u
 
 
