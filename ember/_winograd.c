@@ -52,6 +52,8 @@
 #define POSITIONS (TILE * TILE)
 #define LANES 8         /* floats per vector */
 #define PANEL 16        /* filters per packed weight panel: two vectors */
+#define LINE_POINTS_MAX 16     /* line_weights(): the most points and taps of G */
+#define LINE_TAPS_MAX 8
 #define ROWS 6          /* tiles per GEMM register block */
 
 /* Vectors pass only between always-inlined functions: no call between objects sees their ABI. */
@@ -257,6 +259,16 @@ typedef struct {
     Py_ssize_t channels, filters, steps[4];
 } Weights;
 
+/* line_weights(): U = G g of the 1-D F(m, r) of 1 x r and r x 1 layers (ember/op/nn/conv/line.py),
+ * summed in double and rounded once */
+typedef struct {
+    const float *w;             /* (F, r, 1, C): tap k of filter f, channel c at f, k, c * steps */
+    const float *scale;         /* per filter, or NULL */
+    float *u;                   /* (points, panels, C, PANEL) */
+    double g[LINE_POINTS_MAX * LINE_TAPS_MAX];     /* G, (points, taps) row-major */
+    Py_ssize_t points, taps, channels, filters, steps[4];
+} LineWeights;
+
 typedef struct {
     const float *du;            /* weight_gradient()'s sums */
     float *dw;
@@ -289,6 +301,7 @@ typedef struct Job {
         Pointwise pointwise;
         Line line;
         Weights weights;
+        LineWeights line_weights;
         Finish finish;
         Sums sums;
         Patches patches;
@@ -337,6 +350,12 @@ static void run_weights(const Job *j) {
     const Weights *w = &j->k.weights;
     DISPATCH(transform_weights, w->w, w->steps, w->scale, w->channels, w->filters, w->u,
              (w->filters + PANEL - 1) / PANEL * PANEL * w->channels, 0, j->lo, j->hi);
+}
+
+static void run_line_weights(const Job *j) {
+    const LineWeights *k = &j->k.line_weights;
+    DISPATCH(line_weights, k->w, k->steps, k->scale, k->g, k->points, k->taps, k->channels,
+             k->filters, k->u, j->lo, j->hi);
 }
 
 static void end_job(Job *j) {
@@ -607,6 +626,54 @@ static int parse_transform_weights(PyObject *args, Job *j) {
     return valid_weights("w", ws, "panels", j->lo, j->hi, panels) &&
            (k->u = borrow(&j->b, u, "u", NULL, 0, POSITIONS * panels * PANEL * k->channels,
                           1)) != NULL &&
+           (scale == Py_None ||
+            (k->scale = borrow(&j->b, scale, "scale", NULL, 0, k->filters, 0)) != NULL);
+}
+
+static int parse_line_weights(PyObject *args, Job *j) {
+    PyObject *w, *g, *u, *scale = Py_None;
+    Py_ssize_t ws[4];
+    LineWeights *k = &j->k.line_weights;
+    k->scale = NULL;
+    if (!PyArg_ParseTuple(args, "OOO(nn)|O:line_weights", &w, &g, &u, &j->lo, &j->hi,
+                          &scale) ||
+        !(k->w = borrow_strided(&j->b, w, "w", ws, k->steps))) {
+        return 0;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(g, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return 0;
+    }
+    int is_double = view.itemsize == 8 && view.format != NULL &&
+                    strcmp(view.format + (view.format[0] == '<' || view.format[0] == '=' ||
+                                          view.format[0] == '@'), "d") == 0;
+    int fits = view.ndim == 2 && view.shape[0] >= 1 && view.shape[0] <= LINE_POINTS_MAX &&
+               view.shape[1] == ws[1];
+    if (is_double && fits) {
+        k->points = view.shape[0];
+        memcpy(k->g, view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    if (!is_double || !fits) {
+        PyErr_Format(PyExc_ValueError, "g: expected float64 (points, %zd) with 1 to %d points, "
+                     "the taps of w", ws[1], LINE_POINTS_MAX);
+        return 0;
+    }
+    if (ws[1] < 1 || ws[1] > LINE_TAPS_MAX || ws[2] != 1 || ws[0] < 1 || ws[3] < 1) {
+        PyErr_Format(PyExc_ValueError, "w (%zd, %zd, %zd, %zd): expected (F, r, 1, C) taps, r "
+                     "from 1 to %d", ws[0], ws[1], ws[2], ws[3], LINE_TAPS_MAX);
+        return 0;
+    }
+    k->taps = ws[1], k->channels = ws[3], k->filters = ws[0];
+    Py_ssize_t panels = (k->filters + PANEL - 1) / PANEL;
+    if (j->lo < 0 || j->hi < j->lo || j->hi > panels) {
+        PyErr_Format(PyExc_ValueError, "panels [%zd, %zd): expected 0 <= lo <= hi <= %zd",
+                     j->lo, j->hi, panels);
+        return 0;
+    }
+    j->run = run_line_weights;
+    return (k->u = borrow(&j->b, u, "u", NULL, 0,
+                          k->points * panels * PANEL * k->channels, 1)) != NULL &&
            (scale == Py_None ||
             (k->scale = borrow(&j->b, scale, "scale", NULL, 0, k->filters, 0)) != NULL);
 }
@@ -992,6 +1059,10 @@ static PyObject *transform_weights(PyObject *self, PyObject *args) {
     return call(args, parse_transform_weights);
 }
 
+static PyObject *line_weights(PyObject *self, PyObject *args) {
+    return call(args, parse_line_weights);
+}
+
 static PyObject *weight_gradient(PyObject *self, PyObject *args) {
     return call(args, parse_weight_gradient);
 }
@@ -1029,6 +1100,7 @@ static const struct {
 } team_kernels[] = {
     {convolve, parse_convolve},
     {transform_weights, parse_transform_weights},
+    {line_weights, parse_line_weights},
     {weight_gradient, parse_weight_gradient},
     {finish_gradient, parse_finish_gradient},
     {pointwise_gradient, parse_pointwise_gradient},
@@ -1174,6 +1246,13 @@ static PyMethodDef methods[] = {
      "[panel_lo, panel_hi) only; zeros past the last filter. scale: F float32 factors, each\n"
      "filter's weights multiplied by its own before the transform (one rounding, as\n"
      "NumPy's w * scale)."},
+    {"line_weights", line_weights, METH_VARARGS,
+     "line_weights(w, g, u, (panel_lo, panel_hi), scale=None)\n\n"
+     "u = G g of the 1-D Winograd F(m, r): w the taps as (F, r, 1, C) float32 of any\n"
+     "strides, g float64 G (points, r), u (points, ceil(F / 16), C, 16), the panels of 16\n"
+     "filters [panel_lo, panel_hi) only, zeros past the last filter. Each value summed over\n"
+     "the taps in double, times the filter's scale (F float32 factors) where given, rounded\n"
+     "once to float32."},
     {"weight_gradient", weight_gradient, METH_VARARGS,
      "weight_gradient(x, dy, du, (pad_top, pad_left), (tile_lo, tile_hi), (f_lo, f_hi),\n"
      "                chunk, v, m, zero=False)\n\n"
@@ -2775,5 +2854,72 @@ static void ISA(dense)(const Dense *k, Py_ssize_t lo, Py_ssize_t hi) {
         ISA(dense_range)(k, first, hi - first < k->chunk ? hi : first + k->chunk);
     }
 }
+
+
+/* line_weights(): the panels [lo, hi) of U of the 1-D F(m, r), (points, panels, C, PANEL): per
+ * panel, channel and point, the 16 filters' sums in double vectors, each over the taps in
+ * order, times the filter's scale, rounded once (zeros past the last filter): the float64
+ * product of G and the taps, then the scale, as NumPy forms it. Vectors of the build's width
+ * (SSE2 pairs, 4 or 8 doubles): 16 filters as 64-byte vectors in the AVX2 copy ran 8x slower. */
+#if defined(WIDE)
+#define LINE_VECTOR_BYTES 64
+#elif defined(FUSED)
+#define LINE_VECTOR_BYTES 32
+#else
+#define LINE_VECTOR_BYTES 16
+#endif
+#define LINE_LANES (LINE_VECTOR_BYTES / (int)sizeof(double))
+#define LINE_VECTORS (PANEL / LINE_LANES)
+typedef double ISA(doubles) __attribute__((vector_size(LINE_VECTOR_BYTES)));
+
+static void ISA(line_weights)(const float *w, const Py_ssize_t *steps, const float *scale,
+                              const double *g_all, Py_ssize_t points, Py_ssize_t r,
+                              Py_ssize_t channels, Py_ssize_t filters, float *u_all,
+                              Py_ssize_t lo, Py_ssize_t hi) {
+    const Py_ssize_t panels = (filters + PANEL - 1) / PANEL;
+    for (Py_ssize_t panel = lo; panel < hi; panel++) {
+        ISA(doubles) factors[LINE_VECTORS];
+        for (int v = 0; v < LINE_VECTORS; v++) {
+            factors[v] = (ISA(doubles)){0};     /* then lane by lane */
+        }
+        for (int i = 0; i < PANEL; i++) {
+            Py_ssize_t f = panel * PANEL + i;
+            factors[i / LINE_LANES][i % LINE_LANES] =
+                f >= filters ? 0.0 : scale != NULL ? (double)scale[f] : 1.0;
+        }
+        for (Py_ssize_t c = 0; c < channels; c++) {
+            ISA(doubles) taps[LINE_TAPS_MAX][LINE_VECTORS];
+            for (int i = 0; i < PANEL; i++) {
+                Py_ssize_t f = panel * PANEL + i;
+                for (Py_ssize_t t = 0; t < r; t++) {
+                    taps[t][i / LINE_LANES][i % LINE_LANES] =
+                        f < filters ? w[f * steps[0] + t * steps[1] + c * steps[3]] : 0.0;
+                }
+            }
+            for (Py_ssize_t p = 0; p < points; p++) {
+                const double *g = g_all + p * r;
+                float *u = u_all + ((p * panels + panel) * channels + c) * PANEL;
+                ISA(doubles) sums[LINE_VECTORS];
+                for (int v = 0; v < LINE_VECTORS; v++) {
+                    sums[v] = (ISA(doubles)){0};
+                }
+                for (Py_ssize_t t = 0; t < r; t++) {
+                    for (int v = 0; v < LINE_VECTORS; v++) {
+                        sums[v] += g[t] * taps[t][v];
+                    }
+                }
+                for (int v = 0; v < LINE_VECTORS; v++) {
+                    sums[v] *= factors[v];
+                    for (int i = 0; i < LINE_LANES; i++) {
+                        u[v * LINE_LANES + i] = (float)sums[v][i];
+                    }
+                }
+            }
+        }
+    }
+}
+#undef LINE_VECTOR_BYTES
+#undef LINE_LANES
+#undef LINE_VECTORS
 
 #endif

@@ -397,3 +397,53 @@ def test_long_lines_of_many_tiles_take_six_outputs_a_tile():
     assert line_outputs(3, 17, 1000) == 6           # 8 x 3 products per line against 6 x 5
     assert line_outputs(3, 8, 1000) == 4            # 6 x 2 against 8 x 2
     assert line_outputs(7, 4, 1000) == 4            # one tile either way: 10 against 12
+
+
+@needs_module
+@pytest.mark.parametrize('axis', [1, 2])
+@pytest.mark.parametrize('r, m, filters, channels', [(7, 6, 40, 19), (3, 4, 16, 8),
+                                                     (5, 6, 7, 33)])
+def test_transformed_weights_are_the_float64_product_rounded_once(build, axis, r, m, filters,
+                                                                  channels):
+    # line_weights: G times the taps of each filter and channel in float64, times the
+    # filter's scale, rounded once; packed in panels of 16 filters, zeros past the last;
+    # the same for OIHW weights seen as OHWI and whatever the split over threads
+    rng = np.random.default_rng(r * 10 + axis)
+    kernel = (r, 1) if axis == 1 else (1, r)
+    oihw = rng.standard_normal((filters, channels) + kernel).astype(np.float32)
+    scale = rng.uniform(0.1, 3.0, filters).astype(np.float32)
+    g = line.transforms(r, m)[2]
+    taps = oihw[:, :, :, 0] if axis == 1 else oihw[:, :, 0, :]                # (F, C, r)
+    want64 = np.einsum('pk,fck->pfc', g, taps.astype(np.float64))
+    panels = -(-filters // 16)
+    for factors in (None, scale):
+        product = want64 if factors is None else want64 * factors.astype(np.float64)[:, None]
+        want = np.zeros((g.shape[0], panels * 16, channels), np.float32)
+        want[:, :filters] = product
+        want = want.reshape(g.shape[0], panels, 16, channels).transpose(0, 1, 3, 2)
+        for layout, w in (('OHWI', np.ascontiguousarray(oihw.transpose(0, 2, 3, 1))),
+                          ('OIHW seen as OHWI', oihw.transpose(0, 2, 3, 1))):
+            for threads in (1, 2, 3):
+                got = line._weights(w, axis, factors, m, threads=threads)
+                # the sum's order may differ from einsum's in the last bit of the float64
+                np.testing.assert_array_max_ulp(got, want, maxulp=1)
+                assert not got[:, -1, :, filters - (panels - 1) * 16:].any(), layout
+
+
+@needs_module
+def test_transformed_weights_name_their_bad_arguments():
+    w = np.ones((16, 7, 1, 8), np.float32)
+    u = np.empty((12, 1, 8, 16), np.float32)
+    g = line.transforms(7, 6)[2]
+    with pytest.raises(ValueError, match=r'g: expected float64 \(points, 7\)'):
+        _winograd.line_weights(w, g.astype(np.float32), u, (0, 1))
+    with pytest.raises(ValueError, match=r'g: expected float64'):
+        _winograd.line_weights(w, line.transforms(3, 4)[2], u, (0, 1))
+    with pytest.raises(ValueError, match=r'panels \[0, 2\)'):
+        _winograd.line_weights(w, g, u, (0, 2))
+    with pytest.raises(ValueError, match='u: expected at least'):
+        _winograd.line_weights(w, g, u[:6], (0, 1))
+    with pytest.raises(ValueError, match='scale: expected at least 16'):
+        _winograd.line_weights(w, g, u, (0, 1), np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=r'w \(16, 7, 2, 8\): expected \(F, r, 1, C\)'):
+        _winograd.line_weights(np.ones((16, 7, 2, 8), np.float32), g, u, (0, 1))

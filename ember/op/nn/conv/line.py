@@ -27,7 +27,7 @@ import numpy as np
 from ember.base import prod
 from ember.engine.threads import kernel_threads
 from ember.op.nn.conv import tuning
-from ember.op.nn.conv.common import default_alloc, finish
+from ember.op.nn.conv.common import default_alloc, finish, part_range
 from ember.op.nn.conv.compiled import (
     MODULE as _winograd, PANEL, Prepared, round_up, run_compiled, same_view)
 from ember.op.nn.conv.kept import room_for
@@ -179,31 +179,24 @@ def _chunk(points, channels, width):
     return chunk // 12 * 12 or chunk
 
 
-def _weights(w, axis, weight_scale, m, target=None):
+def _weights(w, axis, weight_scale, m, target=None, threads=1):
     """U = G g of F(m, r) of OHWI weights `w` (any strides; scaled per filter by
     `weight_scale`, or not where None), packed as (a, ceil(F / 16), C, 16) with zeros past
-    the last filter, in `target` where given. Transformed in float64, rounded once."""
+    the last filter, in `target` where given. Summed in float64, rounded once; the panels
+    split over `threads` (compiled ``line_weights``: NumPy's float64 GEMM, scaling and
+    packing of it made inceptionv3's 22 line layers cost 45 ms on a warm start's first
+    call)."""
     filters, channels = w.shape[0], w.shape[-1]
-    taps = w[:, :, 0, :] if axis == 1 else w[:, 0, :, :]              # (F, r, C)
+    taps = w if axis == 1 else w.transpose(0, 2, 1, 3)                # (F, r, 1, C)
     r = taps.shape[1]
     g = transforms(r, m)[2]
-    # one GEMM of (a, r) by (r, F * C): einsum's loop over the taps took 50 ms of
-    # inceptionv3's first call, the GEMM a few
-    by_tap = np.moveaxis(taps, 1, 0).astype(np.float64, order='C').reshape(r, -1)
-    transformed = (g @ by_tap).reshape(g.shape[0], filters, channels)
-    if weight_scale is not None:
-        np.multiply(transformed, np.asarray(weight_scale, np.float64).reshape(1, -1, 1),
-                    out=transformed)
     shape = _packed_shape(r, m, channels, filters)
     u = np.empty(shape, np.float32) if target is None else target
-    by_filter = u.transpose(0, 1, 3, 2)                                # (a, panels, 16, C)
-    whole = filters // PANEL
-    np.copyto(by_filter[:, :whole], transformed[:, :whole * PANEL].reshape(
-        shape[0], whole, PANEL, channels))
-    if whole < shape[1]:
-        by_filter[:, whole].fill(0)
-        np.copyto(by_filter[:, whole, :filters - whole * PANEL],
-                  transformed[:, whole * PANEL:])
+    scale = None if weight_scale is None else \
+        np.ascontiguousarray(weight_scale, np.float32).reshape(-1)
+    parts = min(max(1, threads or 1), shape[1])
+    run_compiled(_winograd.line_weights, u.size * r, [
+        (taps, g, u, part_range(i, parts, shape[1]), scale) for i in range(parts)])
     return u
 
 
@@ -240,7 +233,7 @@ def convolve(x, w, bias, out, axis, pad, residual=None, act_type=None, alloc=Non
              ((parts, shape[0] * chunk * width), np.float32)]
     v, products, *scratch = alloc(specs + [(shape, np.float32)] * in_scratch)
     if u is None:
-        u = _weights(w, axis, weight_scale, m, scratch[0] if scratch else None)
+        u = _weights(w, axis, weight_scale, m, scratch[0] if scratch else None, threads)
         if weight_version is not None:
             _store.keep(weight_version, u)
     given = (x, residual)
