@@ -85,6 +85,35 @@ def test_transforms_compute_the_correlation(r, m):
     assert not bt.flags.writeable
 
 
+def test_the_exact_inverse_is_exact():
+    """The fraction-free elimination gives the exact inverse: M times it is the identity in
+    Fractions, for the Vandermonde matrices of every F(m, r) and for matrices that need rows
+    swapped; a singular matrix is refused."""
+    from fractions import Fraction as F
+    rng = np.random.default_rng(0)
+    matrices = [[[F(p) ** k for k in range(m + r - 1)] for p in points]
+                + [[F(int(k == m + r - 2)) for k in range(m + r - 1)]]
+                for (m, r), points in line.POINTS.items()]
+    for _ in range(40):
+        n = int(rng.integers(1, 7))
+        rows = [[F(int(rng.integers(-9, 10)), int(rng.integers(1, 7))) for _ in range(n)]
+                for _ in range(n)]
+        rows[0][0] = F(0)                       # the first pivot is found below
+        matrices.append(rows)
+    for rows in matrices:
+        n = len(rows)
+        try:
+            inverse = line._exact_inverse(rows)
+        except ZeroDivisionError:
+            assert np.linalg.matrix_rank(np.array(rows, np.float64)) < n
+            continue
+        product = [[sum(rows[i][k] * inverse[k][j] for k in range(n)) for j in range(n)]
+                   for i in range(n)]
+        assert product == [[F(int(i == j)) for j in range(n)] for i in range(n)]
+    with pytest.raises(ZeroDivisionError, match='singular'):
+        line._exact_inverse([[F(1), F(2)], [F(2), F(4)]])
+
+
 # ----------------------------------------------------------------------------------------------
 # Against the float64 convolution
 

