@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ember import backend, config, device
+from ember.backend import cpu
 from ember.backend import gpu as gpu_backend
 from ember.backend import native
 from ember.base import EmberError
@@ -29,6 +30,16 @@ def test_host_alloc_is_flat_uint8_and_aligned(nbytes):
     assert buf.ctypes.data % 64 == 0
     buf[:] = 7  # writable across its whole length
     assert int(buf.sum()) == 7 * nbytes
+
+
+@pytest.mark.parametrize('nbytes', [2**21 - 1, 2**21, 4 * 2**20 + 5, 33 * 2**20])
+def test_large_host_buffers_start_on_a_huge_page(nbytes):
+    """From 2 MiB a buffer starts on a 2 MiB boundary, so transparent huge pages can cover it
+    whole (below, 64-byte alignment only); it still reads as zeros."""
+    buf = backend.for_device(device.cpu()).alloc(nbytes)
+    assert buf.shape == (nbytes,) and not buf.any()
+    alignment = cpu.HUGE_PAGE if nbytes >= cpu.HUGE_PAGE else 64
+    assert buf.ctypes.data % alignment == 0
 
 
 def test_host_memory_figures_match_the_system():
