@@ -242,6 +242,32 @@ def test_save_and_load_parameters_round_trip(tmp_path):
     close(other(x), expected)
 
 
+def test_loading_parameters_into_a_new_block_reads_each_value_once(tmp_path):
+    # the file's values are read into the arrays the parameters keep: no placeholder filled
+    # and overwritten, no copy of what was read (the storage pool counts what was allocated)
+    path = str(tmp_path / 'net.params')
+    net = make_net('a_')
+    net.initialize(mx.init.Normal(0.5))
+    net(mx.nd.array(rand(2, 3, 6, 6)))
+    net.save_parameters(path)
+    other = make_net('b_')
+    params = other.collect_params().values()
+    pool = mx.storage.manager(mx.cpu())
+    before = pool.stats()['allocations']
+    other.load_parameters(path)
+    # each parameter: its value, and its gradient where it has one
+    grads = [p for p in params if p.grad_req != 'null']
+    assert 0 < len(grads) < len(params)
+    assert pool.stats()['allocations'] - before == len(params) + len(grads)
+    for mine, theirs in zip(params, net.collect_params().values()):
+        assert np.array_equal(mine.data().asnumpy(), theirs.data().asnumpy())
+    assert all(p.grad().asnumpy().sum() == 0 for p in grads)
+    # and loading again writes into those arrays
+    kept = [p.data() for p in params]
+    other.load_parameters(path)
+    assert all(p.data() is k for p, k in zip(params, kept))
+
+
 def test_load_parameters_rejects_missing_names(tmp_path):
     path = str(tmp_path / 'dense.params')
     layer = nn.Dense(2, in_units=2)

@@ -92,6 +92,30 @@ def test_loaded_arrays_are_writable_and_own_their_memory():
     assert ndio.loads(blob)['a'][0, 0] == 0
 
 
+def test_dense_arrays_are_read_into_the_memory_allocate_gives():
+    blob = ndio.dumps({'f': np.arange(6, dtype=np.float32).reshape(2, 3),
+                       'i': np.array([7, -8], np.int64), 'b': np.array([True, False])})
+    asked, made = [], {}
+
+    def allocate(shape, dtype):
+        asked.append((shape, dtype.name))
+        if dtype == np.int64:
+            return None                         # declined: read into NumPy as before
+        target = np.full(shape, -1, dtype)
+        made[dtype.name] = target
+        return ('holder', target), target.reshape(-1).view(np.uint8)
+    loaded = ndio.loads(blob, allocate)
+    # bool arrays are checked byte by byte, never read into given memory
+    assert asked == [((2, 3), 'float32'), ((2,), 'int64')]
+    holder, target = loaded['f']
+    assert holder == 'holder' and target is made['float32']
+    assert target.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert loaded['i'].tolist() == [7, -8] and loaded['b'].tolist() == [True, False]
+    # a file that ends early still says so
+    with pytest.raises(EmberError, match='truncated'):
+        ndio.loads(blob[:-40], allocate)
+
+
 def test_bytes_like_inputs_and_unseekable_streams():
     blob = fixture_bytes('list.nd')
 

@@ -169,7 +169,10 @@ from ember.op import precision
 big = net.simple_bind(mx.cpu(), x=(64, 128))
 big.arg_dict['x'][:] = 1
 big.forward()[0].wait_to_read()
+from ember.ndarray import io as ndio
+loaded = mx.nd.load_frombuffer(ndio.dumps({'w': np.array([1.5, -2.25], np.float32)}))['w']
 print(json.dumps({
+    'loaded': loaded.asnumpy().tolist(), 'loaded_stored': str(loaded._view.stored),
     'scratch': precision.scratch_bytes(),
     'acc': float(acc.asscalar()), 'dtype': acc.dtype.__name__,
     'stored': str(acc._view.stored), 'nbytes': acc._view.nbytes,
@@ -205,6 +208,9 @@ def test_xla_use_bf16_stores_narrow_reads_wide_and_rounds_stochastically():
     # and the executor runs the node there: no thread's scratch grew to those copies' size
     assert plain['scratch'] == 0 and 0 < bf16['scratch'] < bf16['workspaces'][0]
     assert bf16["out"] == [1.0, 1.0] and bf16["out_dtype"] == "float32"
+    # a loaded file's values go into narrow storage too (not read straight into it)
+    assert (plain['loaded_stored'], bf16['loaded_stored']) == ('float32', 'bfloat16')
+    assert plain['loaded'] == bf16['loaded'] == [1.5, -2.25]
     nearest = run_child(XLA_USE_BF16=1, NEURON_RT_STOCHASTIC_ROUNDING_EN=0)
     assert nearest['acc'] == 256.0
     # the same seed gives the same bits whatever the threads

@@ -158,6 +158,17 @@ class Parameter:
         self._deferred = None
         self._init_grad()
 
+    def _init_from(self, value, devices):
+        """Initialize with `value` (a dense NDArray of this shape and dtype that nobody else
+        holds, as load_parameters reads it) as the data on its own device, copies of it on
+        the others: no placeholder to fill and overwrite."""
+        with autograd.pause():
+            self._data = _np_mode(OrderedDict(
+                (dev, self._stored(value if dev == value.context else value.copyto(dev)))
+                for dev in devices))
+        self._deferred = None
+        self._init_grad()
+
     def _stored(self, array):
         return array if self._stype == 'default' else array.tostype(self._stype)
 
@@ -563,12 +574,16 @@ def _assign_loaded(params, loaded, filename, ctx, allow_missing, ignore_extra):
         if name not in loaded:
             continue
         value = loaded[name]
+        if value.dtype != param.dtype:
+            value = value.astype(param.dtype)
         if param._data is None:
             param.shape = value.shape
             devices = _devices(ctx) if ctx is not None else (
                 param._deferred[1] if param._deferred else [current_device()])
+            if value.stype == 'default':
+                # the loaded array itself becomes the data: read once, not copied again
+                param._init_from(value, devices)
+                continue
             # values come from the file: any placeholder works, whatever the name
             param.initialize(init=initializer.Zero(), ctx=devices, force_reinit=True)
-        if value.dtype != param.dtype:
-            value = value.astype(param.dtype)
         param.set_data(value)

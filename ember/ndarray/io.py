@@ -8,7 +8,10 @@ checkpoints move both ways.
 Two levels:
 
 - NumPy: :func:`save_arrays`, :func:`load_arrays`, :func:`dumps`, :func:`loads`.
-- NDArray, as MXNet's ``mx.nd``: :func:`save`, :func:`load`, :func:`load_frombuffer`.
+- NDArray, as MXNet's ``mx.nd``: :func:`save`, :func:`load`, :func:`load_frombuffer`. On a
+  CPU device the dense values are read from the file straight into the new NDArrays' storage
+  (through :func:`load_arrays`' `allocate`), and ``load_parameters`` makes those arrays the
+  data of parameters that had none: a checkpoint's bytes are copied once, from the file.
 
 dtype flags are mshadow's: 0 float32, 1 float64, 2 float16, 3 uint8, 4 int32, 5 int8, 6 int64,
 7 bool (as MXNet 1.9 writes it) and 12 bfloat16. bfloat16 is an Ember extension here: MXNet
@@ -50,7 +53,7 @@ import numpy as np
 
 from ember.base import EmberError, dtype_of, prod
 from ember.device import current_device
-from ember.ndarray.creation import array
+from ember.ndarray.creation import array, empty
 from ember.ndarray.ndarray import NDArray
 from ember.op import sparse as _sparse
 
@@ -124,8 +127,11 @@ def save_arrays(path_or_file, data) -> None:
     _save(path_or_file, names, arrays, [(CPU_TYPE_ID, 0)] * len(arrays))
 
 
-def load_arrays(path_or_file) -> list | dict:
+def load_arrays(path_or_file, allocate=None) -> list | dict:
     """Read a list file: a list of NumPy arrays, or a dict when the file names them.
+    `allocate(shape, dtype)`, where given, may return ``(array, bytes)`` for a dense array:
+    the file's bytes are read into `bytes` (a writable uint8 view of the array's memory) and
+    `array` stands in the result; None reads into a NumPy array as without it.
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -135,8 +141,8 @@ def load_arrays(path_or_file) -> list | dict:
     """
     if _is_path(path_or_file):
         with open(path_or_file, 'rb') as stream:
-            return _Reader(stream, os.fspath(path_or_file)).read_file()
-    return _Reader(path_or_file, _stream_name(path_or_file)).read_file()
+            return _Reader(stream, os.fspath(path_or_file), allocate).read_file()
+    return _Reader(path_or_file, _stream_name(path_or_file), allocate).read_file()
 
 
 def dumps(data) -> bytes:
@@ -150,14 +156,15 @@ def dumps(data) -> bytes:
     return buf.getvalue()
 
 
-def loads(buf) -> list | dict:
-    """Read a list file from bytes (or a bytearray or memoryview).
+def loads(buf, allocate=None) -> list | dict:
+    """Read a list file from bytes (or a bytearray or memoryview); `allocate` as for
+    :func:`load_arrays`.
 
     >>> import numpy as np
     >>> loads(dumps([np.array([[1, 2, 3]], 'uint8')]))
     [array([[1, 2, 3]], dtype=uint8)]
     """
-    return _Reader(io.BytesIO(buf), '<bytes>').read_file()
+    return _Reader(io.BytesIO(buf), '<bytes>', allocate).read_file()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,7 +226,8 @@ def load(fname) -> list | dict:
     >>> load(buf)[0].asnumpy()
     array([0, 1, 2, 3], dtype=int32)
     """
-    return _to_ndarrays(load_arrays(fname))
+    device = current_device()
+    return _to_ndarrays(load_arrays(fname, _allocator(device)), device)
 
 
 def load_frombuffer(buf) -> list | dict:
@@ -229,14 +237,36 @@ def load_frombuffer(buf) -> list | dict:
     >>> load_frombuffer(dumps({'x': np.zeros(2, 'float64')}))['x'].asnumpy().dtype
     dtype('float64')
     """
-    return _to_ndarrays(loads(buf))
-
-
-def _to_ndarrays(loaded):
-    from ember.ndarray import sparse
     device = current_device()
+    return _to_ndarrays(loads(buf, _allocator(device)), device)
+
+
+def _allocator(device):
+    """Dense arrays read straight into new NDArrays on `device` where their storage is host
+    memory of the file's dtype: a second copy of every value (and its page faults) saved.
+    Elsewhere (a GPU, bf16 storage) the values are read into NumPy and copied."""
+    if device.device_type != 'cpu':
+        return None
+    narrow = set()      # dtypes stored otherwise here (bf16 storage): read as NumPy
+
+    def allocate(shape, dtype):
+        if dtype in narrow:
+            return None
+        result = empty(shape, device, dtype)
+        raw = result._data()
+        if type(raw) is not np.ndarray or raw.dtype != dtype or not raw.flags.c_contiguous:
+            narrow.add(dtype)
+            return None
+        return result, raw.reshape(-1).view(np.uint8)
+    return allocate
+
+
+def _to_ndarrays(loaded, device):
+    from ember.ndarray import sparse
 
     def convert(value):
+        if isinstance(value, NDArray):
+            return value
         if isinstance(value, SparseRecord):
             make = sparse.csr_matrix if value.stype == 'csr' else sparse.row_sparse_array
             parts = (value.data, value.indices) + ((value.indptr,) if value.indptr is not None
@@ -381,8 +411,9 @@ def _bytes_left(stream):
 class _Reader:
     """Reads one list file, checking every size against the bytes left before it allocates."""
 
-    def __init__(self, stream, name):
+    def __init__(self, stream, name, allocate=None):
         self.name = name
+        self.allocate = allocate    # load_arrays' hook for dense arrays
         self.offset = 0
         self.left = _bytes_left(stream)
         if self.left is None:
@@ -523,7 +554,15 @@ class _Reader:
                              offset=start - 8 * len(shape))
         nbytes = prod(shape) * dtype.itemsize
         self.need(nbytes, f'array {index} data ({dtype.name}, shape {shape})')
-        return self.read_data(index, shape, dtype, nbytes)
+        made = None
+        if self.allocate is not None and nbytes and dtype.name != 'bool' \
+                and not _BIG_ENDIAN_HOST:
+            made = self.allocate(shape, dtype)
+        if made is None:
+            return self.read_data(index, shape, dtype, nbytes)
+        result, target = made
+        self.read_into(target, f'array {index} data')
+        return result
 
     def read_data(self, index, shape, dtype, nbytes):
         if dtype.name == 'bool':
