@@ -152,16 +152,12 @@ class Parameter:
                 _as_initializer(init)._init_weight(desc, data)
             else:
                 _as_initializer(default_init)(desc, data)
-            self._data = _np_mode(OrderedDict(
-                (dev, self._stored(data.copyto(dev) if dev != devices[0] else data))
-                for dev in devices))
-        self._deferred = None
-        self._init_grad()
+        self._init_from(data, devices)
 
     def _init_from(self, value, devices):
         """Initialize with `value` (a dense NDArray of this shape and dtype that nobody else
-        holds, as load_parameters reads it) as the data on its own device, copies of it on
-        the others: no placeholder to fill and overwrite."""
+        holds: one just initialised, or one load_parameters read) as the data on its own
+        device, copies of it on the others."""
         with autograd.pause():
             self._data = _np_mode(OrderedDict(
                 (dev, self._stored(value if dev == value.context else value.copyto(dev)))
